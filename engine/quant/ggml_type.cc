@@ -3,7 +3,6 @@
 #include <array>
 #include <limits>
 
-#include "absl/strings/ascii.h"
 
 namespace stepserve {
 namespace {
@@ -52,9 +51,12 @@ const GgmlTypeInfo& TypeInfo(GgmlType type) {
 }
 
 std::optional<GgmlType> ParseGgmlTypeName(std::string_view name) {
-  std::string lower = absl::AsciiStrToLower(name);
+  auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; };
   for (const GgmlTypeInfo& info : kTypes) {
-    if (absl::AsciiStrToLower(info.name) == lower) return info.type;
+    if (info.name.size() != name.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < name.size() && same; ++i) same = lower(info.name[i]) == lower(name[i]);
+    if (same) return info.type;
   }
   return std::nullopt;
 }
