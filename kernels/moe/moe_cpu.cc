@@ -76,13 +76,13 @@ KernelStatus RouterCpu(const RouterArgs& a, ThreadPool* pool) {
 
 KernelStatus MoeExpertsCpu(const MoeExpertsArgs& a, ThreadPool* pool) {
   if (KernelStatus s = ValidateMoeExperts(a); s != KernelStatus::kOk) return s;
+  const int64_t pairs = a.rows * a.top_k;
+  if (pairs == 0) return KernelStatus::kOk;
   if (a.workspace == nullptr || a.index_workspace == nullptr ||
       a.workspace_floats < MoeExpertsWorkspaceFloats(a.rows, a.top_k, a.n_embd, a.n_ff) ||
       a.index_workspace_len < MoeExpertsIndexWorkspaceLen(a.rows, a.top_k, a.n_experts)) {
     return KernelStatus::kInvalidArgument;
   }
-  const int64_t pairs = a.rows * a.top_k;
-  if (pairs == 0) return KernelStatus::kOk;
   const int64_t d = a.n_embd;
   const int64_t ff = a.n_ff;
   const int64_t n_exp = a.n_experts;

@@ -1,0 +1,187 @@
+// The compute interface the model runs on: a short list of coarse ops over host (or, later,
+// device) tensors. CPU implements it in engine/backend/cpu/ over kernels/; CUDA plugs in through
+// RegisterBackend.
+//
+// Usage (one step of an attention block; shapes in ggml order [cols, rows]):
+//   ASSIGN_OR_RETURN(std::unique_ptr<Backend> ops, CreateBackend("cpu", {.num_threads = 8}));
+//   RETURN_IF_ERROR(ops->Embed(tok_embd, ids, h));                 // h: [d, T]
+//   RETURN_IF_ERROR(ops->RmsNorm(h, attn_norm, eps, a));
+//   RETURN_IF_ERROR(ops->Matmul(a, wq, q));                        // q: [H*Dh, T]; also k, v, g
+//   RETURN_IF_ERROR(ops->QkNormRope(q, k, rope_params, positions));  // in place
+//   RETURN_IF_ERROR(ops->AppendKv(k, v, batch, cache));            // before Attention
+//   RETURN_IF_ERROR(ops->Attention(q, batch, cache, {.window = W, .scale = kappa}, o));
+//   RETURN_IF_ERROR(ops->HeadGate(o, g, Dh));                      // in place
+//   RETURN_IF_ERROR(ops->Matmul(o, wo, attn_out));
+//   RETURN_IF_ERROR(ops->Add(h, attn_out, h));
+//   MoE: Matmul(f, ffn_gate_inp, logits); RouterTopK(logits, ...); MoeExperts(f, ..., y) adds
+//   into y; dense FFN / shared expert: Matmul, Matmul, SwiGlu, Matmul, Add.
+//
+// Every op validates shapes and returns InvalidArgument / OutOfRange naming the op and operand;
+// nothing is resized or truncated silently. Outputs never alias inputs unless the op says so.
+// A Backend instance is driven by one thread at a time (the engine thread); it parallelises
+// internally.
+#ifndef STEPSERVE_ENGINE_BACKEND_BACKEND_H_
+#define STEPSERVE_ENGINE_BACKEND_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/quant/ggml_type.h"
+#include "kernels/attention/paged_attention.h"
+#include "kernels/moe/moe.h"
+
+namespace stepserve {
+
+// An activation matrix: ne[0] contiguous elements per row, ne[1] * ne[2] * ne[3] rows, each
+// `row_stride` bytes apart (0 = packed). Activations are F32.
+struct TensorView {
+  void* data = nullptr;
+  GgmlType type = GgmlType::kF32;
+  int64_t ne[4] = {0, 1, 1, 1};
+  int64_t row_stride = 0;
+
+  // A packed (or strided) F32 matrix of `rows` rows of `cols` floats.
+  static TensorView F32(float* data, int64_t cols, int64_t rows, int64_t row_stride_floats = 0) {
+    TensorView view;
+    view.data = data;
+    view.ne[0] = cols;
+    view.ne[1] = rows;
+    view.row_stride = (row_stride_floats > 0 ? row_stride_floats : cols) * 4;
+    return view;
+  }
+  int64_t cols() const { return ne[0]; }
+  int64_t rows() const { return ne[1] * ne[2] * ne[3]; }
+  float* f32() const { return static_cast<float*>(data); }
+  int64_t stride_floats() const { return (row_stride > 0 ? row_stride : ne[0] * 4) / 4; }
+};
+
+// A weight as stored in GGUF: ne = [in, out, (experts)], rows of blocks `row_stride` bytes apart
+// (0 = RowBytes(type, ne[0])); a 3-D tensor's matrices are ne[1] * row_stride bytes apart.
+struct WeightView {
+  const void* data = nullptr;
+  GgmlType type = GgmlType::kF32;
+  int64_t ne[4] = {0, 1, 1, 1};
+  int64_t row_stride = 0;
+
+  int64_t row_bytes() const { return row_stride > 0 ? row_stride : RowBytes(type, ne[0]); }
+};
+
+using KvDtype = kernels::KvDtype;
+// One layer's paged KV cache (layout in kernels/attention/paged_attention.h).
+using KvCacheView = kernels::PagedKv;
+
+// One sequence of a ragged batch: its query rows [q_begin, q_begin + q_count), how many tokens
+// its cache holds after this step's append, and its block table (page ids, one per block_size
+// positions).
+struct SequenceSlice {
+  int64_t q_begin = 0;
+  int64_t q_count = 0;
+  int64_t context_len = 0;
+  std::span<const int32_t> block_table;
+};
+
+struct AttentionBatch {
+  std::span<const int32_t> positions;  // one absolute position per query row
+  std::span<const SequenceSlice> seqs;
+};
+
+struct AttentionParams {
+  int64_t window = 0;  // sliding window W on SWA layers, 0 on full layers
+  float scale = 0.0f;  // kappa = 1/sqrt(Dh)
+};
+
+// q/k per-head RMSNorm then partial NeoX RoPE (spec 4.4 steps 2-3).
+struct QkNormRopeParams {
+  int64_t head_dim = 0;
+  WeightView q_norm;  // F32 [head_dim]
+  WeightView k_norm;  // F32 [head_dim]
+  float eps = 1e-5f;
+  int64_t n_rot = 0;                         // rotated dims per head (n_rot(l))
+  float base = 10000.0f;                     // rope_base(l)
+  std::span<const float> freq_factors = {};  // rope_freqs on full layers; empty on SWA layers
+};
+
+using GatingFunc = kernels::GatingFunc;
+
+struct RouterParams {
+  int64_t top_k = 0;
+  GatingFunc gating = GatingFunc::kSigmoid;
+  std::span<const float> bias = {};  // exp_probs_b, [n_experts] or empty
+  bool normalize = false;            // expert_weights_norm
+  float scale = 1.0f;                // expert_weights_scale (0 or 1: skipped)
+};
+
+// The routed experts of one layer: 3-D tensors gate/up ne = [d, ff, E], down ne = [ff, d, E].
+struct ExpertWeights {
+  WeightView gate;
+  WeightView up;
+  WeightView down;
+  float limit = 0.0f;  // swiglu_clamp_exp[l]
+};
+
+struct BackendOptions {
+  int num_threads = 0;  // CPU worker threads including the caller; 0 = hardware concurrency
+  int device = 0;       // device index for accelerator backends
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // out[t] = dequantized row ids[t] of `table` (ne = [d, n_vocab]); out: [d, ids.size()].
+  virtual absl::Status Embed(const WeightView& table, std::span<const int32_t> ids,
+                             const TensorView& out) = 0;
+  // out = RMSNorm(x; weight) per row; weight F32 [cols]. out may equal x.
+  virtual absl::Status RmsNorm(const TensorView& x, const WeightView& weight, float eps,
+                               const TensorView& out) = 0;
+  // y = x * W^T; x: [in, T], W: ne = [in, out] any dequantizable type, y: [out, T].
+  virtual absl::Status Matmul(const TensorView& x, const WeightView& w, const TensorView& y) = 0;
+  // In place on q: [H*Dh, T] and k: [G*Dh, T] (k may be empty: data == nullptr).
+  virtual absl::Status QkNormRope(const TensorView& q, const TensorView& k,
+                                  const QkNormRopeParams& params,
+                                  std::span<const int32_t> positions) = 0;
+  // Writes k, v rows ([G*Dh, T]) at their positions into the sequences' pages.
+  virtual absl::Status AppendKv(const TensorView& k, const TensorView& v,
+                                const AttentionBatch& batch, const KvCacheView& cache) = 0;
+  // out: [H*Dh, T] = softmax(q k^T * scale) v over each row's visible cached positions.
+  virtual absl::Status Attention(const TensorView& q, const AttentionBatch& batch,
+                                 const KvCacheView& cache, const AttentionParams& params,
+                                 const TensorView& out) = 0;
+  // In place: o[:, h] *= sigmoid(gate_logits[h]); o: [H*Dh, T], gate_logits: [H, T].
+  virtual absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
+                                int64_t head_dim) = 0;
+  // z = clamped SwiGLU(g, u) (spec 4.5); z may equal g or u.
+  virtual absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
+                              const TensorView& z) = 0;
+  // y = a + b; y may equal a or b.
+  virtual absl::Status Add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;
+  // Top-k routing from router logits [E, T]; ids and weights hold T * top_k entries.
+  virtual absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
+                                  std::span<int32_t> ids, std::span<float> weights) = 0;
+  // y[t] += sum_k weights[t][k] * Expert_{ids[t][k]}(x[t]); x: [d, T], y: [d, T].
+  virtual absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
+                                  std::span<const int32_t> ids, std::span<const float> weights,
+                                  int64_t top_k, const TensorView& y) = 0;
+};
+
+using BackendFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendOptions& options)>;
+
+// Adds a backend under `name`; AlreadyExists if taken. "cpu" is always registered.
+absl::Status RegisterBackend(std::string_view name, BackendFactory factory);
+// NotFound (listing the known names) for an unknown name.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::string_view name,
+                                                       const BackendOptions& options = {});
+std::vector<std::string> RegisteredBackends();
+
+}  // namespace stepserve
+
+#endif  // STEPSERVE_ENGINE_BACKEND_BACKEND_H_

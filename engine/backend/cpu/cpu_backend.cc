@@ -1,0 +1,428 @@
+// CPU implementation of Backend: shape checks with precise messages, then one kernel call each.
+#include "engine/backend/cpu/cpu_backend.h"
+
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/base/status_macros.h"
+#include "engine/base/thread_pool.h"
+#include "kernels/attention/paged_attention.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/embed/embed.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/moe/moe.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "kernels/rope/rope.h"
+
+namespace stepserve {
+namespace {
+
+using kernels::KernelStatus;
+
+absl::Status FromKernel(KernelStatus status, const char* op) {
+  const std::string message =
+      absl::StrFormat("%s: kernel reported %s", op, kernels::KernelStatusName(status));
+  switch (status) {
+    case KernelStatus::kOk:
+      return absl::OkStatus();
+    case KernelStatus::kOutOfRange:
+      return absl::OutOfRangeError(message);
+    case KernelStatus::kUnsupportedType:
+      return absl::UnimplementedError(message);
+    case KernelStatus::kTooLarge:
+      return absl::ResourceExhaustedError(message);
+    case KernelStatus::kInvalidArgument:
+      break;
+  }
+  return absl::InvalidArgumentError(message);
+}
+
+absl::Status CheckF32(const TensorView& t, const char* op, const char* operand) {
+  if (t.data == nullptr)
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is null", op, operand));
+  if (t.type != GgmlType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s must be F32, is %s", op, operand, GgmlTypeName(t.type)));
+  }
+  if (t.ne[0] <= 0 || t.ne[1] < 0 || t.ne[2] < 1 || t.ne[3] < 1 ||
+      (t.row_stride != 0 && (t.row_stride % 4 != 0 || t.row_stride < t.ne[0] * 4))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s has bad shape [%d, %d, %d, %d] / row stride %d", op, operand,
+                        t.ne[0], t.ne[1], t.ne[2], t.ne[3], t.row_stride));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckShape(const TensorView& t, int64_t cols, int64_t rows, const char* op,
+                        const char* operand) {
+  if (t.cols() != cols || t.rows() != rows) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is [%d, %d], expected [%d, %d]", op,
+                                                      operand, t.cols(), t.rows(), cols, rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckF32Weight(const WeightView& w, int64_t n, const char* op, const char* operand) {
+  if (w.data == nullptr || w.type != GgmlType::kF32 || w.ne[0] != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s must be an F32 vector of %d (is %s [%d])", op, operand, n,
+                        GgmlTypeName(w.type), w.ne[0]));
+  }
+  return absl::OkStatus();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options) : pool_(options.num_threads) {}
+
+  std::string_view name() const override { return "cpu"; }
+
+  absl::Status Embed(const WeightView& table, std::span<const int32_t> ids,
+                     const TensorView& out) override {
+    RETURN_IF_ERROR(CheckF32(out, "Embed", "out"));
+    RETURN_IF_ERROR(CheckShape(out, table.ne[0], static_cast<int64_t>(ids.size()), "Embed", "out"));
+    kernels::EmbedArgs a;
+    a.type = table.type;
+    a.table = table.data;
+    a.row_bytes = table.row_bytes();
+    a.n_vocab = table.ne[1];
+    a.dim = table.ne[0];
+    a.ids = ids.data();
+    a.n_ids = static_cast<int64_t>(ids.size());
+    a.out = out.f32();
+    a.out_stride = out.stride_floats();
+    return FromKernel(kernels::EmbedCpu(a, &pool_), "Embed");
+  }
+
+  absl::Status RmsNorm(const TensorView& x, const WeightView& weight, float eps,
+                       const TensorView& out) override {
+    RETURN_IF_ERROR(CheckF32(x, "RmsNorm", "x"));
+    RETURN_IF_ERROR(CheckF32(out, "RmsNorm", "out"));
+    RETURN_IF_ERROR(CheckShape(out, x.cols(), x.rows(), "RmsNorm", "out"));
+    RETURN_IF_ERROR(CheckF32Weight(weight, x.cols(), "RmsNorm", "weight"));
+    kernels::RmsNormArgs a;
+    a.x = x.f32();
+    a.x_stride = x.stride_floats();
+    a.y = out.f32();
+    a.y_stride = out.stride_floats();
+    a.rows = x.rows();
+    a.n = x.cols();
+    a.weight = static_cast<const float*>(weight.data);
+    a.eps = eps;
+    return FromKernel(kernels::RmsNormCpu(a, &pool_), "RmsNorm");
+  }
+
+  absl::Status Matmul(const TensorView& x, const WeightView& w, const TensorView& y) override {
+    RETURN_IF_ERROR(CheckF32(x, "Matmul", "x"));
+    RETURN_IF_ERROR(CheckF32(y, "Matmul", "y"));
+    if (w.ne[0] != x.cols() || w.ne[2] != 1 || w.ne[3] != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Matmul: weight ne [%d, %d, %d] does not take x with %d columns", w.ne[0],
+                          w.ne[1], w.ne[2], x.cols()));
+    }
+    RETURN_IF_ERROR(CheckShape(y, w.ne[1], x.rows(), "Matmul", "y"));
+    if (x.rows() == 0) return absl::OkStatus();
+    kernels::MatmulArgs a;
+    a.type = w.type;
+    a.w = w.data;
+    a.w_row_bytes = w.row_bytes();
+    a.in = w.ne[0];
+    a.out = w.ne[1];
+    a.x = x.f32();
+    a.x_stride = x.stride_floats();
+    a.rows = x.rows();
+    a.y = y.f32();
+    a.y_stride = y.stride_floats();
+    return FromKernel(kernels::MatmulCpu(a, &pool_), "Matmul");
+  }
+
+  absl::Status QkNormRope(const TensorView& q, const TensorView& k, const QkNormRopeParams& p,
+                          std::span<const int32_t> positions) override {
+    const int64_t dh = p.head_dim;
+    if (dh <= 0) return absl::InvalidArgumentError("QkNormRope: head_dim must be positive");
+    if (!p.freq_factors.empty() && static_cast<int64_t>(p.freq_factors.size()) < p.n_rot / 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "QkNormRope: %d freq factors, need n_rot/2 = %d", p.freq_factors.size(), p.n_rot / 2));
+    }
+    struct Part {
+      const TensorView* t;
+      const WeightView* norm;
+      const char* name;
+    };
+    for (const Part& part : {Part{&q, &p.q_norm, "q"}, Part{&k, &p.k_norm, "k"}}) {
+      const TensorView& t = *part.t;
+      if (t.data == nullptr && part.t == &k) continue;  // k is optional
+      RETURN_IF_ERROR(CheckF32(t, "QkNormRope", part.name));
+      if (t.cols() % dh != 0 || t.rows() != static_cast<int64_t>(positions.size())) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "QkNormRope: %s is [%d, %d]; need a multiple of head_dim %d and %d rows", part.name,
+            t.cols(), t.rows(), dh, positions.size()));
+      }
+      RETURN_IF_ERROR(CheckF32Weight(*part.norm, dh, "QkNormRope", part.name));
+      kernels::RmsNormArgs n;
+      n.x = t.f32();
+      n.x_stride = t.stride_floats();
+      n.y = t.f32();
+      n.y_stride = t.stride_floats();
+      n.rows = t.rows();
+      n.heads = t.cols() / dh;
+      n.n = dh;
+      n.weight = static_cast<const float*>(part.norm->data);
+      n.eps = p.eps;
+      RETURN_IF_ERROR(FromKernel(kernels::RmsNormCpu(n, &pool_), "QkNormRope (norm)"));
+      kernels::RopeArgs r;
+      r.x = t.f32();
+      r.x_stride = t.stride_floats();
+      r.tokens = t.rows();
+      r.heads = t.cols() / dh;
+      r.head_dim = dh;
+      r.positions = positions.data();
+      r.n_rot = p.n_rot;
+      r.base = p.base;
+      r.freq_factors = p.freq_factors.empty() ? nullptr : p.freq_factors.data();
+      RETURN_IF_ERROR(FromKernel(kernels::RopeNeoxCpu(r, &pool_), "QkNormRope (rope)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
+                        const KvCacheView& cache) override {
+    const int64_t width = cache.kv_heads * cache.head_dim;
+    RETURN_IF_ERROR(CheckF32(k, "AppendKv", "k"));
+    RETURN_IF_ERROR(CheckF32(v, "AppendKv", "v"));
+    const int64_t rows = static_cast<int64_t>(batch.positions.size());
+    RETURN_IF_ERROR(CheckShape(k, width, rows, "AppendKv", "k"));
+    RETURN_IF_ERROR(CheckShape(v, width, rows, "AppendKv", "v"));
+    if (cache.block_size <= 0) return absl::InvalidArgumentError("AppendKv: block_size <= 0");
+    slots_.assign(rows, -1);
+    for (const SequenceSlice& seq : batch.seqs) {
+      if (seq.q_begin < 0 || seq.q_count < 0 || seq.q_begin + seq.q_count > rows) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("AppendKv: sequence rows [%d, +%d) outside the %d rows", seq.q_begin,
+                            seq.q_count, rows));
+      }
+      for (int64_t r = seq.q_begin; r < seq.q_begin + seq.q_count; ++r) {
+        const int64_t pos = batch.positions[r];
+        const int64_t block = pos / cache.block_size;
+        if (pos < 0 || pos >= seq.context_len ||
+            block >= static_cast<int64_t>(seq.block_table.size()) || seq.block_table[block] < 0 ||
+            seq.block_table[block] >= cache.num_blocks) {
+          return absl::OutOfRangeError(absl::StrFormat(
+              "AppendKv: row %d at position %d has no cache page (context %d, %d table entries)", r,
+              pos, seq.context_len, seq.block_table.size()));
+        }
+        slots_[r] = int64_t{seq.block_table[block]} * cache.block_size + pos % cache.block_size;
+      }
+    }
+    kernels::KvAppendArgs a;
+    a.k = k.f32();
+    a.k_stride = k.stride_floats();
+    a.v = v.f32();
+    a.v_stride = v.stride_floats();
+    a.tokens = rows;
+    a.slots = slots_.data();
+    a.kv = cache;
+    return FromKernel(kernels::KvAppendCpu(a, &pool_), "AppendKv");
+  }
+
+  absl::Status Attention(const TensorView& q, const AttentionBatch& batch, const KvCacheView& cache,
+                         const AttentionParams& params, const TensorView& out) override {
+    RETURN_IF_ERROR(CheckF32(q, "Attention", "q"));
+    RETURN_IF_ERROR(CheckF32(out, "Attention", "out"));
+    const int64_t rows = static_cast<int64_t>(batch.positions.size());
+    RETURN_IF_ERROR(CheckShape(q, q.cols(), rows, "Attention", "q"));
+    RETURN_IF_ERROR(CheckShape(out, q.cols(), rows, "Attention", "out"));
+    if (cache.head_dim <= 0 || q.cols() % cache.head_dim != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Attention: q width %d is not a multiple of head_dim %d", q.cols(), cache.head_dim));
+    }
+    seqs_.clear();
+    for (const SequenceSlice& seq : batch.seqs) {
+      if (seq.q_begin < 0 || seq.q_count < 0 || seq.q_begin + seq.q_count > rows) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("Attention: sequence rows [%d, +%d) outside the %d rows", seq.q_begin,
+                            seq.q_count, rows));
+      }
+      kernels::AttentionSeq s;
+      s.q_begin = seq.q_begin;
+      s.q_count = seq.q_count;
+      s.context_len = seq.context_len;
+      s.block_table = seq.block_table.data();
+      s.block_table_len = static_cast<int64_t>(seq.block_table.size());
+      seqs_.push_back(s);
+    }
+    kernels::PagedAttentionArgs a;
+    a.q = q.f32();
+    a.q_stride = q.stride_floats();
+    a.out = out.f32();
+    a.out_stride = out.stride_floats();
+    a.positions = batch.positions.data();
+    a.seqs = seqs_.data();
+    a.n_seqs = static_cast<int64_t>(seqs_.size());
+    a.heads = q.cols() / cache.head_dim;
+    a.window = params.window;
+    a.scale = params.scale;
+    a.kv = cache;
+    return FromKernel(kernels::PagedAttentionCpu(a, &pool_), "Attention");
+  }
+
+  absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
+                        int64_t head_dim) override {
+    RETURN_IF_ERROR(CheckF32(o, "HeadGate", "o"));
+    RETURN_IF_ERROR(CheckF32(gate_logits, "HeadGate", "gate_logits"));
+    if (head_dim <= 0 || o.cols() != gate_logits.cols() * head_dim) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("HeadGate: o width %d != %d heads x head_dim %d", o.cols(),
+                          gate_logits.cols(), head_dim));
+    }
+    RETURN_IF_ERROR(CheckShape(gate_logits, gate_logits.cols(), o.rows(), "HeadGate", "gate"));
+    kernels::HeadGateArgs a;
+    a.o = o.f32();
+    a.o_stride = o.stride_floats();
+    a.gate = gate_logits.f32();
+    a.gate_stride = gate_logits.stride_floats();
+    a.rows = o.rows();
+    a.heads = gate_logits.cols();
+    a.head_dim = head_dim;
+    return FromKernel(kernels::HeadGateCpu(a, &pool_), "HeadGate");
+  }
+
+  absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
+                      const TensorView& z) override {
+    RETURN_IF_ERROR(CheckF32(g, "SwiGlu", "g"));
+    RETURN_IF_ERROR(CheckF32(u, "SwiGlu", "u"));
+    RETURN_IF_ERROR(CheckF32(z, "SwiGlu", "z"));
+    RETURN_IF_ERROR(CheckShape(u, g.cols(), g.rows(), "SwiGlu", "u"));
+    RETURN_IF_ERROR(CheckShape(z, g.cols(), g.rows(), "SwiGlu", "z"));
+    kernels::SwiGluArgs a;
+    a.g = g.f32();
+    a.g_stride = g.stride_floats();
+    a.u = u.f32();
+    a.u_stride = u.stride_floats();
+    a.z = z.f32();
+    a.z_stride = z.stride_floats();
+    a.rows = g.rows();
+    a.n = g.cols();
+    a.limit = limit;
+    return FromKernel(kernels::SwiGluCpu(a, &pool_), "SwiGlu");
+  }
+
+  absl::Status Add(const TensorView& x, const TensorView& b, const TensorView& y) override {
+    RETURN_IF_ERROR(CheckF32(x, "Add", "a"));
+    RETURN_IF_ERROR(CheckF32(b, "Add", "b"));
+    RETURN_IF_ERROR(CheckF32(y, "Add", "y"));
+    RETURN_IF_ERROR(CheckShape(b, x.cols(), x.rows(), "Add", "b"));
+    RETURN_IF_ERROR(CheckShape(y, x.cols(), x.rows(), "Add", "y"));
+    kernels::AddArgs a;
+    a.a = x.f32();
+    a.a_stride = x.stride_floats();
+    a.b = b.f32();
+    a.b_stride = b.stride_floats();
+    a.y = y.f32();
+    a.y_stride = y.stride_floats();
+    a.rows = x.rows();
+    a.n = x.cols();
+    return FromKernel(kernels::AddCpu(a, &pool_), "Add");
+  }
+
+  absl::Status RouterTopK(const TensorView& logits, const RouterParams& p, std::span<int32_t> ids,
+                          std::span<float> weights) override {
+    RETURN_IF_ERROR(CheckF32(logits, "RouterTopK", "logits"));
+    const int64_t n = logits.rows() * p.top_k;
+    if (static_cast<int64_t>(ids.size()) != n || static_cast<int64_t>(weights.size()) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("RouterTopK: ids/weights hold %d/%d entries, need rows x top_k = %d",
+                          ids.size(), weights.size(), n));
+    }
+    if (!p.bias.empty() && static_cast<int64_t>(p.bias.size()) != logits.cols()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "RouterTopK: bias has %d entries for %d experts", p.bias.size(), logits.cols()));
+    }
+    kernels::RouterArgs a;
+    a.logits = logits.f32();
+    a.logits_stride = logits.stride_floats();
+    a.rows = logits.rows();
+    a.n_experts = logits.cols();
+    a.bias = p.bias.empty() ? nullptr : p.bias.data();
+    a.top_k = p.top_k;
+    a.gating = p.gating;
+    a.normalize = p.normalize;
+    a.scale = p.scale;
+    a.ids = ids.data();
+    a.weights = weights.data();
+    return FromKernel(kernels::RouterCpu(a, &pool_), "RouterTopK");
+  }
+
+  absl::Status MoeExperts(const TensorView& x, const ExpertWeights& e, std::span<const int32_t> ids,
+                          std::span<const float> weights, int64_t top_k,
+                          const TensorView& y) override {
+    RETURN_IF_ERROR(CheckF32(x, "MoeExperts", "x"));
+    RETURN_IF_ERROR(CheckF32(y, "MoeExperts", "y"));
+    RETURN_IF_ERROR(CheckShape(y, x.cols(), x.rows(), "MoeExperts", "y"));
+    const int64_t d = x.cols();
+    const int64_t ff = e.gate.ne[1];
+    const int64_t n_exp = e.gate.ne[2];
+    if (e.gate.ne[0] != d || e.up.ne[0] != d || e.up.ne[1] != ff || e.up.ne[2] != n_exp ||
+        e.down.ne[0] != ff || e.down.ne[1] != d || e.down.ne[2] != n_exp) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "MoeExperts: expert shapes gate [%d, %d, %d], up [%d, %d, %d], down [%d, %d, %d] do not "
+          "match d = %d",
+          e.gate.ne[0], e.gate.ne[1], e.gate.ne[2], e.up.ne[0], e.up.ne[1], e.up.ne[2],
+          e.down.ne[0], e.down.ne[1], e.down.ne[2], d));
+    }
+    const int64_t pairs = x.rows() * top_k;
+    if (top_k <= 0 || static_cast<int64_t>(ids.size()) != pairs ||
+        static_cast<int64_t>(weights.size()) != pairs) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("MoeExperts: ids/weights hold %d/%d entries, need rows %d x top_k %d",
+                          ids.size(), weights.size(), x.rows(), top_k));
+    }
+    auto matrix = [](const WeightView& w) {
+      kernels::ExpertMatrix m;
+      m.type = w.type;
+      m.data = w.data;
+      m.row_bytes = w.row_bytes();
+      m.expert_bytes = m.row_bytes * w.ne[1];
+      return m;
+    };
+    kernels::MoeExpertsArgs a;
+    a.x = x.f32();
+    a.x_stride = x.stride_floats();
+    a.rows = x.rows();
+    a.n_embd = d;
+    a.n_ff = ff;
+    a.n_experts = n_exp;
+    a.ids = ids.data();
+    a.weights = weights.data();
+    a.top_k = top_k;
+    a.gate = matrix(e.gate);
+    a.up = matrix(e.up);
+    a.down = matrix(e.down);
+    a.limit = e.limit;
+    a.y = y.f32();
+    a.y_stride = y.stride_floats();
+    moe_workspace_.resize(kernels::MoeExpertsWorkspaceFloats(a.rows, top_k, d, ff));
+    moe_index_.resize(kernels::MoeExpertsIndexWorkspaceLen(a.rows, top_k, n_exp));
+    a.workspace = moe_workspace_.data();
+    a.workspace_floats = static_cast<int64_t>(moe_workspace_.size());
+    a.index_workspace = moe_index_.data();
+    a.index_workspace_len = static_cast<int64_t>(moe_index_.size());
+    return FromKernel(kernels::MoeExpertsCpu(a, &pool_), "MoeExperts");
+  }
+
+ private:
+  ThreadPool pool_;
+  // Scratch reused across calls (one engine thread drives a backend).
+  std::vector<int64_t> slots_;
+  std::vector<kernels::AttentionSeq> seqs_;
+  std::vector<float> moe_workspace_;
+  std::vector<int32_t> moe_index_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace stepserve
