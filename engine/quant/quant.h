@@ -32,6 +32,14 @@ absl::Status QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
 absl::Status FillRandomBlocks(GgmlType type, void* dst, int64_t n_blocks, uint64_t seed,
                               float target_rms);
 
+// Dot product of one quantized row (`n` elements, a multiple of the block size) with the float
+// vector `x`: sum_e w_e * x_e, where w_e are exactly DequantizeRow's values. Works block by block
+// through a small stack buffer (the CPU matmul inner loop; no heap). The summation order is not
+// sequential, so the result agrees with a plain float dot to rounding, not bit for bit.
+// Returns NaN if the type is not dequantizable or `n` is not a multiple of the block size:
+// callers validate shapes once (CanDequantize, RowBytes) rather than per row.
+float DotRow(GgmlType type, const void* blocks, const float* x, int64_t n);
+
 }  // namespace stepserve::quant
 
 #endif  // STEPSERVE_ENGINE_QUANT_QUANT_H_
