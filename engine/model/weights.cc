@@ -90,9 +90,9 @@ absl::Status BindAttention(Binder& b, const Hparams& hp, int il, LayerWeights& w
   ASSIGN_OR_RETURN(w.attn_v,
                    b.Get(Blk(il, "attn_v.weight"), {d, l.kv_dim_v()}, Kind::kMatrix, true));
   ASSIGN_OR_RETURN(w.attn_q_norm,
-                   b.Get(Blk(il, "attn_q_norm.weight"), {l.head_dim_k}, Kind::kVector, false));
+                   b.Get(Blk(il, "attn_q_norm.weight"), {l.head_dim_k}, Kind::kVector, true));
   ASSIGN_OR_RETURN(w.attn_k_norm,
-                   b.Get(Blk(il, "attn_k_norm.weight"), {l.head_dim_k}, Kind::kVector, false));
+                   b.Get(Blk(il, "attn_k_norm.weight"), {l.head_dim_k}, Kind::kVector, true));
   ASSIGN_OR_RETURN(w.attn_gate,
                    b.Get(Blk(il, "attn_gate.weight"), {d, l.n_head}, Kind::kMatrix, false));
   ASSIGN_OR_RETURN(w.attn_output, b.Get(Blk(il, "attn_output.weight"),

@@ -21,6 +21,7 @@ struct LayerWeights {
   Tensor attn_q = nullptr;
   Tensor attn_k = nullptr;
   Tensor attn_v = nullptr;
+  // Optional in llama.cpp's loader but present in every Step file; stepserve requires them.
   Tensor attn_q_norm = nullptr;
   Tensor attn_k_norm = nullptr;
   Tensor attn_gate = nullptr;

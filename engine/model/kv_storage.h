@@ -1,0 +1,47 @@
+// Host memory for the paged KV cache of a range of layers: per layer a K and a V array of
+// `num_blocks` pages (layout in kernels/attention/paged_attention.h). Full-attention layers draw
+// pages from the full pool's ids, sliding-window layers (MTP layers included) from the sliding
+// pool's ids, so one pair of block tables per sequence addresses every layer.
+#ifndef STEPSERVE_ENGINE_MODEL_KV_STORAGE_H_
+#define STEPSERVE_ENGINE_MODEL_KV_STORAGE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/model/hparams.h"
+
+namespace stepserve::model {
+
+struct KvStorageOptions {
+  int32_t block_size = 16;
+  int32_t full_blocks = 0;  // pages per full-attention layer
+  int32_t swa_blocks = 0;   // pages per sliding-window layer
+  int first_layer = 0;      // layer range [first_layer, end_layer)
+  int end_layer = -1;       // -1: every layer (trunk and MTP)
+};
+
+class KvStorage {
+ public:
+  // Allocates and zero-fills; ResourceExhausted with the byte count if allocation fails.
+  static absl::StatusOr<KvStorage> Create(const Hparams& hparams, const KvStorageOptions& options);
+
+  // The cache view of layer `il` (which must be in the range).
+  KvCacheView layer(int il);
+  int32_t block_size() const { return options_.block_size; }
+  uint64_t bytes() const { return bytes_; }
+  // Bytes per token position summed over full-attention / sliding-window layers.
+  static uint64_t BytesPerPosition(const Hparams& hparams, bool swa, int first_layer,
+                                   int end_layer);
+
+ private:
+  KvStorageOptions options_;
+  std::vector<KvCacheView> views_;  // indexed by il - first_layer
+  std::vector<std::vector<float>> buffers_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace stepserve::model
+
+#endif  // STEPSERVE_ENGINE_MODEL_KV_STORAGE_H_

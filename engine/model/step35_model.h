@@ -1,0 +1,97 @@
+// The step35 forward pass (spec: shared/spec/step35-architecture.md sections 4 and 5) over the
+// Backend ops, for a ragged batch of sequences against a paged KV cache.
+//
+//   ASSIGN_OR_RETURN(auto model, Step35Model::Load("model.gguf", {}));
+//   ASSIGN_OR_RETURN(KvStorage kv, KvStorage::Create(model->hparams(), {...}));
+//   Step35Model::Sequence seq{.tokens = prompt, .start_pos = 0, .full_table = ...,
+//                             .swa_table = ..., .logit_rows = 1};
+//   ForwardOutput out;
+//   RETURN_IF_ERROR(model->Forward({&seq, 1}, kv, &out));  // out.logits: [1][n_vocab]
+//
+// The caller (engine, scheduler) owns block tables: they must cover start_pos + tokens.size()
+// positions. The MTP heads (ForwardMtp) run layer n_layer + head with that layer's own cache.
+#ifndef STEPSERVE_ENGINE_MODEL_STEP35_MODEL_H_
+#define STEPSERVE_ENGINE_MODEL_STEP35_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/gguf/gguf_reader.h"
+#include "engine/model/hparams.h"
+#include "engine/model/kv_storage.h"
+#include "engine/model/weights.h"
+
+namespace stepserve::model {
+
+struct LoadOptions {
+  std::string backend = "cpu";
+  int num_threads = 0;  // 0: all cores
+  bool load_mtp = true;
+};
+
+// One sequence's rows in a batch.
+struct BatchSequence {
+  std::span<const int32_t> tokens;  // new tokens, at positions start_pos, start_pos + 1, ...
+  int64_t start_pos = 0;
+  std::span<const int32_t> full_table;  // block tables covering start_pos + tokens.size()
+  std::span<const int32_t> swa_table;
+  int32_t logit_rows = 0;  // logits for this many trailing rows (0 = none)
+  // MTP only: the hidden vector paired with each token (h of the previous position),
+  // tokens.size() rows of n_embd.
+  std::span<const float> mtp_hidden;
+};
+
+struct ForwardOutput {
+  std::vector<float> logits;  // [sum of logit_rows][n_vocab], batch order
+  std::vector<float> hidden;  // [rows][n_embd] pre-norm final hidden state of every row
+};
+
+class Step35Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<Step35Model>> Load(const std::string& path,
+                                                           const LoadOptions& options);
+  // Takes ownership of an opened file (tests build models in memory-mapped temp files).
+  static absl::StatusOr<std::unique_ptr<Step35Model>> FromFile(
+      std::unique_ptr<gguf::GgufFile> file, const LoadOptions& options);
+
+  // Trunk forward: embeds, runs layers [0, n_layer), fills `out.hidden` for every row and
+  // `out.logits` for the requested rows.
+  absl::Status Forward(std::span<const BatchSequence> batch, KvStorage& kv, ForwardOutput* out);
+
+  // MTP head `head` (layer n_layer + head, spec 5.2): per row e = RMSNorm(E[x]; enorm),
+  // g = RMSNorm(h; hnorm), u = W_eh [e; g], then the layer; out.hidden = the head's output o,
+  // out.logits = shared head over RMSNorm(o; shared_head_norm) for the requested rows.
+  absl::Status ForwardMtp(int head, std::span<const BatchSequence> batch, KvStorage& kv,
+                          ForwardOutput* out);
+
+  const Hparams& hparams() const { return hparams_; }
+  const ModelWeights& weights() const { return weights_; }
+  const gguf::GgufFile& file() const { return *file_; }
+  int64_t n_vocab() const { return weights_.n_vocab; }
+  int num_mtp_heads() const { return weights_.has_mtp ? hparams_.n_nextn : 0; }
+
+ private:
+  Step35Model() = default;
+  struct Rows;  // per-call activations
+  absl::Status PrepareRows(std::span<const BatchSequence> batch, Rows& rows);
+  absl::Status RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv);
+  absl::Status Attention(int il, Rows& rows, KvStorage& kv);
+  absl::Status FeedForward(int il, Rows& rows);
+  absl::Status Logits(Rows& rows, std::span<const BatchSequence> batch, Tensor norm,
+                      Tensor head, ForwardOutput* out);
+
+  std::unique_ptr<gguf::GgufFile> file_;
+  std::unique_ptr<Backend> backend_;
+  Hparams hparams_;
+  ModelWeights weights_;
+  std::vector<float> rope_freqs_;  // n_rot_max / 2 entries, or empty
+};
+
+}  // namespace stepserve::model
+
+#endif  // STEPSERVE_ENGINE_MODEL_STEP35_MODEL_H_
