@@ -12,7 +12,7 @@ kube_version=1.31.0
 step() { printf '== deploy/check: %s\n' "$*"; }
 
 # --- tools -------------------------------------------------------------------------------
-apt_packages=(prometheus yamllint shellcheck python3 python3-yaml curl nodejs npm)
+apt_packages=(prometheus yamllint shellcheck python3 python3-yaml python3-kubernetes curl nodejs npm)
 missing=()
 for package in "${apt_packages[@]}"; do
   case $package in
@@ -113,6 +113,8 @@ for f in "${rendered[@]}"; do
   jsons+=("$j")
 done
 node deploy/ci/validate-k8s.js "$tools/node_modules" "${jsons[@]}"
+step "unknown fields (python3-kubernetes models)"
+"$python" deploy/ci/strict-fields.py "${jsons[@]}"
 
 # --- monitoring --------------------------------------------------------------------------
 step "promtool check rules / test rules"
