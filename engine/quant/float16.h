@@ -9,24 +9,22 @@
 namespace stepserve {
 
 inline float F16ToF32(uint16_t h) {
+  // Branch-free for finite values (the dequantizers' hot path): placing the 15 exponent+mantissa
+  // bits at float32 bit 13 gives the half's value times 2^-112 (normals and subnormals alike), and
+  // multiplying by 2^112 is exact. Requires subnormals to be honoured (no -ffast-math / DAZ).
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
+  const uint32_t magnitude = h & 0x7fffu;
   uint32_t bits;
-  if (exponent == 0x1f) {  // inf / NaN (NaN payload shifted as ggml does)
+  if (magnitude >= 0x7c00u) {  // inf / NaN (NaN payload shifted and quieted as ggml does)
+    const uint32_t mantissa = magnitude & 0x3ffu;
     bits = sign | 0x7f800000u | (mantissa << 13) | (mantissa ? 0x00400000u : 0u);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int shift = 0;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      ++shift;
-    }
-    mantissa &= 0x3ffu;
-    bits = sign | (static_cast<uint32_t>(113 - shift) << 23) | (mantissa << 13);
+  } else {
+    const uint32_t scaled_bits = magnitude << 13;
+    float scaled;
+    std::memcpy(&scaled, &scaled_bits, sizeof scaled);
+    const float value = scaled * 0x1p112f;
+    std::memcpy(&bits, &value, sizeof bits);
+    bits |= sign;
   }
   float f;
   std::memcpy(&f, &bits, sizeof f);
@@ -43,8 +41,8 @@ inline uint16_t F32ToF16(float f) {
     return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
   }
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past the largest half
-  if (abs < 0x38800000u) {                         // subnormal half or zero
-    if (abs < 0x33000000u) return sign;            // below half the smallest subnormal
+  if (abs < 0x38800000u) {                        // subnormal half or zero
+    if (abs < 0x33000000u) return sign;           // below half the smallest subnormal
     const uint32_t exponent = abs >> 23;
     const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - exponent;  // 14..24

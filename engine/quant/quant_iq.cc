@@ -1,17 +1,26 @@
 // Dequantizers of the i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and IQ4_XS (spec B.6).
 // Grid entries are read as little-endian byte arrays (byte j = element j). Signs are applied
 // after the rounded product, as ggml does, so y = +-f32(db * g) exactly.
+#include <cstring>
+
 #include "engine/quant/quant_internal.h"
 #include "engine/quant/quant_tables.h"
 
 namespace stepserve::quant::internal {
 namespace {
 
-// Writes 8 outputs db * grid byte j, negated where bit j of `signs` is set.
+// Writes 8 outputs db * grid byte j, negated where bit j of `signs` is set. The sign is applied by
+// flipping the float's sign bit (exactly what multiplying the rounded product by -1 does), which
+// keeps the loop branch-free.
 inline void Emit8(float db, uint64_t grid, uint32_t signs, float* y) {
+  uint8_t g[8];
+  std::memcpy(g, &grid, sizeof g);
   for (int j = 0; j < 8; ++j) {
-    const float v = db * static_cast<float>((grid >> (8 * j)) & 0xff);
-    y[j] = ((signs >> j) & 1) ? -v : v;
+    const float v = db * static_cast<float>(g[j]);
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    bits ^= ((signs >> j) & 1u) << 31;
+    std::memcpy(y + j, &bits, sizeof bits);
   }
 }
 
