@@ -38,19 +38,20 @@ absl::Status ArgmaxRows(std::span<const float> logits, int vocab, std::span<int3
 }
 
 double LogSumExp(std::span<const float> row) {
-  const double kNegInf = -std::numeric_limits<double>::infinity();
-  double max = kNegInf;
+  // Float exp (the vocabulary-wide cost), double accumulation (the precision-relevant part).
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  float max = kNegInf;
   double sum = 0.0;
   for (float x : row) {
-    if (!(x > -std::numeric_limits<float>::infinity())) continue;  // -inf (and NaN) add nothing
+    if (!(x > kNegInf)) continue;  // -inf (and NaN) add nothing
     if (x > max) {
-      sum = sum * std::exp(max - x) + 1.0;
+      sum = sum * std::exp(static_cast<double>(max) - x) + 1.0;  // rare: the running max moves
       max = x;
     } else {
-      sum += std::exp(static_cast<double>(x) - max);
+      sum += std::exp(x - max);
     }
   }
-  return sum > 0.0 ? max + std::log(sum) : kNegInf;
+  return sum > 0.0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
 }
 
 int TopLogprobs(std::span<const float> row, double log_norm, int n, TokenLogprob* out) {
