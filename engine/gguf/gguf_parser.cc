@@ -17,7 +17,8 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian
 constexpr uint64_t kHeaderBytes = 24;
 // Smallest possible encodings, used to reject counts that cannot fit in the remaining bytes
 // before anything is allocated for them.
-constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;  // key length, 1-byte key, type, 1-byte value
+// Key length, type, 1-byte value; empty keys are rejected later with their own message.
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
 uint64_t MinValueBytes(ValueType type) {
