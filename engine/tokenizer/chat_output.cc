@@ -34,7 +34,8 @@ absl::StatusOr<ParsedToolCall> ParseStepToolCall(std::string_view block) {
   }
   size_t close = s.find('>');
   ParsedToolCall call;
-  call.name = std::string(s.substr(kFn.size(), close == std::string_view::npos ? 0 : close - kFn.size()));
+  call.name =
+      std::string(s.substr(kFn.size(), close == std::string_view::npos ? 0 : close - kFn.size()));
   if (close == std::string_view::npos || call.name.empty()) {
     return absl::InvalidArgumentError("tool call: malformed <function=NAME>");
   }
@@ -61,7 +62,8 @@ absl::StatusOr<ParsedToolCall> ParseStepToolCall(std::string_view block) {
     if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
     if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
     auto json = jinja::ParseJson(value);
-    args.Set(std::move(name), json.ok() ? *std::move(json) : jinja::Value::String(std::string(value)));
+    args.Set(std::move(name),
+             json.ok() ? *std::move(json) : jinja::Value::String(std::string(value)));
     s.remove_prefix(end + kParamEnd.size());
   }
   if (s.substr(0, 11) != "</function>") {

@@ -52,13 +52,13 @@ using Body = std::vector<NodePtr>;
 
 struct Node {
   enum class Kind {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // branches (cond, body); else_body
-    kFor,       // targets in expr [if filter]; body; else_body
-    kSet,       // targets (or target + attr) = expr; or block set (expr null, body)
-    kMacro,     // name(params) body
-    kCallBlock, // {% call(params) expr %} body {% endcall %}
+    kText,       // text
+    kOutput,     // {{ expr }}
+    kIf,         // branches (cond, body); else_body
+    kFor,        // targets in expr [if filter]; body; else_body
+    kSet,        // targets (or target + attr) = expr; or block set (expr null, body)
+    kMacro,      // name(params) body
+    kCallBlock,  // {% call(params) expr %} body {% endcall %}
     kBreak,
     kContinue,
   };
@@ -66,10 +66,10 @@ struct Node {
   Pos pos;
   std::string text;
   ExprPtr expr;
-  ExprPtr filter;                                      // for-loop `if`
-  std::vector<std::string> targets;                    // for / set names (tuple unpacking)
-  std::string attr;                                    // set ns.attr
-  std::vector<std::pair<ExprPtr, Body>> branches;      // if / elif
+  ExprPtr filter;                                  // for-loop `if`
+  std::vector<std::string> targets;                // for / set names (tuple unpacking)
+  std::string attr;                                // set ns.attr
+  std::vector<std::pair<ExprPtr, Body>> branches;  // if / elif
   Body body;
   Body else_body;
   std::vector<std::pair<std::string, ExprPtr>> params;  // macro / call-block parameters

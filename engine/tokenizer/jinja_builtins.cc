@@ -40,10 +40,14 @@ std::string Strip(std::string_view s, const Value* chars, bool left, bool right)
   std::u32string set;
   bool ws = chars == nullptr || chars->is_none();
   if (!ws) set = ToU32(chars->str());
-  auto strip_it = [&](char32_t c) { return ws ? IsPySpace(c) : set.find(c) != std::u32string::npos; };
+  auto strip_it = [&](char32_t c) {
+    return ws ? IsPySpace(c) : set.find(c) != std::u32string::npos;
+  };
   size_t b = 0, e = u.size();
-  if (left) while (b < e && strip_it(u[b])) ++b;
-  if (right) while (e > b && strip_it(u[e - 1])) --e;
+  if (left)
+    while (b < e && strip_it(u[b])) ++b;
+  if (right)
+    while (e > b && strip_it(u[e - 1])) --e;
   return FromU32(u, b, e);
 }
 
@@ -110,7 +114,8 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
 }
 
 std::string AsciiCase(std::string s, bool upper) {
-  for (char& c : s) c = upper ? toupper(static_cast<unsigned char>(c)) : tolower(static_cast<unsigned char>(c));
+  for (char& c : s)
+    c = upper ? toupper(static_cast<unsigned char>(c)) : tolower(static_cast<unsigned char>(c));
   return s;
 }
 
@@ -119,7 +124,9 @@ std::string Title(const std::string& s) {
   bool prev_cased = false;
   for (char& c : out) {
     bool alpha = isalpha(static_cast<unsigned char>(c));
-    if (alpha) c = prev_cased ? tolower(static_cast<unsigned char>(c)) : toupper(static_cast<unsigned char>(c));
+    if (alpha)
+      c = prev_cased ? tolower(static_cast<unsigned char>(c))
+                     : toupper(static_cast<unsigned char>(c));
     prev_cased = alpha;
   }
   return out;
@@ -223,21 +230,23 @@ absl::StatusOr<Value> StringMethod(const std::string& s, const std::string& name
 }
 
 bool IsStringMethod(const std::string& n) {
-  static const char* const kNames[] = {"startswith", "endswith", "strip", "lstrip", "rstrip",
-                                       "split", "replace", "upper", "lower", "title",
-                                       "capitalize", "find", "rfind", "index", "count", "join",
-                                       "isdigit", "isspace", "isalpha"};
+  static const char* const kNames[] = {"startswith", "endswith", "strip",   "lstrip", "rstrip",
+                                       "split",      "replace",  "upper",   "lower",  "title",
+                                       "capitalize", "find",     "rfind",   "index",  "count",
+                                       "join",       "isdigit",  "isspace", "isalpha"};
   for (const char* k : kNames) {
     if (n == k) return true;
   }
   return false;
 }
 
-Value Bound(std::string name, NativeFunction fn) { return Value::Function(std::move(name), std::move(fn)); }
+Value Bound(std::string name, NativeFunction fn) {
+  return Value::Function(std::move(name), std::move(fn));
+}
 
 absl::Status Unsafe(const std::string& name, const Value& obj) {
-  return absl::PermissionDeniedError(absl::StrFormat(
-      "access to attribute '%s' of '%s' object is unsafe.", name, obj.TypeName()));
+  return absl::PermissionDeniedError(
+      absl::StrFormat("access to attribute '%s' of '%s' object is unsafe.", name, obj.TypeName()));
 }
 
 }  // namespace
@@ -250,12 +259,23 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&#34;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -264,7 +284,8 @@ std::string HtmlEscape(std::string_view s) {
 absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
   if (obj.is_undefined()) return UndefinedError(obj);
   if (obj.is_string()) {
-    if (!IsStringMethod(name)) return Value::Undefined("'str object' has no attribute '" + name + "'");
+    if (!IsStringMethod(name))
+      return Value::Undefined("'str object' has no attribute '" + name + "'");
     std::string s = obj.str();
     return Bound(name, [s, name](const CallArgs& a) { return StringMethod(s, name, a); });
   }
@@ -274,9 +295,12 @@ absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
       return Bound(name, [o, name](const CallArgs&) -> absl::StatusOr<Value> {
         Array out;
         for (const auto& [k, v] : o.object().items()) {
-          if (name == "keys") out.push_back(Value::String(k));
-          else if (name == "values") out.push_back(v);
-          else out.push_back(Value::MakeArray({Value::String(k), v}));
+          if (name == "keys")
+            out.push_back(Value::String(k));
+          else if (name == "values")
+            out.push_back(v);
+          else
+            out.push_back(Value::MakeArray({Value::String(k), v}));
         }
         return Value::MakeArray(std::move(out));
       });
@@ -310,7 +334,8 @@ absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
       return Unsafe(name, obj);
     }
   }
-  return Value::Undefined(absl::StrFormat("'%s object' has no attribute '%s'", obj.TypeName(), name));
+  return Value::Undefined(
+      absl::StrFormat("'%s object' has no attribute '%s'", obj.TypeName(), name));
 }
 
 absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
@@ -320,20 +345,23 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     if (obj.is_array()) {
       int64_t n = obj.array().size();
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return Value::Undefined(absl::StrFormat("list object has no element %d", key.as_int()));
+      if (i < 0 || i >= n)
+        return Value::Undefined(absl::StrFormat("list object has no element %d", key.as_int()));
       return obj.array()[i];
     }
     std::vector<size_t> offs = CodePointOffsets(obj.str());
     int64_t n = offs.size() - 1;
     if (i < 0) i += n;
-    if (i < 0 || i >= n) return Value::Undefined(absl::StrFormat("str object has no element %d", key.as_int()));
+    if (i < 0 || i >= n)
+      return Value::Undefined(absl::StrFormat("str object has no element %d", key.as_int()));
     return Value::String(obj.str().substr(offs[i], offs[i + 1] - offs[i]));
   }
   if ((obj.is_object() || obj.is_namespace()) && key.is_string()) {
     if (const Value* v = obj.object().Find(key.str())) return *v;
   }
   if (key.is_string()) return GetAttr(obj, key.str());
-  return Value::Undefined(absl::StrFormat("'%s object' has no attribute '%s'", obj.TypeName(), key.PyStr()));
+  return Value::Undefined(
+      absl::StrFormat("'%s object' has no attribute '%s'", obj.TypeName(), key.PyStr()));
 }
 
 absl::StatusOr<Value> SliceValue(const Value& obj, const std::optional<int64_t>& start,
@@ -418,7 +446,8 @@ namespace {
 absl::StatusOr<int> Compare(const Value& a, const Value& b, std::string_view op) {
   if (a.is_number() && b.is_number()) {
     double x = a.as_double(), y = b.as_double();
-    if (!a.is_float() && !b.is_float()) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
+    if (!a.is_float() && !b.is_float())
+      return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
     return x < y ? -1 : x > y;
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str() ? -1 : a.str() > b.str();
@@ -465,10 +494,12 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
   if (b.is_undefined()) return UndefinedError(b);
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      if (a.str().size() + b.str().size() > kMaxString) return absl::ResourceExhaustedError("string too long");
+      if (a.str().size() + b.str().size() > kMaxString)
+        return absl::ResourceExhaustedError("string too long");
       // markupsafe: Markup + str escapes the str operand.
       if (a.is_safe() != b.is_safe()) {
-        return Value::String(a.is_safe() ? a.str() + HtmlEscape(b.str()) : HtmlEscape(a.str()) + b.str(), true);
+        return Value::String(
+            a.is_safe() ? a.str() + HtmlEscape(b.str()) : HtmlEscape(a.str()) + b.str(), true);
       }
       return Value::String(a.str() + b.str(), a.is_safe());
     }
@@ -481,7 +512,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
   if (op == "*" && ((a.is_string() || a.is_array()) && (b.is_int() || b.is_bool()))) {
     int64_t n = std::max<int64_t>(0, b.as_int());
     size_t unit = a.is_string() ? a.str().size() : a.array().size();
-    if (unit != 0 && static_cast<uint64_t>(n) > kMaxString / unit) return absl::ResourceExhaustedError("repetition too large");
+    if (unit != 0 && static_cast<uint64_t>(n) > kMaxString / unit)
+      return absl::ResourceExhaustedError("repetition too large");
     if (a.is_string()) {
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += a.str();
@@ -503,7 +535,8 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       return Value::Float(x / y);
     }
     if (op == "//" || op == "%") {
-      if (y == 0) return TypeError(op == "%" ? "modulo by zero" : "integer division or modulo by zero");
+      if (y == 0)
+        return TypeError(op == "%" ? "modulo by zero" : "integer division or modulo by zero");
       if (f) {
         double m = std::fmod(x, y);
         if (m != 0 && ((m < 0) != (y < 0))) m += y;

@@ -108,7 +108,8 @@ absl::StatusOr<Value> ToInt(const Value& v, const CallArgs& a) {
     long long i = std::strtoll(s.c_str(), &end, 10);
     if (end != s.c_str() && *end == '\0') return Value::Int(i);
     double f = std::strtod(s.c_str(), &end);
-    if (end != s.c_str() && *end == '\0' && std::isfinite(f)) return Value::Int(static_cast<int64_t>(f));
+    if (end != s.c_str() && *end == '\0' && std::isfinite(f))
+      return Value::Int(static_cast<int64_t>(f));
   }
   return def;
 }
@@ -129,11 +130,16 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
   }
   if (name == "length" || name == "count") {
     switch (v.kind()) {
-      case Value::Kind::kUndefined: return Value::Int(0);
-      case Value::Kind::kString: return Value::Int(CodePointOffsets(v.str()).size() - 1);
-      case Value::Kind::kArray: return Value::Int(v.array().size());
-      case Value::Kind::kObject: return Value::Int(v.object().size());
-      default: return Err(absl::StrFormat("object of type '%s' has no len()", v.TypeName()));
+      case Value::Kind::kUndefined:
+        return Value::Int(0);
+      case Value::Kind::kString:
+        return Value::Int(CodePointOffsets(v.str()).size() - 1);
+      case Value::Kind::kArray:
+        return Value::Int(v.array().size());
+      case Value::Kind::kObject:
+        return Value::Int(v.object().size());
+      default:
+        return Err(absl::StrFormat("object of type '%s' has no len()", v.TypeName()));
     }
   }
   if (name == "items") {
@@ -207,10 +213,15 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
   }
   if (name == "indent") {
     const Value* w = Arg(a, 0, "width");
-    std::string pad = w == nullptr ? "    " : w->is_string() ? w->str() : std::string(std::max<int64_t>(0, std::min<int64_t>(w->as_int(), 1 << 16)), ' ');
+    std::string pad =
+        w == nullptr ? "    "
+        : w->is_string()
+            ? w->str()
+            : std::string(std::max<int64_t>(0, std::min<int64_t>(w->as_int(), 1 << 16)), ' ');
     const Value* first = Arg(a, 1, "first");
     const Value* blank = Arg(a, 2, "blank");
-    return Value::String(Indent(v.PyStr(), pad, first && first->Truthy(), blank && blank->Truthy()));
+    return Value::String(
+        Indent(v.PyStr(), pad, first && first->Truthy(), blank && blank->Truthy()));
   }
   if (name == "select") return Select(v, a, false, false);
   if (name == "reject") return Select(v, a, false, true);
@@ -252,11 +263,13 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     if (!items.ok()) return items.status();
     Array out;
     for (const Value& x : *items) {
-      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return y.Equals(x); })) out.push_back(x);
+      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return y.Equals(x); }))
+        out.push_back(x);
     }
     return Value::MakeArray(std::move(out));
   }
-  if (name == "escape" || name == "e") return Value::String(v.is_safe() ? v.str() : HtmlEscape(v.PyStr()), true);
+  if (name == "escape" || name == "e")
+    return Value::String(v.is_safe() ? v.str() : HtmlEscape(v.PyStr()), true);
   return Err(absl::StrFormat("No filter named '%s'.", name));
 }
 
@@ -282,7 +295,9 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Ca
     for (char c : v.str()) {
       if (isalpha(static_cast<unsigned char>(c))) {
         any = true;
-        if (name == "lower" ? isupper(static_cast<unsigned char>(c)) : islower(static_cast<unsigned char>(c))) return false;
+        if (name == "lower" ? isupper(static_cast<unsigned char>(c))
+                            : islower(static_cast<unsigned char>(c)))
+          return false;
       }
     }
     return any;
@@ -290,7 +305,8 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Ca
   if (name == "odd" || name == "even" || name == "divisibleby") {
     if (!v.is_int() && !v.is_bool()) return Err("test '" + name + "' needs an integer");
     if (name == "divisibleby") {
-      if (a0 == nullptr || !a0->is_int() || a0->as_int() == 0) return Err("divisibleby needs a nonzero integer");
+      if (a0 == nullptr || !a0->is_int() || a0->as_int() == 0)
+        return Err("divisibleby needs a nonzero integer");
       return v.as_int() % a0->as_int() == 0;
     }
     return (v.as_int() % 2 != 0) == (name == "odd");
@@ -308,8 +324,8 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Ca
     return v.Equals(*a0) && v.kind() == a0->kind();
   }
   if (name == "in") return Contains(*a0, v);
-  static const char* const kCmp[][2] = {{"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="},
-                                        {"lessthan", "<"}, {"greaterthan", ">"}};
+  static const char* const kCmp[][2] = {{"lt", "<"},  {"le", "<="},      {"gt", ">"},
+                                        {"ge", ">="}, {"lessthan", "<"}, {"greaterthan", ">"}};
   for (const auto& c : kCmp) {
     if (name == c[0]) {
       if (a0 == nullptr) return Err("test '" + name + "' requires an argument");

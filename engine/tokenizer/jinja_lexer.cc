@@ -12,7 +12,9 @@ absl::Status ErrorAt(const Pos& pos, std::string_view message) {
 
 namespace {
 
-bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool IsWs(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 class Lexer {
  public:
@@ -52,8 +54,10 @@ class Lexer {
         if (end == std::string::npos) return ErrorAt(PosOf(start), "unclosed comment");
         bool minus = end > inner && src_[end - 1] == '-';
         pos_ = end + 2;
-        if (minus) strip_next = true;
-        else if (options_.trim_blocks && pos_ < src_.size() && src_[pos_] == '\n') ++pos_;
+        if (minus)
+          strip_next = true;
+        else if (options_.trim_blocks && pos_ < src_.size() && src_[pos_] == '\n')
+          ++pos_;
         continue;
       }
       bool is_var = kind == '{';
@@ -219,17 +223,38 @@ class Lexer {
         return v;
       };
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'a': out.push_back('\a'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'v': out.push_back('\v'); break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
         case 'x':
         case 'u':
         case 'U': {

@@ -14,8 +14,19 @@
 namespace stepserve::jinja {
 
 struct Token {
-  enum class Type { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt,
-                    kFloat, kOp, kEof };
+  enum class Type {
+    kText,
+    kVarBegin,
+    kVarEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOp,
+    kEof
+  };
   Type type = Type::kEof;
   std::string text;  // text data, name, decoded string literal, operator, number spelling
   Pos pos;

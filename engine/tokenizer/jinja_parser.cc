@@ -66,8 +66,11 @@ class Parser {
       if (t.type == TT::kEof) {
         --depth_;
         if (ends.size() == 0) return absl::OkStatus();
-        return ErrorAt(t.pos, absl::StrFormat("unexpected end of template, expected '%s'",
-                                              std::string(*ends.begin())));
+        std::string expected;
+        for (std::string_view e : ends) {
+          expected += (expected.empty() ? "'" : " or '") + std::string(e) + "'";
+        }
+        return ErrorAt(t.pos, absl::StrFormat("unexpected end of template, expected %s", expected));
       }
       if (t.type == TT::kText) {
         auto n = std::make_unique<Node>();
@@ -357,9 +360,9 @@ class Parser {
     while (left.ok()) {
       Pos pos = Cur().pos;
       std::string op;
-      if (Cur().type == TT::kOp && (Cur().text == "==" || Cur().text == "!=" ||
-                                    Cur().text == "<" || Cur().text == "<=" ||
-                                    Cur().text == ">" || Cur().text == ">=")) {
+      if (Cur().type == TT::kOp &&
+          (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == "<=" ||
+           Cur().text == ">" || Cur().text == ">=")) {
         op = Cur().text;
         Next();
       } else if (IsName("in")) {
@@ -456,10 +459,14 @@ class Parser {
       std::string n = t.text;
       Next();
       auto lit = Make(Expr::Kind::kLiteral, pos);
-      if (n == "true" || n == "True") lit->value = Value::Bool(true);
-      else if (n == "false" || n == "False") lit->value = Value::Bool(false);
-      else if (n == "none" || n == "None") lit->value = Value::None();
-      else return Make(Expr::Kind::kName, pos, n);
+      if (n == "true" || n == "True")
+        lit->value = Value::Bool(true);
+      else if (n == "false" || n == "False")
+        lit->value = Value::Bool(false);
+      else if (n == "none" || n == "None")
+        lit->value = Value::None();
+      else
+        return Make(Expr::Kind::kName, pos, n);
       return lit;
     }
     if (t.type == TT::kString) {

@@ -52,8 +52,8 @@ class Interpreter {
       auto flow = ExecNode(*n, frame, out);
       if (!flow.ok() || *flow != Flow::kNormal) return flow;
       if (out.size() > options_.max_output_bytes) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "template output exceeds %d bytes", options_.max_output_bytes));
+        return absl::ResourceExhaustedError(
+            absl::StrFormat("template output exceeds %d bytes", options_.max_output_bytes));
       }
     }
     return Flow::kNormal;
@@ -76,8 +76,8 @@ class Interpreter {
     auto items = internal::Iterate(v);
     if (!items.ok()) return Positioned(items.status(), n.pos);
     if (items->size() != n.targets.size()) {
-      return ErrorAt(n.pos, absl::StrFormat("cannot unpack %d values into %d names",
-                                            items->size(), n.targets.size()));
+      return ErrorAt(n.pos, absl::StrFormat("cannot unpack %d values into %d names", items->size(),
+                                            n.targets.size()));
     }
     for (size_t i = 0; i < items->size(); ++i) frame->vars.Set(n.targets[i], (*items)[i]);
     return absl::OkStatus();
@@ -196,49 +196,54 @@ class Interpreter {
 
   Value MakeMacro(const Node& n, const FramePtr& def_frame, Value) {
     const Node* node = &n;
-    return Value::Function(n.text, [this, node, def_frame](const CallArgs& args)
-                                       -> absl::StatusOr<Value> {
-      if (++depth_ > options_.max_call_depth) {
-        --depth_;
-        return absl::ResourceExhaustedError("macro recursion too deep");
-      }
-      auto f = std::make_shared<Frame>();
-      f->parent = def_frame;
-      Array varargs;
-      Object kwargs;
-      for (size_t i = 0; i < args.positional.size(); ++i) {
-        if (i < node->params.size()) f->vars.Set(node->params[i].first, args.positional[i]);
-        else varargs.push_back(args.positional[i]);
-      }
-      for (const auto& [k, v] : args.keyword) {
-        bool is_param = false;
-        for (const auto& p : node->params) is_param |= p.first == k;
-        if (is_param) f->vars.Set(k, v);
-        else if (k == "caller") f->vars.Set(k, v);
-        else kwargs.Set(k, v);
-      }
-      absl::Status status;
-      for (const auto& [pname, def] : node->params) {
-        if (f->vars.Find(pname) != nullptr) continue;
-        if (def) {
-          auto d = Eval(*def, f);
-          if (!d.ok()) {
-            status = d.status();
-            break;
+    return Value::Function(
+        n.text, [this, node, def_frame](const CallArgs& args) -> absl::StatusOr<Value> {
+          if (++depth_ > options_.max_call_depth) {
+            --depth_;
+            return absl::ResourceExhaustedError("macro recursion too deep");
           }
-          f->vars.Set(pname, *d);
-        } else {
-          f->vars.Set(pname, Value::Undefined("parameter '" + pname + "' was not provided"));
-        }
-      }
-      f->vars.Set("varargs", Value::MakeArray(std::move(varargs)));
-      f->vars.Set("kwargs", Value::MakeObject(std::move(kwargs)));
-      std::string out;
-      if (status.ok()) status = Exec(node->body, f, out).status();
-      --depth_;
-      if (!status.ok()) return status;
-      return Value::String(std::move(out));
-    });
+          auto f = std::make_shared<Frame>();
+          f->parent = def_frame;
+          Array varargs;
+          Object kwargs;
+          for (size_t i = 0; i < args.positional.size(); ++i) {
+            if (i < node->params.size())
+              f->vars.Set(node->params[i].first, args.positional[i]);
+            else
+              varargs.push_back(args.positional[i]);
+          }
+          for (const auto& [k, v] : args.keyword) {
+            bool is_param = false;
+            for (const auto& p : node->params) is_param |= p.first == k;
+            if (is_param)
+              f->vars.Set(k, v);
+            else if (k == "caller")
+              f->vars.Set(k, v);
+            else
+              kwargs.Set(k, v);
+          }
+          absl::Status status;
+          for (const auto& [pname, def] : node->params) {
+            if (f->vars.Find(pname) != nullptr) continue;
+            if (def) {
+              auto d = Eval(*def, f);
+              if (!d.ok()) {
+                status = d.status();
+                break;
+              }
+              f->vars.Set(pname, *d);
+            } else {
+              f->vars.Set(pname, Value::Undefined("parameter '" + pname + "' was not provided"));
+            }
+          }
+          f->vars.Set("varargs", Value::MakeArray(std::move(varargs)));
+          f->vars.Set("kwargs", Value::MakeObject(std::move(kwargs)));
+          std::string out;
+          if (status.ok()) status = Exec(node->body, f, out).status();
+          --depth_;
+          if (!status.ok()) return status;
+          return Value::String(std::move(out));
+        });
   }
 
   absl::StatusOr<CallArgs> EvalArgs(const Expr& e, const FramePtr& frame) {
@@ -281,7 +286,8 @@ class Interpreter {
       for (const Value& p : args.positional) {
         if (!p.is_int()) return absl::InvalidArgumentError("range() arguments must be integers");
       }
-      if (args.positional.size() == 1) b = args.positional[0].as_int();
+      if (args.positional.size() == 1)
+        b = args.positional[0].as_int();
       else if (args.positional.size() >= 2) {
         a = args.positional[0].as_int();
         b = args.positional[1].as_int();
@@ -429,8 +435,8 @@ class Interpreter {
         if (!v.ok()) return v;
         if (e.name == "not") return Value::Bool(!v->Truthy());
         if (!v->is_number()) {
-          return ErrorAt(e.pos, absl::StrFormat("bad operand type for unary %s: '%s'", e.name,
-                                                v->TypeName()));
+          return ErrorAt(
+              e.pos, absl::StrFormat("bad operand type for unary %s: '%s'", e.name, v->TypeName()));
         }
         if (e.name == "+") return v->is_float() ? *v : Value::Int(v->as_int());
         return v->is_float() ? Value::Float(-v->as_double()) : Value::Int(-v->as_int());
@@ -450,8 +456,9 @@ class Interpreter {
         if (!c.ok()) return c;
         if (c->Truthy()) return Eval(*e.children[0], frame);
         if (e.children[2]) return Eval(*e.children[2], frame);
-        return Value::Undefined("the inline if-expression evaluated to false and no else section "
-                                "was defined.");
+        return Value::Undefined(
+            "the inline if-expression evaluated to false and no else section "
+            "was defined.");
       }
     }
     return ErrorAt(e.pos, "unknown expression");

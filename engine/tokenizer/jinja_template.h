@@ -20,7 +20,7 @@ namespace stepserve::jinja {
 
 struct RenderOptions {
   size_t max_output_bytes = 64u << 20;
-  int max_call_depth = 200;   // macro / caller nesting
+  int max_call_depth = 200;  // macro / caller nesting
   // Time seen by strftime_now (UTC); unset = the current time. Tests pin it.
   std::optional<std::time_t> now;
 };

@@ -380,10 +380,14 @@ class JsonParser {
     for (int i = 0; i < 4; ++i) {
       char h = text_[pos_++];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= h - '0';
-      else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
-      else return Error("invalid \\u escape");
+      if (h >= '0' && h <= '9')
+        v |= h - '0';
+      else if (h >= 'a' && h <= 'f')
+        v |= h - 'a' + 10;
+      else if (h >= 'A' && h <= 'F')
+        v |= h - 'A' + 10;
+      else
+        return Error("invalid \\u escape");
     }
     return v;
   }
@@ -403,14 +407,30 @@ class JsonParser {
       if (pos_ >= text_.size()) return Error("unterminated escape");
       char e = text_[pos_++];
       switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
+        case '"':
+          out.push_back('"');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '/':
+          out.push_back('/');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
         case 'u': {
           auto cp = ParseHex4();
           if (!cp.ok()) return cp.status();
@@ -482,14 +502,29 @@ void DumpString(std::string_view s, bool ensure_ascii, std::string& out) {
   while (pos < s.size()) {
     uint32_t cp = DecodeUtf8(s, pos);
     switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (cp < 0x20) {
       out += absl::StrFormat("\\u%04x", cp);
@@ -528,9 +563,12 @@ absl::Status Dump(const Value& v, const JsonDumpOptions& o, int level, std::stri
       return absl::OkStatus();
     case Value::Kind::kFloat: {
       double d = v.as_double();
-      if (std::isnan(d)) out += "NaN";
-      else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
-      else out += PyFloatRepr(d);
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        out += PyFloatRepr(d);
       return absl::OkStatus();
     }
     case Value::Kind::kString:

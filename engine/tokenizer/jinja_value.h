@@ -43,8 +43,18 @@ using NativeFunction = std::function<absl::StatusOr<Value>(const CallArgs&)>;
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kArray, kObject, kNamespace,
-                    kFunction };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kArray,
+    kObject,
+    kNamespace,
+    kFunction
+  };
 
   Value() = default;  // undefined
   static Value Undefined(std::string hint = "") {
@@ -161,8 +171,8 @@ std::string PyStringRepr(std::string_view s);
 absl::StatusOr<Value> ParseJson(std::string_view text);
 
 struct JsonDumpOptions {
-  bool ensure_ascii = false;     // HF's tojson default keeps non-ASCII
-  std::optional<int> indent;     // json.dumps indent (None = single line)
+  bool ensure_ascii = false;  // HF's tojson default keeps non-ASCII
+  std::optional<int> indent;  // json.dumps indent (None = single line)
   // json.dumps separators; unset = Python default ("," with indent else ", ", and ": ").
   std::optional<std::string> item_separator;
   std::optional<std::string> key_separator;

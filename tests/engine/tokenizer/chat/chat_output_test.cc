@@ -1,6 +1,7 @@
+#include "engine/tokenizer/chat_output.h"
+
 #include <random>
 
-#include "engine/tokenizer/chat_output.h"
 #include "gtest/gtest.h"
 
 namespace stepserve {
@@ -39,7 +40,8 @@ TEST(ChatOutput, NoThinkEndIsAllReasoning) {
 
 TEST(ChatOutput, MalformedToolCallIsError) {
   EXPECT_FALSE(ParseStepOutput("</think><tool_call>\n<function=f>\n<parameter=a>\n1\n</function>"
-                               "\n</tool_call>").ok());
+                               "\n</tool_call>")
+                   .ok());
 }
 
 TEST(ChatOutput, StreamingRandomChunksMatchOneShot) {

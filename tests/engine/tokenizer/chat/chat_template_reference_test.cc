@@ -26,9 +26,8 @@ std::string ReadFile(const std::string& path) {
 std::string TemplateDir() { return std::string(STEPSERVE_SHARED_DIR) + "/ref/templates"; }
 
 std::string RunReference() {
-  std::string cmd = std::string(STEPSERVE_PYTHON3) + " " + CHAT_TEST_DIR +
-                    "/render_reference.py " + TemplateDir() + " " + CHAT_TEST_DIR +
-                    "/cases.json " + std::to_string(kNow);
+  std::string cmd = std::string(STEPSERVE_PYTHON3) + " " + CHAT_TEST_DIR + "/render_reference.py " +
+                    TemplateDir() + " " + CHAT_TEST_DIR + "/cases.json " + std::to_string(kNow);
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return "";
   std::string out;
