@@ -2,7 +2,9 @@
 // mutated files (truncations at every length, bit flips, huge counts and lengths patched in),
 // each rejected or accepted consistently, never crashing. Runs under ASan+UBSan in CI.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -318,6 +320,44 @@ TEST(ValidFileTest, HandMadeV2NestedAndOddLayoutsAreAccepted) {
   auto strict_file = GgufFile::FromBuffer(t.bytes(), "gap", strict);
   ASSERT_FALSE(strict_file.ok());
   EXPECT_THAT(std::string(strict_file.status().message()), HasSubstr("back-to-back"));
+}
+
+// The fuzzer's seed corpus (tests/fuzz/corpus/gguf_reader) must stay valid input. Set
+// STEPSERVE_WRITE_FUZZ_SEEDS=1 to regenerate it from the files built here.
+TEST(FuzzCorpusTest, CommittedSeedsAreValidFiles) {
+  const std::filesystem::path dir =
+      std::filesystem::path(STEPSERVE_SOURCE_DIR) / "tests/fuzz/corpus/gguf_reader";
+  if (std::getenv("STEPSERVE_WRITE_FUZZ_SEEDS") != nullptr) {
+    ByteBuilder v2;
+    v2.Header(2, 1, 2);
+    v2.Str("general.alignment").Put<int32_t>(4).Put<uint32_t>(64);
+    v2.Str("n").Put<int32_t>(9).Put<int32_t>(9).Put<uint64_t>(1);
+    v2.Put<int32_t>(8).Put<uint64_t>(1).Str("hi");
+    v2.Str("t").Put<uint32_t>(2).Put<int64_t>(32).Put<int64_t>(1).Put<int32_t>(8);
+    v2.Put<uint64_t>(0).PadTo(64).Raw(std::string(34, '\x11')).PadTo(64);
+    ByteBuilder shard;
+    shard.Header(3, 1, 3);
+    shard.Str("split.no").Put<int32_t>(2).Put<uint16_t>(1);
+    shard.Str("split.count").Put<int32_t>(2).Put<uint16_t>(2);
+    shard.Str("split.tensors.count").Put<int32_t>(5).Put<int32_t>(2);
+    shard.Str("w").Put<uint32_t>(1).Put<int64_t>(2).Put<int32_t>(30).Put<uint64_t>(0);
+    shard.PadTo(32).Put<uint32_t>(0x3f803f80).PadTo(32);
+    std::filesystem::create_directories(dir);
+    testing::WriteFileBytes((dir / "all_types.gguf").string(), SeedFile());
+    testing::WriteFileBytes((dir / "v2_nested_align64.gguf").string(), v2.bytes());
+    testing::WriteFileBytes((dir / "split_shard.gguf").string(), shard.bytes());
+    testing::WriteFileBytes((dir / "empty.gguf").string(), ByteBuilder().Header(3, 0, 0).bytes());
+  }
+  int n = 0;
+  uint64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::string bytes = ReadFileBytes(entry.path().string());
+    total += bytes.size();
+    EXPECT_TRUE(ParseAndWalk(bytes)) << entry.path();
+    ++n;
+  }
+  EXPECT_GE(n, 4);
+  EXPECT_LT(total, 100u * 1024);  // keep the committed corpus tiny
 }
 
 }  // namespace

@@ -111,7 +111,9 @@ void ExpectTensorsMatch(const GgufFile& file, const std::vector<TensorSpec>& spe
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(t.data), t.nbytes), specs[i].bytes)
         << t.name;
     uint32_t alignment = file.shards()[t.shard].alignment;
-    if (mapped) EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % alignment, 0u) << t.name;
+    if (mapped) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % alignment, 0u) << t.name;
+    }
     EXPECT_EQ(file.FindTensor(t.name), &t);
   }
 }
@@ -306,7 +308,9 @@ TEST(SplitTest, WritesGgufSplitSchemeAndReadsBackMerged) {
     ASSERT_TRUE(shard.ok());
     uint64_t padded = 0;
     for (const TensorInfo& t : (*shard)->tensors()) padded += (t.nbytes + 31) / 32 * 32;
-    if ((*shard)->tensors().size() > 1) EXPECT_LE(padded, 1200u);
+    if ((*shard)->tensors().size() > 1) {
+      EXPECT_LE(padded, 1200u);
+    }
   }
   // Writing the merged file again as a split gives identical shards.
   auto file = GgufFile::Open(set.paths[0]);
