@@ -1,0 +1,215 @@
+// The paged, batched CPU forward pass against the plain reference evaluation of the spec's
+// equations, on the tiny synthetic model (6 trunk layers: dense + MoE, full + sliding window 16,
+// 3 MTP heads).
+#include "engine/model/step35_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "engine/synth/make_model.h"
+#include "tests/engine/model/reference_step35.h"
+
+namespace stepserve::model {
+namespace {
+
+using testing::ReferenceStep35;
+using testing::Vec;
+
+constexpr int32_t kBlockSize = 16;
+
+std::string MakeTiny(const std::string& recipe) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("stepserve_model_test_" + recipe + ".gguf"))
+                               .string();
+  synth::MakeModelOptions options;
+  options.preset = "tiny";
+  options.out = path;
+  options.seed = 11;
+  options.recipe = recipe;
+  absl::StatusOr<std::vector<synth::WrittenFile>> written = synth::MakeModel(options, nullptr);
+  EXPECT_TRUE(written.ok()) << written.status();
+  return path;
+}
+
+// ‖a − b‖ / ‖b‖ over a row.
+double RelErr(const float* a, const Vec& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+std::vector<int32_t> RandomTokens(int n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+  return tokens;
+}
+
+// Block tables of one sequence: pages [first, first + count).
+std::vector<int32_t> Pages(int32_t first, int32_t count) {
+  std::vector<int32_t> table(count);
+  std::iota(table.begin(), table.end(), first);
+  return table;
+}
+
+class Step35ModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Step35Model>> model =
+        Step35Model::Load(MakeTiny(GetParam()), {.num_threads = 2});
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    absl::StatusOr<KvStorage> kv = KvStorage::Create(
+        model_->hparams(), {.block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    kv_ = std::make_unique<KvStorage>(*std::move(kv));
+    reference_ = std::make_unique<ReferenceStep35>(model_->file(), model_->hparams());
+  }
+
+  std::unique_ptr<Step35Model> model_;
+  std::unique_ptr<KvStorage> kv_;
+  std::unique_ptr<ReferenceStep35> reference_;
+};
+
+// Bound: F32 activations and accumulation against a double reference of the same dequantized
+// weights; 40 tokens (2.5 windows) through 6 layers.
+constexpr double kLogitBound = 2e-4;
+
+TEST_P(Step35ModelTest, PrefillMatchesReferencePastTheSlidingWindow) {
+  const std::vector<int32_t> tokens = RandomTokens(40, model_->n_vocab(), 1);
+  std::vector<Vec> ref_logits, ref_hidden;
+  reference_->Run(tokens, &ref_logits, &ref_hidden);
+  const std::vector<int32_t> table = Pages(0, 3);
+  BatchSequence seq{.tokens = tokens, .start_pos = 0, .full_table = table, .swa_table = table,
+                    .logit_rows = 40};
+  ForwardOutput out;
+  out.logits.assign(1, NAN);
+  ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &out).ok());
+  const int64_t v = model_->n_vocab(), d = model_->hparams().n_embd;
+  ASSERT_EQ(out.logits.size(), static_cast<size_t>(40 * v));
+  ASSERT_EQ(out.hidden.size(), static_cast<size_t>(40 * d));
+  double worst = 0;
+  for (int t = 0; t < 40; ++t) {
+    worst = std::max(worst, RelErr(out.logits.data() + t * v, ref_logits[t]));
+    EXPECT_LT(RelErr(out.hidden.data() + t * d, ref_hidden[t]), kLogitBound) << "row " << t;
+  }
+  EXPECT_LT(worst, kLogitBound);
+  RecordProperty("worst_logit_rel_err", std::to_string(worst));
+}
+
+TEST_P(Step35ModelTest, IncrementalDecodeMatchesFullRecompute) {
+  const int n = 36;
+  const std::vector<int32_t> tokens = RandomTokens(n, model_->n_vocab(), 2);
+  const std::vector<int32_t> table = Pages(5, 3);  // not starting at page 0
+  const int64_t v = model_->n_vocab();
+  // Full recompute in one step.
+  BatchSequence full{.tokens = tokens, .full_table = table, .swa_table = table, .logit_rows = n};
+  ForwardOutput all;
+  ASSERT_TRUE(model_->Forward({&full, 1}, *kv_, &all).ok());
+  // Prompt of 7, then one token at a time (into other pages).
+  const std::vector<int32_t> table2 = Pages(20, 3);
+  double worst = 0;
+  int pos = 0;
+  while (pos < n) {
+    const int count = pos == 0 ? 7 : 1;
+    BatchSequence step{.tokens = std::span<const int32_t>(tokens).subspan(pos, count),
+                       .start_pos = pos, .full_table = table2, .swa_table = table2,
+                       .logit_rows = 1};
+    ForwardOutput out;
+    ASSERT_TRUE(model_->Forward({&step, 1}, *kv_, &out).ok());
+    const int row = pos + count - 1;
+    double max_abs = 0;
+    for (int64_t i = 0; i < v; ++i) {
+      max_abs = std::max<double>(max_abs, std::abs(out.logits[i] - all.logits[row * v + i]));
+    }
+    worst = std::max(worst, max_abs);
+    pos += count;
+  }
+  EXPECT_LT(worst, 1e-4) << "max abs logit difference, incremental vs recompute";
+}
+
+TEST_P(Step35ModelTest, BatchOfMixedSequencesGivesEachItsOwnLogits) {
+  const int64_t v = model_->n_vocab();
+  const std::vector<int32_t> a = RandomTokens(23, v, 3), b = RandomTokens(5, v, 4),
+                             c = RandomTokens(30, v, 5);
+  const std::vector<int32_t> ta = Pages(0, 2), tb = Pages(2, 1), tc = Pages(3, 2);
+  // Alone.
+  std::vector<std::vector<float>> alone;
+  for (auto [tokens, table] : {std::pair{&a, &ta}, std::pair{&b, &tb}, std::pair{&c, &tc}}) {
+    BatchSequence seq{.tokens = *tokens, .full_table = *table, .swa_table = *table,
+                      .logit_rows = 2};
+    ForwardOutput out;
+    ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &out).ok());
+    alone.push_back(out.logits);
+  }
+  // Together, into other pages.
+  const std::vector<int32_t> ua = Pages(10, 2), ub = Pages(12, 1), uc = Pages(13, 2);
+  const BatchSequence batch[] = {
+      {.tokens = a, .full_table = ua, .swa_table = ua, .logit_rows = 2},
+      {.tokens = b, .full_table = ub, .swa_table = ub, .logit_rows = 2},
+      {.tokens = c, .full_table = uc, .swa_table = uc, .logit_rows = 2},
+  };
+  ForwardOutput together;
+  ASSERT_TRUE(model_->Forward(batch, *kv_, &together).ok());
+  ASSERT_EQ(together.logits.size(), static_cast<size_t>(6 * v));
+  double worst = 0;
+  for (int s = 0; s < 3; ++s) {
+    for (int64_t i = 0; i < 2 * v; ++i) {
+      worst = std::max<double>(worst, std::abs(together.logits[s * 2 * v + i] - alone[s][i]));
+    }
+  }
+  EXPECT_LT(worst, 1e-4);
+}
+
+TEST_P(Step35ModelTest, MtpHeadsMatchTheSpecEquations) {
+  ASSERT_EQ(model_->num_mtp_heads(), 3);
+  const int n = 24;
+  const int64_t v = model_->n_vocab(), d = model_->hparams().n_embd;
+  const std::vector<int32_t> tokens = RandomTokens(n, v, 6);
+  std::vector<Vec> ref_logits, ref_hidden;
+  reference_->Run(tokens, &ref_logits, &ref_hidden);
+  // Row t pairs token t with the trunk's h_final of row t-1 (zeros at position 0).
+  std::vector<Vec> hidden_in(n, Vec(d, 0.0));
+  std::vector<float> hidden_flat(n * d, 0.0f);
+  for (int t = 1; t < n; ++t) {
+    hidden_in[t] = ref_hidden[t - 1];
+    for (int64_t i = 0; i < d; ++i) hidden_flat[t * d + i] = static_cast<float>(hidden_in[t][i]);
+  }
+  const std::vector<int32_t> table = Pages(40, 2);
+  for (int head = 0; head < 3; ++head) {
+    std::vector<Vec> mtp_logits, mtp_hidden;
+    reference_->RunMtp(head, tokens, hidden_in, &mtp_logits, &mtp_hidden);
+    BatchSequence seq{.tokens = tokens, .full_table = table, .swa_table = table,
+                      .logit_rows = n, .mtp_hidden = hidden_flat};
+    ForwardOutput out;
+    ASSERT_TRUE(model_->ForwardMtp(head, {&seq, 1}, *kv_, &out).ok());
+    double worst = 0;
+    for (int t = 0; t < n; ++t) worst = std::max(worst, RelErr(out.logits.data() + t * v,
+                                                               mtp_logits[t]));
+    EXPECT_LT(worst, kLogitBound) << "head " << head;
+  }
+}
+
+TEST_P(Step35ModelTest, BadInputsAreClearErrors) {
+  const std::vector<int32_t> table = Pages(0, 1);
+  const std::vector<int32_t> bad = {1, static_cast<int32_t>(model_->n_vocab())};
+  BatchSequence seq{.tokens = bad, .full_table = table, .swa_table = table, .logit_rows = 1};
+  ForwardOutput out;
+  absl::Status status = model_->Forward({&seq, 1}, *kv_, &out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(status.message().find("outside the vocabulary"), std::string::npos) << status;
+  EXPECT_EQ(model_->ForwardMtp(3, {&seq, 1}, *kv_, &out).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, Step35ModelTest, ::testing::Values("f32", "mix"));
+
+}  // namespace
+}  // namespace stepserve::model
