@@ -30,7 +30,8 @@ ChunkLogitsFn SuccessorModel(double p, std::vector<std::vector<int32_t>>* seen_c
 
 TEST(PerplexityTest, ScoresSecondHalfOfEachChunkAndReplacesFirstTokenWithBos) {
   // 3 whole chunks of 8 plus a partial one; the text follows the successor rule except at
-  // position 13 (chunk 1, row 4 predicts it: scored) and position 10 (row 1 of chunk 1: unscored).
+  // position 13 (chunk 1: row 4 predicts it and row 5 predicts from it, both scored) and position
+  // 10 (rows 1 and 2 of chunk 1: unscored).
   std::vector<int32_t> tokens(30);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % kVocab);
   tokens[13] = (tokens[12] + 3) % kVocab;
@@ -46,8 +47,8 @@ TEST(PerplexityTest, ScoresSecondHalfOfEachChunkAndReplacesFirstTokenWithBos) {
   ASSERT_EQ(seen.size(), 3u);
   for (const auto& chunk : seen) EXPECT_EQ(chunk[0], 6);
   EXPECT_EQ(seen[1][1], tokens[9]);
-  // 8 hits at p, one miss at (1-p)/6.
-  const double nll = (8 * -std::log(p) - std::log((1 - p) / (kVocab - 1))) / 9;
+  // 7 hits at p, two misses at (1-p)/6.
+  const double nll = (7 * -std::log(p) - 2 * std::log((1 - p) / (kVocab - 1))) / 9;
   EXPECT_NEAR(result->perplexity, std::exp(nll), 1e-5);
   EXPECT_FALSE(result->has_kld);
 }
