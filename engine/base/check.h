@@ -16,11 +16,11 @@ namespace stepserve::internal {
 }  // namespace stepserve::internal
 
 // STEPSERVE_CHECK(cond) or STEPSERVE_CHECK(cond, "message")
-#define STEPSERVE_CHECK(condition, ...)                                             \
-  do {                                                                              \
-    if (!(condition)) {                                                             \
+#define STEPSERVE_CHECK(condition, ...)                                                   \
+  do {                                                                                    \
+    if (!(condition)) {                                                                   \
       ::stepserve::internal::CheckFailed(#condition, __FILE__, __LINE__, "" __VA_ARGS__); \
-    }                                                                               \
+    }                                                                                     \
   } while (0)
 
 #endif  // STEPSERVE_ENGINE_BASE_CHECK_H_

@@ -11,8 +11,8 @@
 #define STEPSERVE_STATUS_CONCAT(a, b) STEPSERVE_STATUS_CONCAT_INNER(a, b)
 
 #define STEPSERVE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                     \
-  if (!tmp.ok()) return std::move(tmp).status();         \
+  auto tmp = (expr);                                    \
+  if (!tmp.ok()) return std::move(tmp).status();        \
   lhs = *std::move(tmp)
 
 // ASSIGN_OR_RETURN(lhs, expr): evaluates a StatusOr; returns its status on error, else assigns.

@@ -68,10 +68,10 @@ void SequenceBlocks::Truncate(int64_t length) {
   STEPSERVE_CHECK(length >= 0 && length <= length_, "truncate beyond the sequence");
   const int64_t keep = BlocksFor(length);
   // A query at `length` sees sliding positions >= length - W + 1: they must still be held.
-  STEPSERVE_CHECK(geometry_.sliding_window == 0 ||
-                      swa_first_kept_position() <=
-                          std::max<int64_t>(0, length - geometry_.sliding_window + 1),
-                  "rollback past the sliding-window slack");
+  STEPSERVE_CHECK(
+      geometry_.sliding_window == 0 ||
+          swa_first_kept_position() <= std::max<int64_t>(0, length - geometry_.sliding_window + 1),
+      "rollback past the sliding-window slack");
   while (static_cast<int64_t>(full_table_.size()) > keep) {
     full_pool_->Release(full_table_.back());
     full_table_.pop_back();

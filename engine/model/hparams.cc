@@ -37,7 +37,7 @@ absl::StatusOr<int64_t> RequiredInt(const gguf::Metadata& md, const std::string&
 // A key that is either a scalar (broadcast to every layer) or an array of exactly `n` entries.
 // Integer or bool values. nullopt when absent.
 absl::StatusOr<std::optional<std::vector<int64_t>>> PerLayerInts(const gguf::Metadata& md,
-                                                                  const std::string& key, int n) {
+                                                                 const std::string& key, int n) {
   const gguf::Value* value = md.Find(key);
   if (value == nullptr) return std::optional<std::vector<int64_t>>();
   std::vector<int64_t> values;
@@ -46,8 +46,8 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> PerLayerInts(const gguf::Met
     if (!array.ok()) return array.status();
     values = *std::move(array);
     if (static_cast<int>(values.size()) != n) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: array has %d entries, block_count is %d", key, values.size(), n));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: array has %d entries, block_count is %d", key, values.size(), n));
     }
   } else {
     absl::StatusOr<int64_t> scalar = md.GetInt(key);
@@ -67,8 +67,8 @@ absl::StatusOr<std::optional<std::vector<double>>> PerLayerFloats(const gguf::Me
     if (!array.ok()) return array.status();
     values = *std::move(array);
     if (static_cast<int>(values.size()) != n) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: array has %d entries, block_count is %d", key, values.size(), n));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: array has %d entries, block_count is %d", key, values.size(), n));
     }
   } else {
     absl::StatusOr<double> scalar = md.GetFloat(key);
@@ -90,7 +90,6 @@ absl::Status CheckRange(const std::string& key, int64_t value, int64_t lo, int64
   }
   return absl::OkStatus();
 }
-
 
 }  // namespace
 
@@ -138,17 +137,17 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
     RETURN_IF_ERROR(CheckRange(absl::StrFormat("%s[%d]", Key("attention.head_count_kv"), il),
                                (*heads_kv)[il], 1, (*heads)[il]));
     if ((*heads)[il] % (*heads_kv)[il] != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layer %d: %d query heads are not a multiple of %d KV heads", il, (*heads)[il],
-          (*heads_kv)[il]));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layer %d: %d query heads are not a multiple of %d KV heads", il,
+                          (*heads)[il], (*heads_kv)[il]));
     }
   }
 
   int64_t key_length = 0, value_length = 0, key_length_swa = 0, value_length_swa = 0;
-  ASSIGN_OR_RETURN(key_length, OptionalInt(md, Key("attention.key_length"),
-                                           hp.n_embd / (*heads)[0]));
-  ASSIGN_OR_RETURN(value_length, OptionalInt(md, Key("attention.value_length"),
-                                             hp.n_embd / (*heads)[0]));
+  ASSIGN_OR_RETURN(key_length,
+                   OptionalInt(md, Key("attention.key_length"), hp.n_embd / (*heads)[0]));
+  ASSIGN_OR_RETURN(value_length,
+                   OptionalInt(md, Key("attention.value_length"), hp.n_embd / (*heads)[0]));
   ASSIGN_OR_RETURN(key_length_swa, OptionalInt(md, Key("attention.key_length_swa"), key_length));
   ASSIGN_OR_RETURN(value_length_swa,
                    OptionalInt(md, Key("attention.value_length_swa"), value_length));
@@ -165,8 +164,8 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
   }
   ASSIGN_OR_RETURN(eps, md.GetFloat(Key("attention.layer_norm_rms_epsilon")));
   if (!(eps > 0 && eps < 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "step35.attention.layer_norm_rms_epsilon = %g must be in (0, 1)", eps));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step35.attention.layer_norm_rms_epsilon = %g must be in (0, 1)", eps));
   }
   hp.rms_eps = static_cast<float>(eps);
 
@@ -185,9 +184,9 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
   ASSIGN_OR_RETURN(base_swa, OptionalFloat(md, Key("rope.freq_base_swa"), 10000.0));
   if (!(base_full > 1) || !(base_swa > 1) || !std::isfinite(base_full) ||
       !std::isfinite(base_swa)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "step35.rope.freq_base (%g) and freq_base_swa (%g) must be finite and > 1", base_full,
-        base_swa));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("step35.rope.freq_base (%g) and freq_base_swa (%g) must be finite and > 1",
+                        base_full, base_swa));
   }
   // Spec 2.2 (the late rule): rope.dimension_count verbatim, else key_length / 2; SWA layers use
   // rope.dimension_count_swa, else the un-halved full value.
@@ -250,10 +249,10 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
     layer.head_dim_v = static_cast<int>(layer.is_swa ? value_length_swa : value_length);
     layer.n_rot = static_cast<int>(layer.is_swa ? n_rot_swa : n_rot_full);
     if (layer.n_rot < 0 || layer.n_rot % 2 != 0 || layer.n_rot > layer.head_dim_k) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layer %d: rotary dims %d must be even and at most the head dim %d (from "
-          "step35.rope.dimension_count%s)",
-          il, layer.n_rot, layer.head_dim_k, layer.is_swa ? "_swa" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layer %d: rotary dims %d must be even and at most the head dim %d (from "
+                          "step35.rope.dimension_count%s)",
+                          il, layer.n_rot, layer.head_dim_k, layer.is_swa ? "_swa" : ""));
     }
     layer.rope_base = static_cast<float>(layer.is_swa ? base_swa : base_full);
     layer.use_rope_freqs = !layer.is_swa;

@@ -7,8 +7,7 @@
 
 namespace stepserve::model {
 
-uint64_t KvStorage::BytesPerPosition(const Hparams& hp, bool swa, int first_layer,
-                                     int end_layer) {
+uint64_t KvStorage::BytesPerPosition(const Hparams& hp, bool swa, int first_layer, int end_layer) {
   uint64_t bytes = 0;
   for (int il = first_layer; il < end_layer; ++il) {
     const LayerHparams& l = hp.layers[il];
@@ -23,16 +22,15 @@ absl::StatusOr<KvStorage> KvStorage::Create(const Hparams& hp, const KvStorageOp
   if (storage.options_.end_layer < 0) storage.options_.end_layer = hp.n_layer_all;
   const int first = storage.options_.first_layer, end = storage.options_.end_layer;
   if (first < 0 || end > hp.n_layer_all || first >= end || options.block_size <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("KV storage: bad layer range [%d, %d) or block size %d", first, end,
-                        options.block_size));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV storage: bad layer range [%d, %d) or block size %d", first, end, options.block_size));
   }
   for (int il = first; il < end; ++il) {
     const LayerHparams& l = hp.layers[il];
     if (l.head_dim_k != l.head_dim_v) {
-      return absl::UnimplementedError(absl::StrFormat(
-          "layer %d: K head dim %d differs from V head dim %d; not supported yet", il,
-          l.head_dim_k, l.head_dim_v));
+      return absl::UnimplementedError(
+          absl::StrFormat("layer %d: K head dim %d differs from V head dim %d; not supported yet",
+                          il, l.head_dim_k, l.head_dim_v));
     }
     const int64_t blocks = l.is_swa ? options.swa_blocks : options.full_blocks;
     const uint64_t floats =
@@ -47,8 +45,8 @@ absl::StatusOr<KvStorage> KvStorage::Create(const Hparams& hp, const KvStorageOp
       storage.buffers_.emplace_back(floats, 0.0f);
       storage.buffers_.emplace_back(floats, 0.0f);
     } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "KV storage: cannot allocate %d bytes for layer %d", floats * 8, il));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("KV storage: cannot allocate %d bytes for layer %d", floats * 8, il));
     }
     view.k = storage.buffers_[storage.buffers_.size() - 2].data();
     view.v = storage.buffers_.back().data();

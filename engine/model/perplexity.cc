@@ -76,8 +76,7 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(std::span<const int32_t> tok
   int64_t chunks = static_cast<int64_t>(tokens.size()) / n_ctx;
   if (chunks == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "the text has %d tokens; at least one chunk of --ctx %d is needed", tokens.size(),
-        n_ctx));
+        "the text has %d tokens; at least one chunk of --ctx %d is needed", tokens.size(), n_ctx));
   }
   if (options.max_chunks > 0) chunks = std::min(chunks, options.max_chunks);
   const int64_t first = n_ctx / 2;
@@ -91,15 +90,15 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(std::span<const int32_t> tok
       return absl::InvalidArgumentError(
           absl::StrFormat("cannot create %s: %s", options.save_logits_path, std::strerror(errno)));
     }
-    absl::Status status = WriteHeader(
-        save.get(), {n_vocab, n_ctx, chunks * rows_per_chunk}, options.save_logits_path);
+    absl::Status status = WriteHeader(save.get(), {n_vocab, n_ctx, chunks * rows_per_chunk},
+                                      options.save_logits_path);
     if (!status.ok()) return status;
   }
   if (!options.kld_reference_path.empty()) {
     reference.reset(std::fopen(options.kld_reference_path.c_str(), "rb"));
     if (!reference) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cannot open %s: %s", options.kld_reference_path, std::strerror(errno)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("cannot open %s: %s", options.kld_reference_path, std::strerror(errno)));
     }
     absl::StatusOr<Header> header = ReadHeader(reference.get(), options.kld_reference_path);
     if (!header.ok()) return header.status();
@@ -126,9 +125,9 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(std::span<const int32_t> tok
     logits.clear();
     if (absl::Status status = chunk_logits(chunk, &logits); !status.ok()) return status;
     if (static_cast<int64_t>(logits.size()) != n_ctx * n_vocab) {
-      return absl::InternalError(absl::StrFormat(
-          "chunk %d: the model returned %d logits, expected %d", c, logits.size(),
-          n_ctx * n_vocab));
+      return absl::InternalError(
+          absl::StrFormat("chunk %d: the model returned %d logits, expected %d", c, logits.size(),
+                          n_ctx * n_vocab));
     }
     for (int64_t i = first; i < n_ctx - 1; ++i) {
       LogSoftmax(logits.data() + i * n_vocab, n_vocab, &log_probs);
@@ -142,8 +141,7 @@ absl::StatusOr<PerplexityResult> EvaluatePerplexity(std::span<const int32_t> tok
       ++result.scored_tokens;
       if (save && std::fwrite(log_probs.data(), sizeof(float), n_vocab, save.get()) !=
                       static_cast<size_t>(n_vocab)) {
-        return absl::DataLossError(
-            absl::StrFormat("%s: write failed", options.save_logits_path));
+        return absl::DataLossError(absl::StrFormat("%s: write failed", options.save_logits_path));
       }
       if (reference) {
         if (std::fread(ref_log_probs.data(), sizeof(float), n_vocab, reference.get()) !=

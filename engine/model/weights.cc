@@ -38,8 +38,8 @@ class Binder {
     const gguf::TensorInfo* info = file_.FindTensor(name);
     if (info == nullptr) {
       if (required) {
-        return absl::NotFoundError(absl::StrFormat(
-            "missing tensor %s (expected shape %s)", name, ShapeText(ne)));
+        return absl::NotFoundError(
+            absl::StrFormat("missing tensor %s (expected shape %s)", name, ShapeText(ne)));
       }
       return Tensor{nullptr};
     }
@@ -48,8 +48,8 @@ class Binder {
     int i = 0;
     for (int64_t v : ne) expected[i++] = v;
     if (info->ne != expected) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor %s has shape %s, expected %s", name, info->ShapeString(), ShapeText(ne)));
+      return absl::InvalidArgumentError(absl::StrFormat("tensor %s has shape %s, expected %s", name,
+                                                        info->ShapeString(), ShapeText(ne)));
     }
     if (kind == Kind::kVector && info->type != GgmlType::kF32) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -57,9 +57,9 @@ class Binder {
           GgmlTypeName(info->type)));
     }
     if (kind == Kind::kMatrix && !quant::CanDequantize(info->type)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor %s has type %s, which stepserve does not support", name,
-          GgmlTypeName(info->type)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor %s has type %s, which stepserve does not support", name,
+                          GgmlTypeName(info->type)));
     }
     return info;
   }
@@ -95,9 +95,9 @@ absl::Status BindAttention(Binder& b, const Hparams& hp, int il, LayerWeights& w
                    b.Get(Blk(il, "attn_k_norm.weight"), {l.head_dim_k}, Kind::kVector, true));
   ASSIGN_OR_RETURN(w.attn_gate,
                    b.Get(Blk(il, "attn_gate.weight"), {d, l.n_head}, Kind::kMatrix, false));
-  ASSIGN_OR_RETURN(w.attn_output, b.Get(Blk(il, "attn_output.weight"),
-                                        {int64_t{l.n_head} * l.head_dim_v, d}, Kind::kMatrix,
-                                        true));
+  ASSIGN_OR_RETURN(w.attn_output,
+                   b.Get(Blk(il, "attn_output.weight"), {int64_t{l.n_head} * l.head_dim_v, d},
+                         Kind::kMatrix, true));
   ASSIGN_OR_RETURN(w.ffn_norm, b.Get(Blk(il, "ffn_norm.weight"), {d}, Kind::kVector, true));
   return absl::OkStatus();
 }
@@ -133,9 +133,9 @@ absl::Status BindFfn(Binder& b, const Hparams& hp, int il, bool required, LayerW
   }
   const int64_t f = l.n_ff;
   if (f == 0 && required) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "layer %d is dense (no %s) but step35.feed_forward_length is missing or 0", il,
-        Blk(il, "ffn_gate_inp.weight")));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("layer %d is dense (no %s) but step35.feed_forward_length is missing or 0",
+                        il, Blk(il, "ffn_gate_inp.weight")));
   }
   ASSIGN_OR_RETURN(w.ffn_gate, b.Get(Blk(il, "ffn_gate.weight"), {d, f}, Kind::kMatrix, required));
   ASSIGN_OR_RETURN(w.ffn_up, b.Get(Blk(il, "ffn_up.weight"), {d, f}, Kind::kMatrix, required));
@@ -147,19 +147,18 @@ absl::Status BindFfn(Binder& b, const Hparams& hp, int il, bool required, LayerW
   return absl::OkStatus();
 }
 
-absl::Status BindMtpExtras(Binder& b, const Hparams& hp, int64_t n_vocab, int il,
-                           LayerWeights& w) {
+absl::Status BindMtpExtras(Binder& b, const Hparams& hp, int64_t n_vocab, int il, LayerWeights& w) {
   const int64_t d = hp.n_embd;
   ASSIGN_OR_RETURN(w.nextn_eh_proj,
                    b.Get(Blk(il, "nextn.eh_proj.weight"), {2 * d, d}, Kind::kMatrix, true));
   ASSIGN_OR_RETURN(w.nextn_enorm, b.Get(Blk(il, "nextn.enorm.weight"), {d}, Kind::kVector, true));
   ASSIGN_OR_RETURN(w.nextn_hnorm, b.Get(Blk(il, "nextn.hnorm.weight"), {d}, Kind::kVector, true));
-  ASSIGN_OR_RETURN(w.nextn_shared_head_norm, b.Get(Blk(il, "nextn.shared_head_norm.weight"), {d},
-                                                   Kind::kVector, false));
+  ASSIGN_OR_RETURN(w.nextn_shared_head_norm,
+                   b.Get(Blk(il, "nextn.shared_head_norm.weight"), {d}, Kind::kVector, false));
   ASSIGN_OR_RETURN(w.nextn_shared_head_head, b.Get(Blk(il, "nextn.shared_head_head.weight"),
                                                    {d, n_vocab}, Kind::kMatrix, false));
-  ASSIGN_OR_RETURN(w.nextn_embed_tokens, b.Get(Blk(il, "nextn.embed_tokens.weight"),
-                                               {d, n_vocab}, Kind::kMatrix, false));
+  ASSIGN_OR_RETURN(w.nextn_embed_tokens,
+                   b.Get(Blk(il, "nextn.embed_tokens.weight"), {d, n_vocab}, Kind::kMatrix, false));
   return absl::OkStatus();
 }
 
@@ -203,11 +202,9 @@ absl::StatusOr<ModelWeights> ModelWeights::Bind(const gguf::GgufFile& file, cons
   if (w.n_vocab <= 0) return absl::InvalidArgumentError("tensor token_embd.weight has no rows");
   ASSIGN_OR_RETURN(w.token_embd, b.Get("token_embd.weight", {d, w.n_vocab}, Kind::kMatrix, true));
   ASSIGN_OR_RETURN(w.output_norm, b.Get("output_norm.weight", {d}, Kind::kVector, true));
-  ASSIGN_OR_RETURN(w.output,
-                   b.Get("output.weight", {d, w.n_vocab}, Kind::kMatrix, w.has_trunk));
+  ASSIGN_OR_RETURN(w.output, b.Get("output.weight", {d, w.n_vocab}, Kind::kMatrix, w.has_trunk));
   if (const gguf::TensorInfo* rf = file.FindTensor("rope_freqs.weight"); rf != nullptr) {
-    ASSIGN_OR_RETURN(w.rope_freqs,
-                     b.Get("rope_freqs.weight", {rf->ne[0]}, Kind::kVector, true));
+    ASSIGN_OR_RETURN(w.rope_freqs, b.Get("rope_freqs.weight", {rf->ne[0]}, Kind::kVector, true));
     int64_t needed = 0;
     for (int il = 0; il < hp.n_layer_all; ++il) {
       if (hp.layers[il].use_rope_freqs) needed = std::max<int64_t>(needed, hp.layers[il].n_rot / 2);

@@ -12,7 +12,7 @@ struct Scheduler::Sequence {
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t prompt_len = 0;
   int64_t generated = 0;
-  int64_t computed = 0;  // positions whose KV is in the cache
+  int64_t computed = 0;                        // positions whose KV is in the cache
   std::unique_ptr<kv::SequenceBlocks> blocks;  // null while waiting
   std::vector<int32_t> drafts;
 
@@ -38,17 +38,16 @@ absl::Status Scheduler::Add(Request request) {
     return absl::InvalidArgumentError("max_tokens must be at least 1");
   }
   if (sequences_.contains(request.id)) {
-    return absl::InvalidArgumentError(absl::StrFormat("request id %d is already in use",
-                                                      request.id));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("request id %d is already in use", request.id));
   }
   if (num_waiting() >= config_.max_queue) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("the queue is full (%d waiting requests)", config_.max_queue));
   }
   // The most positions this sequence can ever hold KV for.
-  const int64_t positions =
-      std::min(prompt_len + request.max_new_tokens, config_.max_context) +
-      config_.kv.rollback_slack;
+  const int64_t positions = std::min(prompt_len + request.max_new_tokens, config_.max_context) +
+                            config_.kv.rollback_slack;
   const int64_t blocks = (positions + config_.kv.block_size - 1) / config_.kv.block_size;
   if (config_.kv.has_full_layers && blocks > full_pool_.capacity()) {
     return absl::ResourceExhaustedError(absl::StrFormat(

@@ -10,9 +10,7 @@
 namespace stepserve::model::testing {
 namespace {
 
-std::string Blk(int il, const char* suffix) {
-  return "blk." + std::to_string(il) + "." + suffix;
-}
+std::string Blk(int il, const char* suffix) { return "blk." + std::to_string(il) + "." + suffix; }
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double Silu(double x) { return x * Sigmoid(x); }
@@ -117,9 +115,8 @@ Vec ReferenceStep35::Ffn(int il, const Vec& f) const {
   if (Has(Blk(il, "exp_probs_b.bias"))) bias = LoadVector(Blk(il, "exp_probs_b.bias"));
   std::vector<int64_t> order(e);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return pi[a] + bias[a] > pi[b] + bias[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return pi[a] + bias[a] > pi[b] + bias[b]; });
   order.resize(hp_.n_expert_used);
   double total = 0;
   for (int64_t x : order) total += pi[x];
@@ -130,15 +127,15 @@ Vec ReferenceStep35::Ffn(int il, const Vec& f) const {
     if (hp_.expert_weights_scale != 0 && hp_.expert_weights_scale != 1) {
       w *= hp_.expert_weights_scale;
     }
-    const Vec y = SwiGluFfn(Load(Blk(il, "ffn_gate_exps.weight"), x),
-                            Load(Blk(il, "ffn_up_exps.weight"), x),
-                            Load(Blk(il, "ffn_down_exps.weight"), x), l.clamp_exp, f);
+    const Vec y =
+        SwiGluFfn(Load(Blk(il, "ffn_gate_exps.weight"), x), Load(Blk(il, "ffn_up_exps.weight"), x),
+                  Load(Blk(il, "ffn_down_exps.weight"), x), l.clamp_exp, f);
     for (size_t i = 0; i < f.size(); ++i) out[i] += w * y[i];
   }
   if (Has(Blk(il, "ffn_gate_shexp.weight"))) {
-    const Vec s = SwiGluFfn(Load(Blk(il, "ffn_gate_shexp.weight")),
-                            Load(Blk(il, "ffn_up_shexp.weight")),
-                            Load(Blk(il, "ffn_down_shexp.weight")), l.clamp_shexp, f);
+    const Vec s =
+        SwiGluFfn(Load(Blk(il, "ffn_gate_shexp.weight")), Load(Blk(il, "ffn_up_shexp.weight")),
+                  Load(Blk(il, "ffn_down_shexp.weight")), l.clamp_shexp, f);
     for (size_t i = 0; i < f.size(); ++i) out[i] += s[i];
   }
   return out;
@@ -255,9 +252,9 @@ void ReferenceStep35::RunMtp(int head, const std::vector<int32_t>& tokens,
   const std::string norm = Has(Blk(il, "nextn.shared_head_norm.weight"))
                                ? Blk(il, "nextn.shared_head_norm.weight")
                                : std::string("output_norm.weight");
-  const Matrix head_w = Load(Has(Blk(il, "nextn.shared_head_head.weight"))
-                                 ? Blk(il, "nextn.shared_head_head.weight")
-                                 : std::string("output.weight"));
+  const Matrix head_w =
+      Load(Has(Blk(il, "nextn.shared_head_head.weight")) ? Blk(il, "nextn.shared_head_head.weight")
+                                                         : std::string("output.weight"));
   logits->clear();
   for (const Vec& x : *hidden) logits->push_back(MatVec(head_w, RmsNorm(x, norm)));
 }

@@ -22,9 +22,9 @@ using testing::Vec;
 constexpr int32_t kBlockSize = 16;
 
 std::string MakeTiny(const std::string& recipe) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("stepserve_model_test_" + recipe + ".gguf"))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("stepserve_model_test_" + recipe + ".gguf"))
+          .string();
   synth::MakeModelOptions options;
   options.preset = "tiny";
   options.out = path;
@@ -87,8 +87,8 @@ TEST_P(Step35ModelTest, PrefillMatchesReferencePastTheSlidingWindow) {
   std::vector<Vec> ref_logits, ref_hidden;
   reference_->Run(tokens, &ref_logits, &ref_hidden);
   const std::vector<int32_t> table = Pages(0, 3);
-  BatchSequence seq{.tokens = tokens, .start_pos = 0, .full_table = table, .swa_table = table,
-                    .logit_rows = 40};
+  BatchSequence seq{
+      .tokens = tokens, .start_pos = 0, .full_table = table, .swa_table = table, .logit_rows = 40};
   ForwardOutput out;
   out.logits.assign(1, NAN);
   ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &out).ok());
@@ -120,7 +120,9 @@ TEST_P(Step35ModelTest, IncrementalDecodeMatchesFullRecompute) {
   while (pos < n) {
     const int count = pos == 0 ? 7 : 1;
     BatchSequence step{.tokens = std::span<const int32_t>(tokens).subspan(pos, count),
-                       .start_pos = pos, .full_table = table2, .swa_table = table2,
+                       .start_pos = pos,
+                       .full_table = table2,
+                       .swa_table = table2,
                        .logit_rows = 1};
     ForwardOutput out;
     ASSERT_TRUE(model_->Forward({&step, 1}, *kv_, &out).ok());
@@ -143,8 +145,8 @@ TEST_P(Step35ModelTest, BatchOfMixedSequencesGivesEachItsOwnLogits) {
   // Alone.
   std::vector<std::vector<float>> alone;
   for (auto [tokens, table] : {std::pair{&a, &ta}, std::pair{&b, &tb}, std::pair{&c, &tc}}) {
-    BatchSequence seq{.tokens = *tokens, .full_table = *table, .swa_table = *table,
-                      .logit_rows = 2};
+    BatchSequence seq{
+        .tokens = *tokens, .full_table = *table, .swa_table = *table, .logit_rows = 2};
     ForwardOutput out;
     ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &out).ok());
     alone.push_back(out.logits);
@@ -186,13 +188,16 @@ TEST_P(Step35ModelTest, MtpHeadsMatchTheSpecEquations) {
   for (int head = 0; head < 3; ++head) {
     std::vector<Vec> mtp_logits, mtp_hidden;
     reference_->RunMtp(head, tokens, hidden_in, &mtp_logits, &mtp_hidden);
-    BatchSequence seq{.tokens = tokens, .full_table = table, .swa_table = table,
-                      .logit_rows = n, .mtp_hidden = hidden_flat};
+    BatchSequence seq{.tokens = tokens,
+                      .full_table = table,
+                      .swa_table = table,
+                      .logit_rows = n,
+                      .mtp_hidden = hidden_flat};
     ForwardOutput out;
     ASSERT_TRUE(model_->ForwardMtp(head, {&seq, 1}, *kv_, &out).ok());
     double worst = 0;
-    for (int t = 0; t < n; ++t) worst = std::max(worst, RelErr(out.logits.data() + t * v,
-                                                               mtp_logits[t]));
+    for (int t = 0; t < n; ++t)
+      worst = std::max(worst, RelErr(out.logits.data() + t * v, mtp_logits[t]));
     EXPECT_LT(worst, kLogitBound) << "head " << head;
   }
 }

@@ -16,8 +16,11 @@ std::vector<int32_t> Prompt(int n, int32_t first = 100) {
 
 Request Req(SeqId id, int prompt, int64_t max_new = 100, int32_t priority = 0,
             double deadline = std::numeric_limits<double>::infinity()) {
-  return Request{.id = id, .prompt = Prompt(prompt), .max_new_tokens = max_new,
-                 .priority = priority, .deadline_s = deadline};
+  return Request{.id = id,
+                 .prompt = Prompt(prompt),
+                 .max_new_tokens = max_new,
+                 .priority = priority,
+                 .deadline_s = deadline};
 }
 
 // "id:start+count" per planned sequence, with '*' when it samples, e.g. "1:0+8 2:3+1*".
@@ -84,10 +87,13 @@ void RunTable(const SchedulerConfig& config, const std::vector<StepCase>& steps)
 }
 
 SchedulerConfig Config(int budget, int full_blocks, int max_running = 8) {
-  return SchedulerConfig{.max_running = max_running, .max_step_tokens = budget, .max_queue = 4,
+  return SchedulerConfig{.max_running = max_running,
+                         .max_step_tokens = budget,
+                         .max_queue = 4,
                          .max_context = 32,
                          .kv = {.block_size = 4, .sliding_window = 8, .rollback_slack = 2},
-                         .full_blocks = full_blocks, .swa_blocks = full_blocks};
+                         .full_blocks = full_blocks,
+                         .swa_blocks = full_blocks};
 }
 
 TEST(SchedulerTest, ChunkedPrefillThenDecodeWhileAnotherPromptJoins) {
@@ -167,7 +173,7 @@ TEST(SchedulerTest, DraftsVerifiedAndRejectedOnesRolledBack) {
   std::vector<Event> events;
   StepPlan plan = scheduler.Schedule(0, &events);
   scheduler.Commit(plan, SampleAll(plan), &events);  // tokens: 6 prompt + 1
-  scheduler.SetDrafts(1, {50, 51, 52});               // capped at the slack of 2
+  scheduler.SetDrafts(1, {50, 51, 52});              // capped at the slack of 2
   plan = scheduler.Schedule(1, &events);
   ASSERT_EQ(Describe(plan), "1:6+3*");
   EXPECT_EQ(plan.seqs[0].num_drafts, 2);
