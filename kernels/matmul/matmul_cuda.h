@@ -1,0 +1,49 @@
+// Quantized GEMV on a CUDA device: Y[rows x out] = X[rows x in] * W^T for 1..16 activation rows
+// (the decode path), streaming each weight byte from HBM once. Same layout contract as
+// kernels/matmul/matmul.h (W: `out` rows of GGUF blocks, `w_row_bytes` apart; X, Y: F32,
+// row-major with their own strides), with every pointer in device memory and the work enqueued on
+// `stream` (asynchronous: errors from the kernel itself surface at the next synchronization).
+//
+// Supported types: Q8_0, Q4_K, Q6_K, IQ4_XS. Alignment: `w` and `w_row_bytes` must be multiples of
+// 16 bytes, so every weight row starts on a 16-byte boundary and the kernels can use wide loads.
+// GGUF rows whose byte size is not a multiple of 16 (e.g. IQ4_XS with in = 256: 136 bytes) are
+// padded on upload (cudaMemcpy2D with a padded pitch).
+#ifndef STEPSERVE_KERNELS_MATMUL_MATMUL_CUDA_H_
+#define STEPSERVE_KERNELS_MATMUL_MATMUL_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/quant/ggml_type.h"
+#include "kernels/common/kernel_status.h"
+
+namespace stepserve::kernels {
+
+inline constexpr int64_t kGemvCudaMaxRows = 16;
+
+struct GemvCudaArgs {
+  GgmlType type = GgmlType::kQ8_0;
+  const void* w = nullptr;  // device
+  int64_t w_row_bytes = 0;  // >= RowBytes(type, in), multiple of 16
+  int64_t in = 0;           // multiple of the type's block size
+  int64_t out = 0;
+  const float* x = nullptr;  // device
+  int64_t x_stride = 0;      // floats between X rows, >= in
+  int64_t rows = 0;          // 1..kGemvCudaMaxRows
+  float* y = nullptr;        // device, must not alias X
+  int64_t y_stride = 0;      // floats between Y rows, >= out
+};
+
+bool GemvCudaSupports(GgmlType type);
+
+// Checks sizes, strides, alignment and type (host-side only; pointers are not dereferenced).
+KernelStatus ValidateGemvCuda(const GemvCudaArgs& args);
+
+// Validates, then enqueues the kernel on `stream`. kInvalidArgument also when the launch itself
+// fails (the CUDA error is cleared so it does not leak into the caller's next check).
+KernelStatus GemvCuda(const GemvCudaArgs& args, cudaStream_t stream);
+
+}  // namespace stepserve::kernels
+
+#endif  // STEPSERVE_KERNELS_MATMUL_MATMUL_CUDA_H_
