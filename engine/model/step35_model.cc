@@ -1,6 +1,7 @@
 #include "engine/model/step35_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -203,12 +204,20 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
 
 absl::Status Step35Model::RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch,
                                    KvStorage& kv) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = layer_timer_ ? Clock::now() : Clock::time_point();
   if (absl::Status status = Attention(il, rows, kv); !status.ok()) {
     return absl::Status(status.code(),
                         absl::StrFormat("layer %d attention: %s", il, status.message()));
   }
+  const Clock::time_point t1 = layer_timer_ ? Clock::now() : Clock::time_point();
   if (absl::Status status = FeedForward(il, rows); !status.ok()) {
     return absl::Status(status.code(), absl::StrFormat("layer %d FFN: %s", il, status.message()));
+  }
+  if (layer_timer_) {
+    // The CPU backend's ops are synchronous, so wall-clock time brackets the work.
+    layer_timer_(il, std::chrono::duration<double>(t1 - t0).count(),
+                 std::chrono::duration<double>(Clock::now() - t1).count());
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #define STEPSERVE_ENGINE_MODEL_STEP35_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -69,6 +70,12 @@ class Step35Model {
   absl::Status ForwardMtp(int head, std::span<const BatchSequence> batch, KvStorage& kv,
                           ForwardOutput* out);
 
+  // Optional per-layer timing for benchmarks (bench/engine/bench_cpu_layers): called after each
+  // layer of Forward / ForwardMtp with the wall-clock seconds of its attention and FFN halves.
+  // Unset by default, which costs nothing.
+  using LayerTimer = std::function<void(int layer, double attention_seconds, double ffn_seconds)>;
+  void set_layer_timer(LayerTimer timer) { layer_timer_ = std::move(timer); }
+
   const Hparams& hparams() const { return hparams_; }
   const ModelWeights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return *file_; }
@@ -90,6 +97,7 @@ class Step35Model {
   Hparams hparams_;
   ModelWeights weights_;
   std::vector<float> rope_freqs_;  // n_rot_max / 2 entries, or empty
+  LayerTimer layer_timer_;
 };
 
 }  // namespace stepserve::model
