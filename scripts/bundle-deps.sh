@@ -1,8 +1,8 @@
-#!/ usr / bin / env bash
-#Builds stepserve on an air - gapped CUDA host(Ubuntu 24.04 + CUDA 13, no Abseil / gRPC / network)
-#from Debian 12 packages fetched beforehand on a machine with network access.
+#!/usr/bin/env bash
+# Builds stepserve on an air-gapped CUDA host (Ubuntu 24.04 + CUDA 13, no Abseil/gRPC/network)
+# from Debian 12 packages fetched beforehand on a machine with network access.
 #
-#bash scripts / bundle - deps.sh download #here :.debs/*.deb (git-ignored, ~12 MB)
+#   bash scripts/bundle-deps.sh download            # here: .debs/*.deb (git-ignored)
 #   bash scripts/bundle-deps.sh prefix              # there: unpack into .deps/prefix, fix paths
 #   bash scripts/bundle-deps.sh build DIR [TARGET...] [-- CMAKE_ARGS...]
 #                                                   # there: prefix + configure DIR + build
@@ -44,7 +44,7 @@ make_prefix() {
     xargs -0 -r sed -i "s|^prefix=/usr\$|prefix=$prefix/usr|"
   # Any CMake file that still hard-codes /usr/include or /usr/lib of a bundled package.
   grep -rlE '"/usr/(include|lib)' "$prefix/usr/$arch_dir/cmake" 2>/dev/null |
-    xargs -r sed -i -E "s#\"/usr/(include|lib)#\"$prefix/usr/\\1#g"
+    xargs -r sed -i -E "s#\"/usr/(include|lib)#\"$prefix/usr/\\1#g" || true
   echo "bundle-deps: unpacked ${#files[@]} packages into $prefix" >&2
 }
 
@@ -66,7 +66,10 @@ case "${1:-}" in
     build_dir=${1:?usage: bundle-deps.sh build DIR [TARGET...] [-- CMAKE_ARGS...]}
     shift
     targets=()
-    while (($# > 0)) && [[ $1 != -- ]]; do targets+=("$1"); shift; done
+    while (($# > 0)) && [[ $1 != -- ]]; do
+      targets+=("$1")
+      shift
+    done
     if (($# > 0)); then shift; fi
     make_prefix
     eval "$(env_lines)"
