@@ -330,18 +330,12 @@ absl::Status Parser::ReadTensorInfo(size_t index, TensorInfo* out) {
                                  out->ne[0], type->name, type->block_elems));
   }
   // Element count and byte size must both fit in int64 (callers multiply ne freely).
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t elems = 1;
-  int64_t bytes = (out->ne[0] / type->block_elems);
-  bool overflow = bytes > 0 && type->block_bytes > kMax / bytes;
-  bytes *= type->block_bytes;
+  int64_t bytes = 0;
+  bool overflow = __builtin_mul_overflow(out->ne[0] / type->block_elems, type->block_bytes, &bytes);
   for (int d = 0; d < 4 && !overflow; ++d) {
-    if (out->ne[d] != 0 && elems > kMax / out->ne[d]) overflow = true;
-    elems *= out->ne[d];
-    if (d > 0) {
-      if (out->ne[d] != 0 && bytes > kMax / out->ne[d]) overflow = true;
-      bytes *= out->ne[d];
-    }
+    overflow = __builtin_mul_overflow(elems, out->ne[d], &elems) ||
+               (d > 0 && __builtin_mul_overflow(bytes, out->ne[d], &bytes));
   }
   if (overflow) {
     return Error(dims_offset, absl::StrFormat("%s: shape %s of type %s overflows 64-bit sizes",
