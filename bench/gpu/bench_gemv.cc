@@ -1,7 +1,10 @@
 // HBM bandwidth (copy kernel, cudaMemcpy) and quantized GEMV throughput, one JSON object a line.
 // GEMV weights rotate over enough copies (>= 1 GiB in all) that L2 (50 MB) cannot serve them; the
-// launches are captured in a CUDA graph so launch gaps do not count; times are CUDA events, the
-// median of several replays.
+// launches are captured in a CUDA graph so launch gaps count as they would in a captured decode
+// step; times are CUDA events, the median of several replays. Activation modes ("act"): "q8" is
+// the whole default op (quantize X + int8 GEMV: two kernels, the second overlapping the first
+// through programmatic dependent launch), "q8_pre" the GEMV alone on an already quantized X (an
+// input shared by several matmuls is quantized once), "f32" the exact reference path.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -90,7 +93,13 @@ double BenchCopy(cudaStream_t stream, bool use_kernel, int64_t bytes) {
   return gbps;
 }
 
-void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int64_t rows,
+enum class Act { kQ8, kQ8Pre, kF32 };
+
+const char* ActName(Act act) {
+  return act == Act::kQ8 ? "q8" : (act == Act::kQ8Pre ? "q8_pre" : "f32");
+}
+
+void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int64_t rows, Act act,
                double copy_gbps) {
   const int64_t row_bytes = (RowBytes(type, in) + 15) / 16 * 16;
   const int64_t w_bytes = row_bytes * out;
@@ -112,30 +121,45 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
   std::vector<float> hx(rows * in);
   for (size_t i = 0; i < hx.size(); ++i) hx[i] = static_cast<float>((i * 2654435761u) % 1000) - 500;
   float *x, *y;
+  void* scratch;
+  const int64_t scratch_bytes = GemvCudaScratchBytes(in, rows);
+  BENCH_CHECK(cudaMalloc(&scratch, scratch_bytes));
   BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&x), hx.size() * 4));
   BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), rows * out * 4));
   BENCH_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
   const int launches = 2 * copies;
-  cudaGraphExec_t g = Capture(stream, launches, [&](int i) {
-    GemvCudaArgs a{.type = type,
-                   .w = w + (i % copies) * w_bytes,
-                   .w_row_bytes = row_bytes,
-                   .in = in,
-                   .out = out,
-                   .x = x,
-                   .x_stride = in,
-                   .rows = rows,
-                   .y = y,
-                   .y_stride = out};
-    return GemvCuda(a, stream) == KernelStatus::kOk;
-  });
+  auto args = [&](int i) {
+    return GemvCudaArgs{
+        .type = type,
+        .w = w + (i % copies) * w_bytes,
+        .w_row_bytes = row_bytes,
+        .in = in,
+        .out = out,
+        .x = x,
+        .x_stride = in,
+        .rows = rows,
+        .y = y,
+        .y_stride = out,
+        .activations = act == Act::kF32 ? GemvCudaActivations::kF32 : GemvCudaActivations::kQ8,
+        .scratch = scratch,
+        .scratch_bytes = scratch_bytes,
+        .x_prequantized = act == Act::kQ8Pre};
+  };
+  if (act == Act::kQ8Pre) {  // quantize X once, outside the timed graph
+    GemvCudaArgs a = args(0);
+    a.x_prequantized = false;
+    if (GemvCuda(a, stream) != KernelStatus::kOk) std::exit(1);
+    BENCH_CHECK(cudaStreamSynchronize(stream));
+  }
+  cudaGraphExec_t g = Capture(
+      stream, launches, [&](int i) { return GemvCuda(args(i), stream) == KernelStatus::kOk; });
   const double ms = TimeGraph(g, stream, 9) / launches;
   const double bytes = static_cast<double>(w_bytes) + rows * (in + out) * 4.0;
   const double gbps = bytes / (ms * 1e-3) / 1e9;
   std::printf(
-      "{\"bench\":\"gemv\",\"type\":\"%s\",\"out\":%lld,\"in\":%lld,\"rows\":%lld,"
+      "{\"bench\":\"gemv\",\"act\":\"%s\",\"type\":\"%s\",\"out\":%lld,\"in\":%lld,\"rows\":%lld,"
       "\"weight_bytes\":%lld,\"copies\":%d,\"us\":%.3f,\"gbps\":%.1f,\"fraction_of_copy\":%.3f}\n",
-      std::string(GgmlTypeName(type)).c_str(), static_cast<long long>(out),
+      ActName(act), std::string(GgmlTypeName(type)).c_str(), static_cast<long long>(out),
       static_cast<long long>(in), static_cast<long long>(rows), static_cast<long long>(w_bytes),
       copies, ms * 1e3, gbps, gbps / copy_gbps);
   std::fflush(stdout);
@@ -143,9 +167,10 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
   cudaFree(w);
   cudaFree(x);
   cudaFree(y);
+  cudaFree(scratch);
 }
 
-// --quick: IQ4_XS 4096x12288 only (for profiling under ncu).
+// --quick: IQ4_XS and Q8_0 4096x12288, rows 1, q8 (for profiling under ncu).
 int Main(bool quick) {
   if (CudaDeviceCount() == 0) {
     std::fprintf(stderr, "bench_gemv: no CUDA device visible\n");
@@ -160,15 +185,18 @@ int Main(bool quick) {
   const int64_t copy_bytes = int64_t{2} << 30;
   const double kernel_gbps = quick ? 1.0 : BenchCopy(stream, true, copy_bytes);
   if (quick) {
-    BenchGemv(stream, GgmlType::kIQ4_XS, 4096, 12288, 1, kernel_gbps);
-    BenchGemv(stream, GgmlType::kQ8_0, 4096, 12288, 1, kernel_gbps);
+    BenchGemv(stream, GgmlType::kIQ4_XS, 4096, 12288, 1, Act::kQ8, kernel_gbps);
+    BenchGemv(stream, GgmlType::kQ8_0, 4096, 12288, 1, Act::kQ8, kernel_gbps);
     return 0;
   }
   BenchCopy(stream, false, copy_bytes);
   for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ8_0, GgmlType::kQ6_K}) {
-    for (int64_t rows : {1, 8, 16}) {
-      BenchGemv(stream, type, 4096, 12288, rows, kernel_gbps);
-      BenchGemv(stream, type, 12288, 4096, rows, kernel_gbps);
+    for (Act act : {Act::kQ8, Act::kQ8Pre, Act::kF32}) {
+      for (int64_t rows : {1, 4, 8, 16}) {
+        if (act == Act::kF32 && rows == 4) continue;
+        BenchGemv(stream, type, 4096, 12288, rows, act, kernel_gbps);
+        BenchGemv(stream, type, 12288, 4096, rows, act, kernel_gbps);
+      }
     }
   }
   cudaStreamDestroy(stream);

@@ -8,6 +8,19 @@
 // 16 bytes, so every weight row starts on a 16-byte boundary and the kernels can use wide loads.
 // GGUF rows whose byte size is not a multiple of 16 (e.g. IQ4_XS with in = 256: 136 bytes) are
 // padded on upload (cudaMemcpy2D with a padded pitch).
+//
+// Two activation modes (GemvCudaArgs::activations):
+//  - kQ8 (default, fast): X is first quantized per 32 values to int8 with one F32 scale
+//    (d = max|x| / 127, q = round-to-nearest-even(x / d)) into caller-provided scratch, then the
+//    weights are dotted against the int8 values with dp4a. Compared with exact F32 activations the
+//    result differs by the activation rounding: ||y - y_f32|| / ||y_f32|| ~ 5e-3 on random data
+//    (the weights stay exact). Against the same computation on the quantized X it is exact up to
+//    F32 accumulation order (~1e-7). With `x_prequantized` the quantization step is skipped and the
+//    scratch from an earlier call with the same X, `in` and `rows` is reused (several matmuls that
+//    share an input quantize it once).
+//  - kF32 (reference): every weight is dequantized and multiplied by the F32 activation; exact up
+//  to
+//    accumulation order, several times slower (bound by L1 traffic, see docs/cuda-host.md).
 #ifndef STEPSERVE_KERNELS_MATMUL_MATMUL_CUDA_H_
 #define STEPSERVE_KERNELS_MATMUL_MATMUL_CUDA_H_
 
@@ -22,6 +35,8 @@ namespace stepserve::kernels {
 
 inline constexpr int64_t kGemvCudaMaxRows = 16;
 
+enum class GemvCudaActivations : int { kQ8 = 0, kF32 = 1 };
+
 struct GemvCudaArgs {
   GgmlType type = GgmlType::kQ8_0;
   const void* w = nullptr;  // device
@@ -33,7 +48,16 @@ struct GemvCudaArgs {
   int64_t rows = 0;          // 1..kGemvCudaMaxRows
   float* y = nullptr;        // device, must not alias X
   int64_t y_stride = 0;      // floats between Y rows, >= out
+  GemvCudaActivations activations = GemvCudaActivations::kQ8;
+  // kQ8 only: device memory, 16-byte aligned, >= GemvCudaScratchBytes(in, rows) bytes; must not
+  // overlap W, X or Y. Written by the quantization step, read by the GEMV.
+  void* scratch = nullptr;
+  int64_t scratch_bytes = 0;
+  bool x_prequantized = false;  // kQ8 only: scratch already holds this X (x may then be null)
 };
+
+// Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
+int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 
 bool GemvCudaSupports(GgmlType type);
 

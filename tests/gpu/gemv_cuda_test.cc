@@ -1,6 +1,12 @@
-// GemvCuda against the CPU reference (DequantizeRow + double dot) on fresh random valid blocks.
+// GemvCuda against the CPU reference (DequantizeRow + double dot) on fresh random valid blocks, in
+// both activation modes. kQ8 is checked three ways: the quantized activations read back from the
+// scratch equal a host re-implementation of the documented rounding byte for byte; y matches the
+// double-precision dot with those quantized activations to F32 accumulation error; y is close to
+// the exact F32 result (the activation rounding bound); and a second call with x_prequantized
+// reproduces y bit for bit.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,8 +26,43 @@ namespace {
 
 // Float accumulation over `in` <= 4096 terms in a different order than the double reference:
 // observed errors are ~1e-7; the bound leaves room without hiding an indexing error (which gives
-// errors of order 1).
+// errors of order 1). Used for kF32 vs the exact reference and kQ8 vs the quantized-X reference.
 constexpr double kMaxRelError = 2e-5;
+// kQ8 vs the exact F32 result: rounding x to 1/254 of its block's max|x| gives errors of ~0.3% of
+// |x| per value (uniform rounding, std d/sqrt(12)); relative to y that is ~5e-3 on normal data.
+// 3e-2 leaves room for small outputs (33 rows) while an indexing or scale error (order 1) fails.
+constexpr double kMaxRelErrorQ8VsF32 = 3e-2;
+
+// Host copy of the documented kQ8 activation quantization (matmul_cuda.h): per 32 values
+// d = max|x| / 127, q = round-half-even(x / d), sum = d * sum(q); F32 arithmetic throughout.
+struct HostQ8 {
+  std::vector<int8_t> q;    // rows x in
+  std::vector<float> d, s;  // rows x in/32
+};
+
+HostQ8 QuantizeHost(const std::vector<float>& x, int64_t rows, int64_t in, int64_t x_stride) {
+  HostQ8 h;
+  h.q.resize(rows * in);
+  h.d.resize(rows * in / 32);
+  h.s.resize(rows * in / 32);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < in / 32; ++b) {
+      const float* v = &x[r * x_stride + 32 * b];
+      float amax = 0.f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float d = amax / 127.0f;
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int q = d > 0.f ? static_cast<int>(std::nearbyint(v[i] / d)) : 0;
+        h.q[r * in + 32 * b + i] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      h.d[r * (in / 32) + b] = d;
+      h.s[r * (in / 32) + b] = d * static_cast<float>(sum);
+    }
+  }
+  return h;
+}
 
 int64_t PaddedRowBytes(GgmlType type, int64_t in) { return (RowBytes(type, in) + 15) / 16 * 16; }
 
@@ -39,7 +80,7 @@ struct DeviceBuffer {
 TEST(GemvCudaValidateTest, RejectsBadArguments) {
   // Host-side checks only: runs without a GPU.
   alignas(16) static uint8_t w[4096];
-  alignas(16) static float x[512], y[64];
+  alignas(16) static float x[512], y[64], scratch[256];
   GemvCudaArgs a{.type = GgmlType::kQ4_K,
                  .w = w,
                  .w_row_bytes = 144,
@@ -49,9 +90,38 @@ TEST(GemvCudaValidateTest, RejectsBadArguments) {
                  .x_stride = 256,
                  .rows = 1,
                  .y = y,
-                 .y_stride = 8};
+                 .y_stride = 8,
+                 .scratch = scratch,
+                 .scratch_bytes = sizeof(scratch)};
   EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kOk);
   GemvCudaArgs b = a;
+  b.scratch = nullptr;  // kQ8 needs scratch
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
+  b = a;
+  b.scratch_bytes = GemvCudaScratchBytes(256, 1) - 1;
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
+  b = a;
+  b.rows = 2;  // the same scratch is too small for two rows (256 + 8 * 8 bytes each)
+  b.scratch_bytes = GemvCudaScratchBytes(256, 1);
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
+  b = a;
+  b.scratch = reinterpret_cast<uint8_t*>(scratch) + 4;  // misaligned scratch
+  b.scratch_bytes = 512;
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
+  b = a;
+  b.x = nullptr;  // X needed unless prequantized
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
+  b.x_prequantized = true;
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kOk);
+  b = a;
+  b.activations = GemvCudaActivations::kF32;  // F32 mode needs no scratch
+  b.scratch = nullptr;
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kOk);
+  b.activations = static_cast<GemvCudaActivations>(7);
+  EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
+  EXPECT_EQ(GemvCudaScratchBytes(256, 1), 256 + 8 * 8);
+  EXPECT_EQ(GemvCudaScratchBytes(4096, 3), 3 * 4096 + 3 * 128 * 8);
+  b = a;
   b.type = GgmlType::kQ3_K;
   EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kUnsupportedType);
   b = a;
@@ -78,14 +148,26 @@ TEST(GemvCudaValidateTest, RejectsBadArguments) {
   EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
 }
 
-using Case = std::tuple<GgmlType, std::pair<int64_t, int64_t>, int64_t>;  // type, {out,in}, rows
+// type, {out, in}, rows, activations
+using Case = std::tuple<GgmlType, std::pair<int64_t, int64_t>, int64_t, GemvCudaActivations>;
 
 class GemvCudaTest : public ::testing::TestWithParam<Case> {};
 
+// ||a - b|| / ||b|| over rows x out.
+double RelError(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff2 += (a[i] - b[i]) * (a[i] - b[i]);
+    ref2 += b[i] * b[i];
+  }
+  return std::sqrt(diff2 / ref2);
+}
+
 TEST_P(GemvCudaTest, MatchesCpuReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  const auto [type, shape, rows] = GetParam();
+  const auto [type, shape, rows, mode] = GetParam();
   const auto [out, in] = shape;
+  const bool q8 = mode == GemvCudaActivations::kQ8;
   const int64_t row_bytes = PaddedRowBytes(type, in);
   const int64_t nb = in / TypeInfo(type).block_elems;
   const int64_t x_stride = in + 4, y_stride = out + 3;
@@ -101,26 +183,34 @@ TEST_P(GemvCudaTest, MatchesCpuReference) {
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<float> x(rows * x_stride);
   for (float& v : x) v = normal(rng);
+  const HostQ8 hq = QuantizeHost(x, rows, in, x_stride);
 
-  // Reference: exact dequantized weights, double accumulation.
-  std::vector<double> ref(rows * out);
+  // References with the exact dequantized weights and double accumulation: against the F32
+  // activations, and against the quantized ones (d * q).
+  std::vector<double> ref(rows * out), ref_q8(rows * out);
   std::vector<float> deq(in);
   for (int64_t o = 0; o < out; ++o) {
     ASSERT_TRUE(quant::DequantizeRow(type, w.data() + o * row_bytes, deq.data(), in).ok());
     for (int64_t r = 0; r < rows; ++r) {
-      double s = 0;
-      for (int64_t k = 0; k < in; ++k) s += double{deq[k]} * x[r * x_stride + k];
+      double s = 0, sq = 0;
+      for (int64_t k = 0; k < in; ++k) {
+        s += double{deq[k]} * x[r * x_stride + k];
+        sq += double{deq[k]} * hq.d[r * (in / 32) + k / 32] * hq.q[r * in + k];
+      }
       ref[r * out + o] = s;
+      ref_q8[r * out + o] = sq;
     }
   }
 
-  DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(rows * y_stride * 4);
+  const int64_t scratch_bytes = GemvCudaScratchBytes(in, rows);
+  DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(rows * y_stride * 4), ds(scratch_bytes);
   ASSERT_NE(dw.ptr, nullptr);
   ASSERT_NE(dx.ptr, nullptr);
   ASSERT_NE(dy.ptr, nullptr);
+  ASSERT_NE(ds.ptr, nullptr);
   ASSERT_EQ(cudaMemcpy(dw.ptr, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(dx.ptr, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemset(dy.ptr, 0xFF, rows * y_stride * 4), cudaSuccess);  // NaN poison
+  ASSERT_EQ(cudaMemset(ds.ptr, 0x5A, scratch_bytes), cudaSuccess);  // stale garbage
 
   GemvCudaArgs args{.type = type,
                     .w = dw.ptr,
@@ -131,45 +221,84 @@ TEST_P(GemvCudaTest, MatchesCpuReference) {
                     .x_stride = x_stride,
                     .rows = rows,
                     .y = static_cast<float*>(dy.ptr),
-                    .y_stride = y_stride};
-  ASSERT_EQ(GemvCuda(args, nullptr), KernelStatus::kOk);
-  const cudaError_t err = cudaDeviceSynchronize();
-  ASSERT_EQ(err, cudaSuccess) << CudaErrorText("GemvCuda", err);
-  std::vector<float> y(rows * y_stride);
-  ASSERT_EQ(cudaMemcpy(y.data(), dy.ptr, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-
-  double diff2 = 0, ref2 = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t o = 0; o < out; ++o) {
-      const float v = y[r * y_stride + o];
-      ASSERT_TRUE(std::isfinite(v)) << "y[" << r << "][" << o << "] not written";
-      const double d = v - ref[r * out + o];
-      diff2 += d * d;
-      ref2 += ref[r * out + o] * ref[r * out + o];
+                    .y_stride = y_stride,
+                    .activations = mode,
+                    .scratch = q8 ? ds.ptr : nullptr,
+                    .scratch_bytes = q8 ? scratch_bytes : 0};
+  // Runs the GEMV into a NaN-poisoned Y and returns rows x out (padding columns checked).
+  auto run = [&](const GemvCudaArgs& a, std::vector<double>* result, std::vector<float>* raw) {
+    ASSERT_EQ(cudaMemset(dy.ptr, 0xFF, rows * y_stride * 4), cudaSuccess);  // NaN poison
+    ASSERT_EQ(GemvCuda(a, nullptr), KernelStatus::kOk);
+    const cudaError_t err = cudaDeviceSynchronize();
+    ASSERT_EQ(err, cudaSuccess) << CudaErrorText("GemvCuda", err);
+    raw->resize(rows * y_stride);
+    ASSERT_EQ(cudaMemcpy(raw->data(), dy.ptr, raw->size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    result->resize(rows * out);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        const float v = (*raw)[r * y_stride + o];
+        ASSERT_TRUE(std::isfinite(v)) << "y[" << r << "][" << o << "] not written";
+        (*result)[r * out + o] = v;
+      }
+      for (int64_t o = out; o < y_stride; ++o) {
+        uint32_t bits;
+        std::memcpy(&bits, &(*raw)[r * y_stride + o], 4);
+        ASSERT_EQ(bits, 0xFFFFFFFFu) << "write past out in row " << r;
+      }
     }
-    for (int64_t o = out; o < y_stride; ++o) {
-      uint32_t bits;
-      std::memcpy(&bits, &y[r * y_stride + o], 4);
-      ASSERT_EQ(bits, 0xFFFFFFFFu) << "write past out in row " << r;
-    }
+  };
+  std::vector<double> y;
+  std::vector<float> y_raw;
+  ASSERT_NO_FATAL_FAILURE(run(args, &y, &y_raw));
+  const std::string what = std::string(GgmlTypeName(type)) + " out " + std::to_string(out) +
+                           " in " + std::to_string(in) + " rows " + std::to_string(rows) +
+                           (q8 ? " q8" : " f32");
+  const double rel = RelError(y, ref);
+  if (!q8) {
+    EXPECT_LE(rel, kMaxRelError) << what;
+    std::printf("[ rel ] %s rel_error=%.3g\n", what.c_str(), rel);
+    return;
   }
-  const double rel = std::sqrt(diff2 / ref2);
-  RecordProperty("rel_error", std::to_string(rel));
-  EXPECT_LE(rel, kMaxRelError) << GgmlTypeName(type) << " out " << out << " in " << in << " rows "
-                               << rows;
-  std::printf("[ rel ] %s out=%lld in=%lld rows=%lld rel_error=%.3g\n",
-              std::string(GgmlTypeName(type)).c_str(), static_cast<long long>(out),
-              static_cast<long long>(in), static_cast<long long>(rows), rel);
+
+  // The quantized activations in the scratch, byte for byte.
+  std::vector<uint8_t> scratch(scratch_bytes);
+  ASSERT_EQ(cudaMemcpy(scratch.data(), ds.ptr, scratch_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(std::memcmp(scratch.data(), hq.q.data(), hq.q.size()), 0)
+      << what << ": int8 activations differ from the host quantization";
+  const int64_t scales_at = GemvCudaScratchBytes(in, rows) - rows * (in / 32) * 8;
+  for (int64_t i = 0; i < rows * (in / 32); ++i) {
+    float d, s;
+    std::memcpy(&d, &scratch[scales_at + 8 * i], 4);
+    std::memcpy(&s, &scratch[scales_at + 8 * i + 4], 4);
+    ASSERT_EQ(d, hq.d[i]) << what << " scale " << i;
+    ASSERT_EQ(s, hq.s[i]) << what << " sum " << i;
+  }
+  const double rel_q8 = RelError(y, ref_q8);
+  EXPECT_LE(rel_q8, kMaxRelError) << what << " vs quantized-X reference";
+  EXPECT_LE(rel, kMaxRelErrorQ8VsF32) << what << " vs F32 reference";
+  std::printf("[ rel ] %s rel_error_vs_q8x=%.3g rel_error_vs_f32=%.3g\n", what.c_str(), rel_q8,
+              rel);
+
+  // Reusing the quantized X (no X pointer at all) gives the same bits.
+  GemvCudaArgs again = args;
+  again.x = nullptr;
+  again.x_prequantized = true;
+  std::vector<double> y2;
+  std::vector<float> y2_raw;
+  ASSERT_NO_FATAL_FAILURE(run(again, &y2, &y2_raw));
+  EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size() * 4), 0) << what;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GemvCudaTest,
-                         ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                                              GgmlType::kQ6_K, GgmlType::kIQ4_XS),
-                                            ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
-                                                              std::pair<int64_t, int64_t>{33, 4096},
-                                                              std::pair<int64_t, int64_t>{4095,
-                                                                                          768}),
-                                            ::testing::Values(1, 3, 8, 16)));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemvCudaTest,
+    ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
+                                         GgmlType::kIQ4_XS),
+                       ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
+                                         std::pair<int64_t, int64_t>{33, 4096},
+                                         std::pair<int64_t, int64_t>{4095, 768}),
+                       ::testing::Values(1, 3, 8, 16),
+                       ::testing::Values(GemvCudaActivations::kQ8, GemvCudaActivations::kF32)));
 
 }  // namespace
 }  // namespace stepserve::kernels

@@ -1,0 +1,53 @@
+// Shared between the GEMV .cu files (not a public header): the kernel parameter block and the
+// per-path launchers. matmul_cuda.cu validates and dispatches; gemv_f32x_cuda.cu holds the exact
+// F32-activation kernels, gemv_q8x_cuda.cu the int8-activation (dp4a) kernels and the activation
+// quantizer. Split so the three compile in parallel and each stays one job.
+#ifndef STEPSERVE_KERNELS_MATMUL_GEMV_CUDA_INTERNAL_H_
+#define STEPSERVE_KERNELS_MATMUL_GEMV_CUDA_INTERNAL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/quant/ggml_type.h"
+
+namespace stepserve::kernels::gemv_internal {
+
+inline constexpr int kWarpsPerBlock = 4;
+inline constexpr int kThreads = 32 * kWarpsPerBlock;
+
+// Quantized activations: for every activation row, `in` int8 values, then (after the int8 part of
+// all rows, 16-byte aligned) one float2 {d, d * sum(q)} per 32 values. d = max|x| / 127.
+inline constexpr int64_t kQ8BlockElems = 32;
+
+inline int64_t Q8ScalesOffset(int64_t in, int64_t rows) { return (in * rows + 15) / 16 * 16; }
+
+struct GemvParams {
+  const uint8_t* w;
+  int64_t w_row_bytes;
+  int64_t in;
+  int64_t out;
+  const float* x;  // F32 activations (F32 path and quantizer input)
+  int64_t x_stride;
+  const int8_t* xq;  // int8 activations, row stride `in` (Q8 path)
+  const float2* xd;  // {d, d * sum} per 32 activations, row stride in / 32 (Q8 path)
+  int rows;
+  float* y;
+  int64_t y_stride;
+  uint32_t iq4nl[4];  // kvalues_iq4nl as 16 int8 bytes, by value so no device-global state
+};
+
+cudaError_t LaunchGemvF32x(GgmlType type, const GemvParams& p, cudaStream_t stream);
+
+// Writes xq / xd from x for p.rows rows of p.in values (p.in a multiple of 32).
+cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaStream_t stream);
+
+// `overlap_previous`: launched with programmatic stream serialization, so the kernel's blocks start
+// (and prefetch weights into L2) while the quantizer before it is still running; they wait for it
+// before reading xq / xd.
+cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previous,
+                          cudaStream_t stream);
+
+}  // namespace stepserve::kernels::gemv_internal
+
+#endif  // STEPSERVE_KERNELS_MATMUL_GEMV_CUDA_INTERNAL_H_

@@ -1,0 +1,449 @@
+// Int8-activation GEMV (GemvCudaActivations::kQ8, see matmul_cuda.h) and the activation quantizer.
+//
+// Why this shape: a decode GEMV must stream every weight byte from HBM once, and at 4 TB/s an
+// IQ4_XS/Q4_K weight (~0.55 byte) arrives every ~0.14 ns per SM-cycle budget, so the per-weight
+// work on the SM has to be a few instructions and ~1 byte of L1 traffic. The F32 path spends a
+// 4-byte activation load plus a table lookup and a float convert per weight per output row and is
+// L1-bound at 11-41% of HBM bandwidth (measured, docs/cuda-host.md). Here:
+//  - activations are int8 (quantized once per call by QuantizeQ8Kernel: 1 byte per value, shared
+//    by all output rows through L1/L2) and dotted 4 at a time with __dp4a on packed weight bytes;
+//  - IQ4_XS nibbles go through the 16-entry table with __byte_perm on 4 registers (no shared
+//    memory), Q4_K/Q6_K nibbles are masked into bytes, Q8_0 bytes are used as they are;
+//  - integer dot sums become floats through the 2^23 exponent trick (two full-rate ops instead of
+//    a quarter-rate I2F);
+//  - each warp computes NR output rows that share the activation loads, and all activation rows
+//    (batch) reuse one decode of the weights: batch 8 costs little more weight work than batch 1;
+//  - before waiting for the quantizer (programmatic dependent launch), each warp prefetches the
+//    start of its weight rows into L2, so the quantizer's run and the launch gap overlap HBM reads.
+// The lane -> block-piece mapping per type keeps each warp's weight loads on one contiguous
+// stretch of the row (coalesced), 16-byte loads where the block alignment allows.
+#include <cstdint>
+
+#include "kernels/matmul/gemv_cuda_internal.h"
+
+namespace stepserve::kernels::gemv_internal {
+namespace {
+
+__device__ __forceinline__ float F16Bits(uint32_t h) {
+  float f;
+  const unsigned short s = static_cast<unsigned short>(h);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
+  return f;
+}
+
+// Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract.
+__device__ __forceinline__ float IntToFloat(int i) {
+  return __int_as_float(0x4B400000 + i) - 12582912.0f;
+}
+
+__device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }
+
+// Waits until the grid this one depends on (the quantizer) has finished and its writes are
+// visible; returns at once when the kernel was launched without programmatic serialization.
+__device__ __forceinline__ void WaitForPreviousGrid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// 4 bytes at a 2-byte-aligned address, from the aligned words that hold them (never a word
+// without a wanted byte, so rows padded to 16 bytes are never overrun).
+__device__ __forceinline__ uint32_t Load32Align2(const uint8_t* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t off = static_cast<uint32_t>(a & 3u);
+  const unsigned* word = reinterpret_cast<const unsigned*>(a - off);
+  const unsigned w0 = __ldcs(word);
+  const unsigned w1 = off ? __ldcs(word + 1) : 0u;
+  return __funnelshift_r(w0, w1, 8 * off);
+}
+
+// ---- Q8_0: 34-byte blocks, 2 lanes per block (16 int8 each), 16 blocks per warp step. ----
+struct PieceQ8_0 {
+  static constexpr int kLanes = 2, kElems = 32, kBytes = 34;
+  struct W {
+    uint32_t q[4];
+    float d;
+  };
+  struct X {
+    uint4 q;
+    float d;
+  };
+  static __device__ __forceinline__ W Load(const uint8_t* blk, int c, const GemvParams&) {
+    W w;
+    w.d = F16Bits(__ldcs(reinterpret_cast<const unsigned short*>(blk)));
+    // 16 bytes at a 2-byte-aligned address: five aligned words (four when aligned), funnel-shifted.
+    const uintptr_t a = reinterpret_cast<uintptr_t>(blk + 2 + 16 * c);
+    const uint32_t off = static_cast<uint32_t>(a & 3u);
+    const unsigned* word = reinterpret_cast<const unsigned*>(a - off);
+    uint32_t v[5];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = __ldcs(word + i);
+    v[4] = off ? __ldcs(word + 4) : 0u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w.q[i] = __funnelshift_r(v[i], v[i + 1], 8 * off);
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
+    X x;
+    x.q = __ldg(reinterpret_cast<const uint4*>(p.xq + r * p.in + b * 32 + 16 * c));
+    x.d = __ldg(&p.xd[r * (p.in / 32) + b].x);
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    int s = __dp4a(static_cast<int>(w.q[0]), static_cast<int>(x.q.x), 0);
+    s = __dp4a(static_cast<int>(w.q[1]), static_cast<int>(x.q.y), s);
+    s = __dp4a(static_cast<int>(w.q[2]), static_cast<int>(x.q.z), s);
+    s = __dp4a(static_cast<int>(w.q[3]), static_cast<int>(x.q.w), s);
+    return (w.d * x.d) * IntToFloat(s);
+  }
+};
+
+// ---- Q4_K: 144-byte blocks (16-byte aligned), 8 lanes per block, 4 blocks per warp step. ----
+// Lane c holds 16-byte piece c of qs: 16 elements of sub-block 2*(c/2) (low nibbles) and the same
+// 16 positions of sub-block 2*(c/2)+1 (high nibbles). The min term uses the quantized sum of each
+// sub-block's activations; only even lanes add it so each sub-block counts once.
+__device__ __forceinline__ uint32_t ScaleByte(uint4 h, int k) {
+  const uint32_t word = k < 4 ? h.y : (k < 8 ? h.z : h.w);
+  return Byte(word, k & 3);
+}
+
+__device__ __forceinline__ void ScaleMinK4(uint4 h, int j, uint32_t* sc, uint32_t* m) {
+  if (j < 4) {
+    *sc = ScaleByte(h, j) & 63;
+    *m = ScaleByte(h, j + 4) & 63;
+  } else {
+    *sc = (ScaleByte(h, j + 4) & 15) | ((ScaleByte(h, j - 4) >> 6) << 4);
+    *m = (ScaleByte(h, j + 4) >> 4) | ((ScaleByte(h, j) >> 6) << 4);
+  }
+}
+
+struct PieceQ4_K {
+  static constexpr int kLanes = 8, kElems = 256, kBytes = 144;
+  struct W {
+    uint32_t lo[4], hi[4];  // nibbles as bytes: sub-block 2*pair, then 2*pair+1
+    float dl0, dl1, ml0, ml1;
+  };
+  struct X {
+    uint4 lo, hi;
+    float4 ds;  // {d, s} of sub-block 2*pair, then of 2*pair+1
+  };
+  static __device__ __forceinline__ W Load(const uint8_t* blk, int c, const GemvParams&) {
+    const uint4* p = reinterpret_cast<const uint4*>(blk);
+    const uint4 h = __ldcs(p);
+    const uint4 q4 = __ldcs(p + 1 + c);
+    const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
+    W w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w.lo[i] = q[i] & 0x0F0F0F0Fu;
+      w.hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+    }
+    const int pair = c >> 1;
+    uint32_t sc0, m0, sc1, m1;
+    ScaleMinK4(h, 2 * pair, &sc0, &m0);
+    ScaleMinK4(h, 2 * pair + 1, &sc1, &m1);
+    const float d = F16Bits(h.x), dmin = (c & 1) ? 0.f : F16Bits(h.x >> 16);
+    w.dl0 = d * static_cast<float>(sc0);
+    w.dl1 = d * static_cast<float>(sc1);
+    w.ml0 = dmin * static_cast<float>(m0);
+    w.ml1 = dmin * static_cast<float>(m1);
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
+    const int pair = c >> 1;
+    const int8_t* xq = p.xq + r * p.in + b * 256 + 64 * pair + 16 * (c & 1);
+    X x;
+    x.lo = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.hi = __ldg(reinterpret_cast<const uint4*>(xq + 32));
+    x.ds = __ldg(reinterpret_cast<const float4*>(p.xd + r * (p.in / 32) + b * 8 + 2 * pair));
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    const uint32_t xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w};
+    const uint32_t xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s0 = __dp4a(static_cast<int>(w.lo[i]), static_cast<int>(xl[i]), s0);
+      s1 = __dp4a(static_cast<int>(w.hi[i]), static_cast<int>(xh[i]), s1);
+    }
+    // Odd lanes carry ml0 = ml1 = 0: each sub-block's min term counts once.
+    return (w.dl0 * x.ds.x) * IntToFloat(s0) + (w.dl1 * x.ds.z) * IntToFloat(s1) -
+           (w.ml0 * x.ds.y + w.ml1 * x.ds.w);
+  }
+};
+
+// ---- IQ4_XS: 136-byte blocks (8-byte aligned), 8 lanes per block (one 32-element sub-block
+// each), 4 blocks per warp step. ----
+// Maps the 8 nibbles of `q` through the 16-entry int8 table `t` (entry k = byte k%4 of t[k/4]).
+// Returns the entries for the low nibbles of bytes 0..3 (.x) and for the high nibbles (.y).
+__device__ __forceinline__ uint2 Lookup16(uint32_t q, const uint32_t (&t)[4]) {
+  uint32_t r[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    // Selector nibbles in order: low, high nibble of byte 2*half, then of byte 2*half+1.
+    const uint32_t s = q >> (16 * half);
+    const uint32_t sel = s & 0x7777u;
+    const uint32_t lo8 = __byte_perm(t[0], t[1], sel);  // entries 0..7
+    const uint32_t hi8 = __byte_perm(t[2], t[3], sel);  // entries 8..15
+    // Byte n from hi8 (selector n + 4) where bit 3 of nibble n is set, else from lo8.
+    r[half] = __byte_perm(lo8, hi8, 0x3210u | ((s & 0x8888u) >> 1));
+  }
+  // r[0] = {T(lo b0), T(hi b0), T(lo b1), T(hi b1)}, r[1] likewise for b2, b3: de-interleave.
+  return make_uint2(__byte_perm(r[0], r[1], 0x6420u), __byte_perm(r[0], r[1], 0x7531u));
+}
+
+struct PieceIQ4_XS {
+  static constexpr int kLanes = 8, kElems = 256, kBytes = 136;
+  struct W {
+    uint32_t lo[4], hi[4];  // table values of elements 0..15 and 16..31 of the sub-block
+    float dl;
+  };
+  struct X {
+    uint4 lo, hi;
+    float d;
+  };
+  static __device__ __forceinline__ W Load(const uint8_t* blk, int ib, const GemvParams& p) {
+    const uint2 h = __ldcs(reinterpret_cast<const uint2*>(blk));
+    const uint2 qa = __ldcs(reinterpret_cast<const uint2*>(blk + 8 + 16 * ib));
+    const uint2 qb = __ldcs(reinterpret_cast<const uint2*>(blk + 16 + 16 * ib));
+    const uint32_t ls =
+        ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
+    W w;
+    w.dl = F16Bits(h.x) * static_cast<float>(static_cast<int>(ls) - 32);
+    const uint32_t t[4] = {p.iq4nl[0], p.iq4nl[1], p.iq4nl[2], p.iq4nl[3]};
+    const uint32_t q[4] = {qa.x, qa.y, qb.x, qb.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint2 v = Lookup16(q[i], t);
+      w.lo[i] = v.x;
+      w.hi[i] = v.y;
+    }
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int ib) {
+    const int8_t* xq = p.xq + r * p.in + b * 256 + 32 * ib;
+    X x;
+    x.lo = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.hi = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+    x.d = __ldg(&p.xd[r * (p.in / 32) + b * 8 + ib].x);
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    const uint32_t xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w};
+    const uint32_t xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s = __dp4a(static_cast<int>(w.lo[i]), static_cast<int>(xl[i]), s);
+      s = __dp4a(static_cast<int>(w.hi[i]), static_cast<int>(xh[i]), s);
+    }
+    return (w.dl * x.d) * IntToFloat(s);
+  }
+};
+
+// ---- Q6_K: 210-byte blocks (2-byte aligned), 16 lanes per block, 2 blocks per warp step. ----
+// Lane c takes half h = c / 8 and positions l0 = 4*(c%8) .. +3 of all four 32-element quarters k
+// of that half (16 elements); each quarter is its own 32-activation quantization block.
+struct PieceQ6_K {
+  static constexpr int kLanes = 16, kElems = 256, kBytes = 210;
+  struct W {
+    uint32_t v[4];  // signed bytes q - 32 of quarter k, positions l0..l0+3
+    float dsc[4];   // d * scale of quarter k
+  };
+  struct X {
+    uint32_t q[4];
+    float d[4];
+  };
+  static __device__ __forceinline__ W Load(const uint8_t* blk, int c, const GemvParams&) {
+    const int h = c >> 3, l0 = 4 * (c & 7), sel = l0 >= 16 ? 1 : 0;
+    const uint32_t ql0 = Load32Align2(blk + 64 * h + l0);
+    const uint32_t ql1 = Load32Align2(blk + 64 * h + 32 + l0);
+    const uint32_t qh = Load32Align2(blk + 128 + 32 * h + l0);
+    const uint32_t s03 = Load32Align2(blk + 192 + 8 * h);
+    const uint32_t s47 = Load32Align2(blk + 196 + 8 * h);
+    const float d = F16Bits(__ldcs(reinterpret_cast<const unsigned short*>(blk + 208)));
+    W w;
+    // 6-bit values 0..63 per byte, then - 32 per byte (no borrow: every byte is >= 0 before).
+    w.v[0] = __vsub4((ql0 & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u), 0x20202020u);
+    w.v[1] = __vsub4((ql1 & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u), 0x20202020u);
+    w.v[2] = __vsub4(((ql0 >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u), 0x20202020u);
+    w.v[3] = __vsub4(((ql1 >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u), 0x20202020u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int sb = sel + 2 * k;  // scale byte within the 8 of this half
+      const uint32_t sbyte = sb < 4 ? Byte(s03, sb & 3) : Byte(s47, sb & 3);
+      w.dsc[k] = d * static_cast<float>(static_cast<int8_t>(sbyte));
+    }
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
+    const int h = c >> 3, l0 = 4 * (c & 7);
+    const int8_t* xq = p.xq + r * p.in + b * 256 + 128 * h + l0;
+    const float2* xd = p.xd + r * (p.in / 32) + b * 8 + 4 * h;
+    X x;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x.q[k] = __ldg(reinterpret_cast<const unsigned*>(xq + 32 * k));
+      x.d[k] = __ldg(&xd[k].x);
+    }
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    float v = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v += (w.dsc[k] * x.d[k]) *
+           IntToFloat(__dp4a(static_cast<int>(w.v[k]), static_cast<int>(x.q[k]), 0));
+    }
+    return v;
+  }
+};
+
+// One warp: output rows o0 .. o0+NR-1 (rows past `out` re-read the last row and are not stored),
+// all activation rows. Per step every lane decodes its piece of one block of each of the NR
+// weight rows, then each activation row's int8 piece is loaded once and dotted with all NR.
+template <class P, int R, int NR>
+__global__ void __launch_bounds__(kThreads) GemvQ8Kernel(const __grid_constant__ GemvParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
+  if (o0 >= p.out) return;
+  const uint8_t* rows[NR];
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    rows[n] = p.w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
+  }
+  // Up to the first 4 KiB of each row (one 128-byte line per lane) into L2 while the quantizer
+  // may still run: only weights are touched before the wait.
+  const int64_t pre = p.w_row_bytes < 4096 ? p.w_row_bytes : 4096;
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    if (128 * lane < pre) PrefetchL2(rows[n] + 128 * lane);
+  }
+  WaitForPreviousGrid();
+
+  float acc[NR][R];
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[n][r] = 0.f;
+  }
+  constexpr int kBlocksPerStep = 32 / P::kLanes;
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int64_t nb = p.in / P::kElems;
+#pragma unroll 2
+  for (int64_t b = g; b < nb; b += kBlocksPerStep) {
+    typename P::W w[NR];
+#pragma unroll
+    for (int n = 0; n < NR; ++n) w[n] = P::Load(rows[n] + b * P::kBytes, c, p);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < p.rows) {
+        const typename P::X x = P::LoadX(p, r, b, c);
+#pragma unroll
+        for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(w[n], x, c);
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < p.rows) {
+        float v = acc[n][r];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        if (lane == 0 && o0 + n < p.out) p.y[r * p.y_stride + o0 + n] = v;
+      }
+    }
+  }
+}
+
+// One thread per 4 activations, 8 threads per 32-value block (a row holds whole blocks, so the
+// 8 lanes of a group are always all active or all past the end together).
+__global__ void __launch_bounds__(256)
+    QuantizeQ8Kernel(const __grid_constant__ GemvParams p, int8_t* xq, float2* xd) {
+  // Let the dependent GEMV launch now; it waits for this grid's completion before reading.
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t per_row = p.in / 4;
+  if (t >= per_row * p.rows) return;
+  const int64_t r = t / per_row, k = 4 * (t - r * per_row);
+  const float4 v = __ldg(reinterpret_cast<const float4*>(p.x + r * p.x_stride + k));
+  const unsigned mask = 0xFFu << (threadIdx.x & 24);
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, off));
+  const float d = amax / 127.0f;
+  int q[4] = {0, 0, 0, 0};
+  if (d > 0.f) {  // IEEE division, so a host reference can reproduce every byte
+    q[0] = __float2int_rn(v.x / d);
+    q[1] = __float2int_rn(v.y / d);
+    q[2] = __float2int_rn(v.z / d);
+    q[3] = __float2int_rn(v.w / d);
+  }
+  int sum = q[0] + q[1] + q[2] + q[3];
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(mask, sum, off);
+  const uint32_t packed =
+      (static_cast<uint32_t>(q[0]) & 0xFFu) | ((static_cast<uint32_t>(q[1]) & 0xFFu) << 8) |
+      ((static_cast<uint32_t>(q[2]) & 0xFFu) << 16) | ((static_cast<uint32_t>(q[3]) & 0xFFu) << 24);
+  *reinterpret_cast<uint32_t*>(xq + r * p.in + k) = packed;
+  if ((threadIdx.x & 7) == 0) {
+    xd[r * (p.in / 32) + k / 32] = make_float2(d, d * static_cast<float>(sum));
+  }
+}
+
+template <class P, int R, int NR>
+cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
+  const int64_t warps = (p.out + NR - 1) / NR;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap_previous ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, GemvQ8Kernel<P, R, NR>, p);
+}
+
+// Activation-row bound R (compile time, accumulators in registers) and output rows per warp NR:
+// more activation rows make activation loads the larger L1 stream, so more output rows share them.
+template <class P>
+cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
+  if (p.rows == 1) return Launch<P, 1, 1>(p, overlap_previous, stream);
+  if (p.rows <= 4) return Launch<P, 4, 2>(p, overlap_previous, stream);
+  if (p.rows <= 8) return Launch<P, 8, 4>(p, overlap_previous, stream);
+  return Launch<P, 16, 4>(p, overlap_previous, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaStream_t stream) {
+  const int64_t threads = p.in / 4 * p.rows;
+  const unsigned grid = static_cast<unsigned>((threads + 255) / 256);
+  QuantizeQ8Kernel<<<grid, 256, 0, stream>>>(p, xq, xd);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previous,
+                          cudaStream_t stream) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return LaunchRows<PieceQ8_0>(p, overlap_previous, stream);
+    case GgmlType::kQ4_K:
+      return LaunchRows<PieceQ4_K>(p, overlap_previous, stream);
+    case GgmlType::kQ6_K:
+      return LaunchRows<PieceQ6_K>(p, overlap_previous, stream);
+    case GgmlType::kIQ4_XS:
+      return LaunchRows<PieceIQ4_XS>(p, overlap_previous, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace stepserve::kernels::gemv_internal
