@@ -21,6 +21,8 @@ grep -E 'rel_error' "$out/test.log" | sort -t= -k3 -g | tail -3
 "$build/bench/gpu/bench_gemv" >"$out/bench.jsonl" 2>"$out/bench.err"
 echo "bench rc=$?"
 cat "$out/bench.err"
+cuobjdump -sass "$build/bench/gpu/bench_gemv" >"$out/sass.txt" 2>&1 || true
+gzip -f "$out/sass.txt"
 if command -v ncu >/dev/null; then
   timeout 240 ncu --clock-control none -k regex:'GemvQ8Kernel|QuantizeQ8Kernel' -c 4 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
