@@ -168,6 +168,10 @@ struct SpeculativeOptions {
   int32_t block_size = 16;
   int32_t prefill_chunk = 512;       // prompt rows per target forward
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+  // Tests and experiments (spec mtp-speculative-decoding.md 6.8, oracle / adversarial drafts):
+  // when set, the drafts of each step come from here instead of the heads (at most k_cap are
+  // used); the heads still catch up on every accepted row. Arguments: n_past, id_last, k_cap.
+  std::function<std::vector<int32_t>(int64_t, int32_t, int)> draft_override;
 };
 
 struct GenerationResult {

@@ -193,7 +193,16 @@ absl::StatusOr<GenerationResult> SpeculativeGenerator::Generate(std::span<const 
     const int k_cap = std::min(k_max, remaining - 1);
     RETURN_IF_ERROR(grow(n_past + k_cap + 1));
     rows.assign(1, id_last);
-    if (k_cap > 0) {
+    if (k_cap > 0 && options_.draft_override) {
+      const std::vector<int32_t> forced = options_.draft_override(n_past, id_last, k_cap);
+      for (size_t j = 0; j < forced.size() && static_cast<int>(j) < k_cap; ++j) {
+        if (forced[j] < 0 || forced[j] >= n_vocab) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "generate: draft_override token %d outside [0, %d)", forced[j], n_vocab));
+        }
+        rows.push_back(forced[j]);
+      }
+    } else if (k_cap > 0) {
       DraftItem item{.state = &mtp,
                      .id_last = id_last,
                      .max_tokens = k_cap,
