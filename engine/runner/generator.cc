@@ -91,7 +91,9 @@ absl::StatusOr<GenerationStats> Generate(model::Step35Model& model, std::span<co
       stats.stop = StopReason::kMaxTokens;
       break;
     }
-    if (kv->length(0) >= options.ctx_size) {
+    // The token just sampled sits at position length(); it is the last one the context holds
+    // when that is ctx_size - 1, and feeding it would only produce a token with no place.
+    if (kv->length(0) + 1 >= options.ctx_size) {
       stats.stop = StopReason::kContextFull;
       break;
     }

@@ -23,7 +23,7 @@ namespace stepserve::runner {
 enum class StopReason {
   kEndOfGeneration,  // the model produced an end-of-generation token (it is reported)
   kMaxTokens,        // max_new_tokens reached
-  kContextFull,      // prompt + generated tokens filled ctx_size
+  kContextFull,      // prompt + generated tokens reached ctx_size
 };
 std::string_view StopReasonName(StopReason reason);  // "end of generation", ...
 
