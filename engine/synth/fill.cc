@@ -107,7 +107,7 @@ absl::Status FillTensor(const TensorSpec& spec, const std::vector<float>& rope_f
   }
 
   const GgmlType type = spec.type;
-  const bool quantize = quant::CanQuantize(type);
+  const bool quantize = quant::CanQuantize(type) && !spec.random_blocks;
   if (!quantize && !quant::CanFillRandom(type)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "tensor %s: cannot generate blocks of type %s", spec.name, GgmlTypeName(type)));

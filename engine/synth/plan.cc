@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/status_macros.h"
+#include "engine/quant/quant.h"
 
 namespace stepserve::synth {
 namespace {
@@ -37,6 +38,9 @@ class Planner {
     const float rms =
         role == "token_embd" ? kEmbeddingRms : gain * c_.weight_gain / std::sqrt(float(ne[0]));
     Add(layer, std::move(role), std::move(ne), *type, FillKind::kMatrix, rms);
+    const GgmlTypeInfo& info = TypeInfo(*type);
+    plan_->tensors.back().random_blocks =
+        c_.fast_fill && info.block_elems > 1 && quant::CanFillRandom(*type);
     return absl::OkStatus();
   }
 

@@ -32,6 +32,9 @@ struct TensorSpec {
   GgmlType type = GgmlType::kF32;
   FillKind fill = FillKind::kMatrix;
   float scale = 0.0f;
+  // kMatrix of a block type: write FillRandomBlocks blocks even when QuantizeRow could round
+  // gaussian floats (that rounding costs ~100x more; multi-GB real-size files use this).
+  bool random_blocks = false;
 
   int64_t n_elements() const;
   int64_t row_elements() const { return ne[0]; }
@@ -59,7 +62,8 @@ struct ModelPlan {
   const TensorSpec* Find(const std::string& name) const;
 };
 
-// Lists the tensors of `config` (n_vocab must be set). Weight matrices get the recipe's types,
+// Lists the tensors of `config` (n_vocab must be set). With config.fast_fill, quantized matrices
+// are marked random_blocks. Weight matrices get the recipe's types,
 // made to fit their rows by ResolveType (each substitution is recorded in `notes`); norms, router,
 // exp_probs_b and rope_freqs are F32.
 absl::StatusOr<ModelPlan> BuildPlan(const Step35Config& config, const QuantRecipe& recipe,

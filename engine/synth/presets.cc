@@ -91,6 +91,7 @@ Step35Config Step35Flash() {
   c.expert_weights_scale = 3.0f;
   c.expert_weights_norm = true;
   c.leading_dense_block_count = 3;
+  c.fast_fill = true;
   FillLayers(
       c, 64, 96, 8, [](int il) { return il % 4 == 0; }, [](int il) { return il >= 3; },
       [](int il, float* exp, float* shexp) {
@@ -126,6 +127,7 @@ Step35Config Step5() {
   c.expert_weights_scale = 3.0f;
   c.expert_weights_norm = true;
   c.leading_dense_block_count = 3;
+  c.fast_fill = true;
   FillLayers(
       c, 64, 64, 4, [](int il) { return il % 4 == 3; }, [](int il) { return il >= 3 && il != 91; },
       [](int il, float* exp, float* shexp) {

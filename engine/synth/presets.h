@@ -58,6 +58,9 @@ struct Step35Config {
   // Matrix RMS multiplier on top of 1/sqrt(fan_in): a little above 1 for the miniature so
   // activations keep their size through few random layers.
   float weight_gain = 1.0f;
+  // Fill block-quantized matrices with random valid blocks instead of quantizing gaussian floats:
+  // on for the real-size presets, where quantizing GBs of Q6_K/Q4_K would take minutes.
+  bool fast_fill = false;
 
   int block_count() const { return n_layer + n_mtp; }
   // Rotated dims of layer il, and the largest over the trunk (rope_freqs has n_rot_max/2 entries,

@@ -45,8 +45,9 @@ std::vector<std::string> StepSpecialTokens();
 
 // Trains on TrainingCorpus() with up to `max_merges` merges (fast: well under a second for a few
 // thousand) and lays out the ids. Pairs seen once may merge too, so the small corpus still yields
-// a few thousand merges (its rarer words become single tokens). `pad_to` 0 keeps the compact layout; otherwise it must be
-// kStepVocabSize-like: larger than the trained vocabulary plus kPaddedFirstSpecialId headroom.
+// a few thousand merges (its rarer words become single tokens). `pad_to` 0 keeps the compact
+// layout; otherwise it must be kStepVocabSize-like: larger than the trained vocabulary plus
+// kPaddedFirstSpecialId headroom.
 absl::StatusOr<SynthVocab> BuildSynthVocab(int max_merges, int64_t pad_to);
 
 }  // namespace stepserve::synth

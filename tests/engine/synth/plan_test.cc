@@ -1,9 +1,12 @@
 #include "engine/synth/plan.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/quant/quant.h"
+#include "engine/synth/fill.h"
 #include "engine/synth/presets.h"
 #include "engine/synth/quant_recipe.h"
 #include "gtest/gtest.h"
@@ -159,6 +162,10 @@ TEST(PlanTest, Step35FlashTrueShapes) {
   EXPECT_EQ(Get(p, "rope_freqs.weight").type, GgmlType::kF32);
   EXPECT_EQ(p.file_type, 30u);
   EXPECT_TRUE(p.notes.empty());
+  // Real-size presets fill quantized matrices with random blocks (fast), floats stay exact.
+  EXPECT_TRUE(Get(p, "output.weight").random_blocks);
+  EXPECT_TRUE(Get(p, "blk.3.ffn_gate_exps.weight").random_blocks);
+  EXPECT_FALSE(Get(p, "rope_freqs.weight").random_blocks);
   // MTP-only: globals plus layers 45..47 only.
   EXPECT_NE(mtp->Find("output.weight"), nullptr);
   EXPECT_EQ(mtp->Find("blk.0.attn_norm.weight"), nullptr);
@@ -237,9 +244,29 @@ TEST(PlanTest, TinyCountsAndFallbacks) {
   EXPECT_EQ(Get(*plan, "blk.2.attn_q.weight").type, GgmlType::kQ8_0);
   EXPECT_EQ(Get(*plan, "token_embd.weight").type, GgmlType::kF16);
   EXPECT_FALSE(plan->notes.empty());
+  for (const TensorSpec& t : plan->tensors) EXPECT_FALSE(t.random_blocks) << t.name;
   EXPECT_EQ(ResolveType(GgmlType::kQ4_K, 256).value(), GgmlType::kQ4_K);
   EXPECT_EQ(ResolveType(GgmlType::kIQ4_XS, 96).value(), GgmlType::kIQ4_NL);
   EXPECT_EQ(ResolveType(GgmlType::kQ8_0, 48).value(), GgmlType::kF16);
+}
+
+TEST(FillTest, RandomBlocksAndQuantizedPathsHitTheTargetRms) {
+  for (bool random_blocks : {false, true}) {
+    TensorSpec t{"blk.0.attn_q.weight", "attn_q", 0, {512, 8}, GgmlType::kQ6_K};
+    t.scale = 0.05f;
+    t.random_blocks = random_blocks;
+    std::vector<uint8_t> buf(static_cast<size_t>(t.nbytes()));
+    ASSERT_TRUE(FillTensor(t, {}, 3, 2, buf.data(), buf.size()).ok());
+    std::vector<float> v(static_cast<size_t>(t.n_elements()));
+    ASSERT_TRUE(quant::DequantizeRow(t.type, buf.data(), v.data(), t.n_elements()).ok());
+    double sum2 = 0;
+    for (float x : v) sum2 += double(x) * x;
+    const double rms = std::sqrt(sum2 / v.size());
+    EXPECT_GT(rms, 0.025) << random_blocks;
+    EXPECT_LT(rms, 0.1) << random_blocks;
+    // The size is checked against the plan.
+    EXPECT_FALSE(FillTensor(t, {}, 3, 2, buf.data(), buf.size() - 1).ok());
+  }
 }
 
 }  // namespace
