@@ -651,23 +651,26 @@ void Engine::Impl::Finish(scheduler::SeqId id, FinishReason reason, absl::Status
     state->sink->OnDelta(*delta);
   }
   const FinishedEvent finished = state->MakeFinished(Clock::now(), std::move(error));
-  state->sink->OnFinished(finished);
+  {
+    // The id stops being live before the sink hears of the end, so a client that saw Finished
+    // can reuse it and Cancel() reports it unknown. The blocks are already back in the pools;
+    // publishing them here means whoever sees Idle() also sees them freed.
+    const kv::BlockPool& full = scheduler->full_pool();
+    const kv::BlockPool& swa = scheduler->swa_pool();
+    std::lock_guard<std::mutex> lock(mu);
+    live_ids.erase(state->request.request_id);
+    blocks = {.full_free = full.num_free(),
+              .full_total = full.capacity(),
+              .swa_free = swa.num_free(),
+              .swa_total = swa.capacity()};
+  }
   if (observer) {
     observer->OnRequestFinished({.reason = finished.reason,
                                  .usage = finished.usage,
                                  .timings = finished.timings,
                                  .speculation = finished.speculation});
   }
-  // The blocks are already back in the pools; publish them with the id's removal so that a
-  // caller who sees Idle() also sees the freed blocks.
-  const kv::BlockPool& full = scheduler->full_pool();
-  const kv::BlockPool& swa = scheduler->swa_pool();
-  std::lock_guard<std::mutex> lock(mu);
-  live_ids.erase(state->request.request_id);
-  blocks = {.full_free = full.num_free(),
-            .full_total = full.capacity(),
-            .swa_free = swa.num_free(),
-            .swa_total = swa.capacity()};
+  state->sink->OnFinished(finished);
 }
 
 }  // namespace stepserve::engine

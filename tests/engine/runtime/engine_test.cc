@@ -1,0 +1,543 @@
+// The engine loop end to end on the tiny synthetic step35 model (f32 weights): a real model file,
+// the real scheduler, KV cache, sampler and tokenizer, and sinks that record what they receive.
+#include "engine/runtime/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/synth/make_model.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace stepserve::engine {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Records every event of one request; the engine thread writes, the test thread reads.
+class RecordingSink : public TokenSink {
+ public:
+  void OnStarted(const StartedEvent& event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++started_;
+    started_event_ = event;
+  }
+  void OnDelta(const DeltaEvent& event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) ++after_finish_;
+    deltas_.push_back(event);
+    text_ += event.text;
+    tokens_.insert(tokens_.end(), event.token_ids.begin(), event.token_ids.end());
+  }
+  void OnFinished(const FinishedEvent& event) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) ++after_finish_;
+      finished_ = event;
+    }
+    cv_.notify_all();
+  }
+
+  // Waits for OnFinished (fails the test after 20 s).
+  FinishedEvent Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool done =
+        cv_.wait_for(lock, std::chrono::seconds(20), [&] { return finished_.has_value(); });
+    EXPECT_TRUE(done) << "request did not finish";
+    if (!finished_.has_value()) {
+      FinishedEvent timed_out;
+      timed_out.reason = FinishReason::kError;
+      return timed_out;
+    }
+    return *finished_;
+  }
+  bool WaitForTokens(size_t n) {
+    for (int i = 0; i < 20000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (tokens_.size() >= n) return true;
+      }
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return false;
+  }
+  int started() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return started_;
+  }
+  int after_finish() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return after_finish_;
+  }
+  std::string text() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return text_;
+  }
+  std::vector<int32_t> tokens() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tokens_;
+  }
+  std::vector<DeltaEvent> deltas() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return deltas_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int started_ = 0;
+  int after_finish_ = 0;
+  StartedEvent started_event_;
+  std::vector<DeltaEvent> deltas_;
+  std::string text_;
+  std::vector<int32_t> tokens_;
+  std::optional<FinishedEvent> finished_;
+};
+
+class CountingObserver : public EngineObserver {
+ public:
+  void OnPreemption() override { ++preemptions; }
+  void OnStep(const StepStats& stats) override {
+    ++steps;
+    max_seqs = std::max(max_seqs.load(), stats.num_seqs);
+  }
+  void OnRequestFinished(const RequestFinishedStats&) override { ++finished; }
+  std::atomic<int> preemptions{0}, steps{0}, finished{0}, max_seqs{0};
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_path_ = new std::string(
+        (std::filesystem::temp_directory_path() / "stepserve_engine_test_tiny_f32.gguf").string());
+    synth::MakeModelOptions options;
+    options.preset = "tiny";
+    options.out = *model_path_;
+    options.seed = 7;
+    options.recipe = "f32";
+    options.threads = 2;
+    auto written = synth::MakeModel(options, nullptr);
+    ASSERT_TRUE(written.ok()) << written.status();
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*model_path_);
+    delete model_path_;
+  }
+
+  static EngineConfig Config() {
+    EngineConfig config;
+    config.model_path = *model_path_;
+    config.threads = 2;
+    config.ctx_size = 512;
+    config.kv_cache_blocks = 256;
+    config.max_running = 16;
+    config.max_step_tokens = 256;
+    config.max_queue = 64;
+    return config;
+  }
+  static std::unique_ptr<Engine> MakeEngine(const EngineConfig& config) {
+    auto engine = Engine::Create(config);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    if (!engine.ok()) return nullptr;
+    EXPECT_TRUE((*engine)->Start().ok());
+    return *std::move(engine);
+  }
+
+  static std::vector<int32_t> Prompt(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> tokens(n);
+    // Ordinary tokens only (above the specials at the start of the synthetic vocabulary).
+    for (int32_t& t : tokens) t = 300 + static_cast<int32_t>(rng() % 1800);
+    return tokens;
+  }
+  static GenerationRequest Greedy(std::string id, std::vector<int32_t> prompt, int64_t max_new) {
+    GenerationRequest request;
+    request.request_id = std::move(id);
+    request.prompt = std::move(prompt);
+    request.sampling.temperature = 0;
+    request.seed = 1;
+    request.max_new_tokens = max_new;
+    request.ignore_eos = true;
+    return request;
+  }
+  static void WaitIdle(const Engine& engine) {
+    for (int i = 0; i < 20000 && !engine.Idle(); ++i) std::this_thread::sleep_for(milliseconds(1));
+    ASSERT_TRUE(engine.Idle());
+  }
+  // Generates alone on a fresh engine and returns the tokens.
+  static std::vector<int32_t> RunAlone(const EngineConfig& config, GenerationRequest request) {
+    std::unique_ptr<Engine> engine = MakeEngine(config);
+    auto sink = std::make_shared<RecordingSink>();
+    EXPECT_TRUE(engine->Submit(std::move(request), sink).ok());
+    sink->Wait();
+    return sink->tokens();
+  }
+
+  static std::string* model_path_;
+};
+
+std::string* EngineTest::model_path_ = nullptr;
+
+TEST_F(EngineTest, ThirtyTwoConcurrentRequestsFinishWithCorrectUsage) {
+  std::unique_ptr<Engine> engine = MakeEngine(Config());
+  const Engine::KvBlocks idle = engine->kv_blocks();
+  constexpr int kRequests = 32;
+  std::vector<std::shared_ptr<RecordingSink>> sinks(kRequests);
+  std::vector<int> prompt_len(kRequests), max_new(kRequests);
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < 4; ++t) {
+    submitters.emplace_back([&, t] {
+      for (int i = t; i < kRequests; i += 4) {
+        prompt_len[i] = 3 + (i * 7) % 40;
+        max_new[i] = 2 + i % 6;
+        sinks[i] = std::make_shared<RecordingSink>();
+        GenerationRequest request =
+            Greedy("r" + std::to_string(i), Prompt(prompt_len[i], i), max_new[i]);
+        if (i % 2 == 1) {
+          request.sampling.temperature = 0.8f;  // sampled requests in the same batches
+          request.sampling.top_k = 40;
+          request.return_logprobs = true;
+          request.top_logprobs = 2;
+        }
+        ASSERT_TRUE(engine->Submit(std::move(request), sinks[i]).ok());
+      }
+    });
+  }
+  for (std::thread& t : submitters) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    const FinishedEvent finished = sinks[i]->Wait();
+    EXPECT_EQ(finished.reason, FinishReason::kLength) << i;
+    EXPECT_EQ(finished.usage.prompt_tokens, prompt_len[i]) << i;
+    EXPECT_EQ(finished.usage.completion_tokens, max_new[i]) << i;
+    EXPECT_EQ(static_cast<int>(sinks[i]->tokens().size()), max_new[i]) << i;
+    EXPECT_EQ(sinks[i]->started(), 1) << i;
+    EXPECT_EQ(sinks[i]->after_finish(), 0) << i;
+    EXPECT_GE(finished.timings.e2e_s, finished.timings.ttft_s);
+    EXPECT_GT(finished.timings.ttft_s, 0);
+    int32_t last = 0;
+    for (const DeltaEvent& delta : sinks[i]->deltas()) {
+      EXPECT_EQ(delta.completion_tokens, last + static_cast<int32_t>(delta.token_ids.size()));
+      last = delta.completion_tokens;
+      if (i % 2 == 1) {
+        ASSERT_EQ(delta.logprobs.size(), delta.token_ids.size());
+        for (const TokenLogprob& lp : delta.logprobs) {
+          EXPECT_LE(lp.logprob, 0.0f);
+          EXPECT_EQ(lp.top.size(), 2u);
+        }
+      }
+    }
+  }
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->kv_blocks().full_free, idle.full_free);
+  EXPECT_EQ(engine->kv_blocks().swa_free, idle.swa_free);
+  EXPECT_EQ(idle.full_free, idle.full_total);
+}
+
+TEST_F(EngineTest, GreedyOutputIsTheSameAloneAndInABusyBatch) {
+  const EngineConfig config = Config();
+  const std::vector<int32_t> prompt = Prompt(21, 1234);
+  const std::vector<int32_t> alone = RunAlone(config, Greedy("x", prompt, 12));
+  ASSERT_EQ(alone.size(), 12u);
+
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  std::vector<std::shared_ptr<RecordingSink>> others;
+  for (int i = 0; i < 6; ++i) {  // running before the request arrives: decodes + prefills mixed
+    others.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine
+                    ->Submit(Greedy("o" + std::to_string(i), Prompt(5 + 17 * i, 50 + i), 20 + i),
+                             others.back())
+                    .ok());
+  }
+  others[0]->WaitForTokens(2);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy("x", prompt, 12), sink).ok());
+  for (int i = 0; i < 3; ++i) {  // and more arriving after it
+    others.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(
+        engine->Submit(Greedy("p" + std::to_string(i), Prompt(60 + i, 90 + i), 8), others.back())
+            .ok());
+  }
+  EXPECT_EQ(sink->Wait().reason, FinishReason::kLength);
+  EXPECT_EQ(sink->tokens(), alone);
+  for (auto& other : others) EXPECT_EQ(other->Wait().reason, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, CancelWhileQueuedAndWhileRunningFreesKv) {
+  EngineConfig config = Config();
+  config.max_running = 1;
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  const Engine::KvBlocks idle = engine->kv_blocks();
+  auto running = std::make_shared<RecordingSink>();
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy("long", Prompt(40, 1), 0), running).ok());
+  ASSERT_TRUE(running->WaitForTokens(3));
+  ASSERT_TRUE(engine->Submit(Greedy("queued", Prompt(30, 2), 0), queued).ok());
+  EXPECT_LT(engine->kv_blocks().full_free, idle.full_free);  // the long one holds blocks
+
+  EXPECT_TRUE(engine->Cancel("queued"));
+  FinishedEvent q = queued->Wait();
+  EXPECT_EQ(q.reason, FinishReason::kCancelled);
+  EXPECT_EQ(queued->started(), 0);
+  EXPECT_EQ(q.usage.completion_tokens, 0);
+
+  EXPECT_TRUE(engine->Cancel("long"));
+  FinishedEvent r = running->Wait();
+  EXPECT_EQ(r.reason, FinishReason::kCancelled);
+  EXPECT_EQ(running->started(), 1);
+  EXPECT_EQ(r.usage.completion_tokens, static_cast<int32_t>(running->tokens().size()));
+  EXPECT_FALSE(engine->Cancel("long"));  // no longer live
+  EXPECT_FALSE(engine->Cancel("never-submitted"));
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->kv_blocks().full_free, idle.full_free);
+  EXPECT_EQ(engine->kv_blocks().swa_free, idle.swa_free);
+  // The id can be reused once finished.
+  auto again = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy("long", Prompt(4, 3), 2), again).ok());
+  EXPECT_EQ(again->Wait().reason, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, DeadlineWhileQueuedAndWhileRunningFreesKv) {
+  EngineConfig config = Config();
+  config.ctx_size = 4096;
+  config.max_running = 1;
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  const Engine::KvBlocks idle = engine->kv_blocks();
+  const auto now = std::chrono::steady_clock::now();
+  GenerationRequest long_request = Greedy("long", Prompt(10, 1), 0);  // up to the context
+  long_request.deadline = now + milliseconds(400);
+  GenerationRequest queued_request = Greedy("queued", Prompt(10, 2), 4);
+  queued_request.deadline = now + milliseconds(150);
+  auto running = std::make_shared<RecordingSink>();
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(std::move(long_request), running).ok());
+  ASSERT_TRUE(engine->Submit(std::move(queued_request), queued).ok());
+
+  FinishedEvent q = queued->Wait();
+  EXPECT_EQ(q.reason, FinishReason::kDeadlineExceeded);
+  EXPECT_EQ(q.error.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(queued->started(), 0);
+  FinishedEvent r = running->Wait();
+  EXPECT_EQ(r.reason, FinishReason::kDeadlineExceeded);
+  EXPECT_EQ(running->started(), 1);
+  EXPECT_GT(r.usage.completion_tokens, 0);
+  EXPECT_LT(r.usage.completion_tokens, 4096 - 10);
+  EXPECT_GE(r.timings.e2e_s, 0.39);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->kv_blocks().full_free, idle.full_free);
+  EXPECT_EQ(engine->kv_blocks().swa_free, idle.swa_free);
+}
+
+TEST_F(EngineTest, QueueOverflowIsResourceExhausted) {
+  EngineConfig config = Config();
+  config.max_running = 1;
+  config.max_queue = 2;
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  std::vector<std::shared_ptr<RecordingSink>> accepted;
+  int refused = 0;
+  for (int i = 0; i < 8; ++i) {
+    auto sink = std::make_shared<RecordingSink>();
+    absl::Status status = engine->Submit(Greedy("q" + std::to_string(i), Prompt(20, i), 50), sink);
+    if (status.ok()) {
+      accepted.push_back(sink);
+    } else {
+      EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+      EXPECT_NE(status.message().find("queue is full"), absl::string_view::npos) << status;
+      ++refused;
+    }
+  }
+  // One may be running already; at most max_queue wait.
+  EXPECT_LE(accepted.size(), 3u);
+  EXPECT_GE(refused, 5);
+  for (auto& sink : accepted) EXPECT_EQ(sink->Wait().reason, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, InvalidRequestsNameTheProblem) {
+  EngineConfig config = Config();
+  config.ctx_size = 64;
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest bad_top_p = Greedy("a", Prompt(4, 1), 4);
+  bad_top_p.sampling.top_p = 1.5f;
+  absl::Status status = engine->Submit(bad_top_p, sink);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("top_p"), absl::string_view::npos) << status;
+
+  GenerationRequest bad_temperature = Greedy("b", Prompt(4, 1), 4);
+  bad_temperature.sampling.temperature = -1;
+  status = engine->Submit(bad_temperature, sink);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("temperature"), absl::string_view::npos) << status;
+
+  status = engine->Submit(Greedy("c", Prompt(64, 1), 4), sink);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("prompt has 64 tokens; the context holds 64"),
+            absl::string_view::npos)
+      << status;
+
+  GenerationRequest bad_logprobs = Greedy("d", Prompt(4, 1), 4);
+  bad_logprobs.return_logprobs = true;
+  bad_logprobs.top_logprobs = 21;
+  status = engine->Submit(bad_logprobs, sink);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("top_logprobs"), absl::string_view::npos) << status;
+
+  GenerationRequest bad_token = Greedy("e", {1, 999999}, 4);
+  status = engine->Submit(bad_token, sink);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("prompt token 999999 (at index 1)"), absl::string_view::npos)
+      << status;
+
+  // Nothing reached the sink, and the engine still serves.
+  EXPECT_EQ(sink->started(), 0);
+  ASSERT_TRUE(engine->Submit(Greedy("ok", Prompt(4, 1), 3), sink).ok());
+  EXPECT_EQ(sink->Wait().usage.completion_tokens, 3);
+
+  engine->BeginDrain();
+  status = engine->Submit(Greedy("late", Prompt(4, 1), 3), std::make_shared<RecordingSink>());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(EngineTest, RequestThatCanNeverFitIsResourceExhausted) {
+  EngineConfig config = Config();
+  config.kv_cache_blocks = 4;  // 64 tokens
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  absl::Status status =
+      engine->Submit(Greedy("big", Prompt(40, 1), 100), std::make_shared<RecordingSink>());
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  status = engine->Submit(Greedy("huge", Prompt(70, 1), 1), std::make_shared<RecordingSink>());
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  // max_new_tokens 0 means "as far as the cache allows".
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy("fits", Prompt(40, 1), 0), sink).ok());
+  FinishedEvent finished = sink->Wait();
+  EXPECT_EQ(finished.reason, FinishReason::kLength);
+  EXPECT_EQ(finished.usage.completion_tokens, 64 - 40);
+}
+
+TEST_F(EngineTest, StopStringAcrossTokenBoundaryIsCutExactly) {
+  const EngineConfig config = Config();
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  const tokenizer::Tokenizer& tok = engine->tokenizer();
+  const std::vector<int32_t> prompt = Prompt(12, 77);
+  auto free_run = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy("free", prompt, 40), free_run).ok());
+  free_run->Wait();
+  const std::string full = free_run->text();
+  const std::vector<int32_t> tokens = free_run->tokens();
+  // A stop string made of the last 2 bytes of one token's text and the first 2 of the next,
+  // printable ASCII, whose first occurrence is at that boundary.
+  std::string stop;
+  size_t offset = 0;
+  for (size_t i = 0; i + 1 < tokens.size() && stop.empty(); ++i) {
+    offset += tok.Decode({tokens[i]}, true).size();
+    if (offset < 2 || offset + 2 > full.size()) continue;
+    const std::string candidate = full.substr(offset - 2, 4);
+    bool printable = true;
+    for (char c : candidate) printable &= c >= 0x20 && c < 0x7f;
+    if (printable && full.find(candidate) == offset - 2) stop = candidate;
+  }
+  ASSERT_FALSE(stop.empty()) << "no printable token boundary in: " << full;
+
+  GenerationRequest request = Greedy("stop", prompt, 40);
+  request.stop = {"never-in-this-text-\x01", stop};
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(std::move(request), sink).ok());
+  FinishedEvent finished = sink->Wait();
+  EXPECT_EQ(finished.reason, FinishReason::kStop);
+  ASSERT_TRUE(finished.matched_stop.has_value());
+  EXPECT_EQ(*finished.matched_stop, stop);
+  EXPECT_EQ(sink->text(), full.substr(0, full.find(stop)));
+  // Generation stopped at the token that completed the stop string.
+  EXPECT_LT(sink->tokens().size(), tokens.size());
+  EXPECT_EQ(finished.usage.completion_tokens, static_cast<int32_t>(sink->tokens().size()));
+}
+
+TEST_F(EngineTest, StopTokenIdEndsWithStop) {
+  std::unique_ptr<Engine> engine = MakeEngine(Config());
+  const std::vector<int32_t> prompt = Prompt(9, 5);
+  auto free_run = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy("free", prompt, 10), free_run).ok());
+  free_run->Wait();
+  const std::vector<int32_t> tokens = free_run->tokens();
+  ASSERT_EQ(tokens.size(), 10u);
+  GenerationRequest request = Greedy("stop", prompt, 10);
+  request.stop_token_ids = {tokens[4]};
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(std::move(request), sink).ok());
+  FinishedEvent finished = sink->Wait();
+  EXPECT_EQ(finished.reason, FinishReason::kStop);
+  ASSERT_TRUE(finished.matched_token_id.has_value());
+  EXPECT_EQ(*finished.matched_token_id, tokens[4]);
+  const size_t first = std::find(tokens.begin(), tokens.end(), tokens[4]) - tokens.begin();
+  EXPECT_EQ(sink->tokens(), std::vector<int32_t>(tokens.begin(), tokens.begin() + first + 1));
+}
+
+TEST_F(EngineTest, PreemptionUnderTinyKvBudgetKeepsGreedyOutput) {
+  EngineConfig big = Config();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(Greedy("s" + std::to_string(i), Prompt(10 + 3 * i, 300 + i), 30));
+  }
+  std::vector<std::vector<int32_t>> expected;
+  {
+    std::unique_ptr<Engine> engine = MakeEngine(big);
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (const GenerationRequest& r : requests) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      ASSERT_TRUE(engine->Submit(r, sinks.back()).ok());
+    }
+    for (auto& sink : sinks) {
+      sink->Wait();
+      expected.push_back(sink->tokens());
+    }
+  }
+  EngineConfig tiny = big;
+  tiny.kv_cache_blocks = 10;  // each request needs 3-4 blocks; 8 of them need ~28
+  auto observer = std::make_shared<CountingObserver>();
+  tiny.observer = observer;
+  std::unique_ptr<Engine> engine = MakeEngine(tiny);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const GenerationRequest& r : requests) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine->Submit(r, sinks.back()).ok());
+  }
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    FinishedEvent finished = sinks[i]->Wait();
+    EXPECT_EQ(finished.reason, FinishReason::kLength);
+    EXPECT_EQ(sinks[i]->tokens(), expected[i]) << "request " << i;
+    EXPECT_EQ(sinks[i]->started(), 1);
+  }
+  EXPECT_GT(observer->preemptions.load(), 0);
+  EXPECT_EQ(observer->finished.load(), 8);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->kv_blocks().full_free, engine->kv_blocks().full_total);
+}
+
+TEST_F(EngineTest, StopAbortsEverythingLive) {
+  EngineConfig config = Config();
+  config.max_running = 1;
+  std::unique_ptr<Engine> engine = MakeEngine(config);
+  auto running = std::make_shared<RecordingSink>();
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy("a", Prompt(10, 1), 0), running).ok());
+  ASSERT_TRUE(engine->Submit(Greedy("b", Prompt(10, 2), 0), queued).ok());
+  ASSERT_TRUE(running->WaitForTokens(1));
+  engine->Stop();
+  EXPECT_EQ(running->Wait().reason, FinishReason::kAbort);
+  EXPECT_EQ(queued->Wait().reason, FinishReason::kAbort);
+  EXPECT_TRUE(engine->Idle());
+  EXPECT_EQ(engine->Submit(Greedy("c", Prompt(4, 1), 1), running).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace stepserve::engine
