@@ -29,7 +29,7 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result Run(const std::string& args) {
+Result RunInspect(const std::string& args) {
   std::string command =
       std::string(STEPSERVE_BINARY_DIR) + "/server/stepserve gguf inspect " + args + " 2>&1";
   Result result;
@@ -84,7 +84,7 @@ std::vector<std::string> WriteModel(const std::string& path, uint64_t split_max_
 TEST(GgufInspectTest, DescribesAGoodFile) {
   TempDir dir;
   WriteModel(dir.File("tiny.gguf"), 0);
-  Result r = Run(dir.File("tiny.gguf"));
+  Result r = RunInspect(dir.File("tiny.gguf"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("architecture: step35"));
   EXPECT_THAT(r.output, HasSubstr("64 (full) / 96 (swa)"));
@@ -99,7 +99,7 @@ TEST(GgufInspectTest, DescribesAGoodFile) {
   EXPECT_THAT(r.output, HasSubstr("total: 3 tensors, 1800 bytes"));
   EXPECT_THAT(r.output, HasSubstr("shards (1)"));
 
-  Result all = Run(dir.File("tiny.gguf") + " --all-metadata");
+  Result all = RunInspect(dir.File("tiny.gguf") + " --all-metadata");
   EXPECT_EQ(all.exit_code, 0);
   EXPECT_THAT(all.output, HasSubstr("\"tok999\""));
 }
@@ -108,7 +108,7 @@ TEST(GgufInspectTest, DescribesASplitSet) {
   TempDir dir;
   auto paths = WriteModel(dir.File("tiny.gguf"), 1000);
   ASSERT_EQ(paths.size(), 3u);
-  Result r = Run(paths[1]);
+  Result r = RunInspect(paths[1]);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("shards (3)"));
   EXPECT_THAT(r.output, HasSubstr("tiny-00003-of-00003.gguf"));
@@ -119,13 +119,13 @@ TEST(GgufInspectTest, CorruptFileExitsOneWithTheReadersMessage) {
   WriteModel(dir.File("tiny.gguf"), 0);
   std::string bytes = ReadFileBytes(dir.File("tiny.gguf"));
   WriteFileBytes(dir.File("cut.gguf"), bytes.substr(0, 200));
-  Result r = Run(dir.File("cut.gguf"));
+  Result r = RunInspect(dir.File("cut.gguf"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("cut.gguf: offset "));
-  Result missing = Run(dir.File("nope.gguf"));
+  Result missing = RunInspect(dir.File("nope.gguf"));
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.output, HasSubstr("nope.gguf"));
-  Result usage = Run("");
+  Result usage = RunInspect("");
   EXPECT_EQ(usage.exit_code, 2);
 }
 
