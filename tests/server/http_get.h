@@ -27,7 +27,8 @@ inline std::string HttpGet(int port, const std::string& path, std::string* error
     *error = "connect failed";
     return "";
   }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  const std::string req =
+      "GET " + path + " HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
     *error = "write failed";
