@@ -48,20 +48,10 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// 4 bytes at a 2-byte-aligned address, from the aligned words that hold them (never a word
-// without a wanted byte, so rows padded to 16 bytes are never overrun).
-__device__ __forceinline__ uint32_t Load32Align2(const uint8_t* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t off = static_cast<uint32_t>(a & 3u);
-  const unsigned* word = reinterpret_cast<const unsigned*>(a - off);
-  const unsigned w0 = __ldcs(word);
-  const unsigned w1 = off ? __ldcs(word + 1) : 0u;
-  return __funnelshift_r(w0, w1, 8 * off);
-}
-
 // ---- Q8_0: 34-byte blocks, 2 lanes per block (16 int8 each), 16 blocks per warp step. ----
 struct PieceQ8_0 {
   static constexpr int kLanes = 2, kElems = 32, kBytes = 34;
+  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
   struct W {
     uint32_t q[4];
     float d;
@@ -70,19 +60,29 @@ struct PieceQ8_0 {
     uint4 q;
     float d;
   };
-  static __device__ __forceinline__ W Load(const uint8_t* blk, int c, const GemvParams&) {
-    W w;
-    w.d = F16Bits(__ldcs(reinterpret_cast<const unsigned short*>(blk)));
-    // 16 bytes at a 2-byte-aligned address: five aligned words (four when aligned), funnel-shifted.
+  struct Raw {
+    uint32_t v[5];  // aligned words holding the 16 bytes (v[4] unused when aligned)
+    unsigned short d;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
+    Raw raw;
+    raw.d = __ldcs(reinterpret_cast<const unsigned short*>(blk));
+    // 16 bytes at a 2-byte-aligned address: five aligned words (four when aligned), never a word
+    // without a wanted byte (rows are padded to 16 bytes, so the last one stays in the row).
     const uintptr_t a = reinterpret_cast<uintptr_t>(blk + 2 + 16 * c);
     const uint32_t off = static_cast<uint32_t>(a & 3u);
     const unsigned* word = reinterpret_cast<const unsigned*>(a - off);
-    uint32_t v[5];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = __ldcs(word + i);
-    v[4] = off ? __ldcs(word + 4) : 0u;
+    for (int i = 0; i < 4; ++i) raw.v[i] = __ldcs(word + i);
+    raw.v[4] = off ? __ldcs(word + 4) : 0u;
+    return raw;
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int, const GemvParams&) {
+    W w;
+    w.d = F16Bits(raw.d);
+    const uint32_t off = static_cast<uint32_t>((2 * b + 2) & 3);  // (34 b + 2 + 16 c) mod 4
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w.q[i] = __funnelshift_r(v[i], v[i + 1], 8 * off);
+    for (int i = 0; i < 4; ++i) w.q[i] = __funnelshift_r(raw.v[i], raw.v[i + 1], 8 * off);
     return w;
   }
   static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
@@ -121,6 +121,7 @@ __device__ __forceinline__ void ScaleMinK4(uint4 h, int j, uint32_t* sc, uint32_
 
 struct PieceQ4_K {
   static constexpr int kLanes = 8, kElems = 256, kBytes = 144;
+  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
   struct W {
     uint32_t lo[4], hi[4];  // nibbles as bytes: sub-block 2*pair, then 2*pair+1
     float dl0, dl1, ml0, ml1;
@@ -129,10 +130,15 @@ struct PieceQ4_K {
     uint4 lo, hi;
     float4 ds;  // {d, s} of sub-block 2*pair, then of 2*pair+1
   };
-  static __device__ __forceinline__ W Load(const uint8_t* blk, int c, const GemvParams&) {
+  struct Raw {
+    uint4 h, q;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
     const uint4* p = reinterpret_cast<const uint4*>(blk);
-    const uint4 h = __ldcs(p);
-    const uint4 q4 = __ldcs(p + 1 + c);
+    return Raw{__ldcs(p), __ldcs(p + 1 + c)};
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
+    const uint4 h = raw.h, q4 = raw.q;
     const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
     W w;
 #pragma unroll
@@ -197,6 +203,7 @@ __device__ __forceinline__ uint2 Lookup16(uint32_t q, const uint32_t (&t)[4]) {
 
 struct PieceIQ4_XS {
   static constexpr int kLanes = 8, kElems = 256, kBytes = 136;
+  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
   struct W {
     uint32_t lo[4], hi[4];  // table values of elements 0..15 and 16..31 of the sub-block
     float dl;
@@ -205,10 +212,16 @@ struct PieceIQ4_XS {
     uint4 lo, hi;
     float d;
   };
-  static __device__ __forceinline__ W Load(const uint8_t* blk, int ib, const GemvParams& p) {
-    const uint2 h = __ldcs(reinterpret_cast<const uint2*>(blk));
-    const uint2 qa = __ldcs(reinterpret_cast<const uint2*>(blk + 8 + 16 * ib));
-    const uint2 qb = __ldcs(reinterpret_cast<const uint2*>(blk + 16 + 16 * ib));
+  struct Raw {
+    uint2 h, qa, qb;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int ib) {
+    return Raw{__ldcs(reinterpret_cast<const uint2*>(blk)),
+               __ldcs(reinterpret_cast<const uint2*>(blk + 8 + 16 * ib)),
+               __ldcs(reinterpret_cast<const uint2*>(blk + 16 + 16 * ib))};
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int ib, const GemvParams& p) {
+    const uint2 h = raw.h, qa = raw.qa, qb = raw.qb;
     const uint32_t ls =
         ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
     W w;
@@ -249,6 +262,7 @@ struct PieceIQ4_XS {
 // of that half (16 elements); each quarter is its own 32-activation quantization block.
 struct PieceQ6_K {
   static constexpr int kLanes = 16, kElems = 256, kBytes = 210;
+  static constexpr int kDepth1 = 2;  // pipeline depth with one activation row
   struct W {
     uint32_t v[4];  // signed bytes q - 32 of quarter k, positions l0..l0+3
     float dsc[4];   // d * scale of quarter k
@@ -257,14 +271,34 @@ struct PieceQ6_K {
     uint32_t q[4];
     float d[4];
   };
-  static __device__ __forceinline__ W Load(const uint8_t* blk, int c, const GemvParams&) {
-    const int h = c >> 3, l0 = 4 * (c & 7), sel = l0 >= 16 ? 1 : 0;
-    const uint32_t ql0 = Load32Align2(blk + 64 * h + l0);
-    const uint32_t ql1 = Load32Align2(blk + 64 * h + 32 + l0);
-    const uint32_t qh = Load32Align2(blk + 128 + 32 * h + l0);
-    const uint32_t s03 = Load32Align2(blk + 192 + 8 * h);
-    const uint32_t s47 = Load32Align2(blk + 196 + 8 * h);
-    const float d = F16Bits(__ldcs(reinterpret_cast<const unsigned short*>(blk + 208)));
+  struct Raw {
+    uint32_t w[10];  // aligned word pairs around ql0, ql1, qh, scales 0-3, scales 4-7 of the half
+    unsigned short d;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
+    const int h = c >> 3, l0 = 4 * (c & 7);
+    // Every piece sits at the block's own 2-byte phase (all offsets are multiples of 4), so one
+    // `off` serves all five: two aligned words each (the second only when unaligned).
+    const uint32_t off = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(blk) & 3u);
+    const int at[5] = {64 * h + l0, 64 * h + 32 + l0, 128 + 32 * h + l0, 192 + 8 * h, 196 + 8 * h};
+    Raw raw;
+#pragma unroll
+    for (int i = 0; i < 5; ++i) {
+      const unsigned* word = reinterpret_cast<const unsigned*>(blk + at[i] - off);
+      raw.w[2 * i] = __ldcs(word);
+      raw.w[2 * i + 1] = off ? __ldcs(word + 1) : 0u;
+    }
+    raw.d = __ldcs(reinterpret_cast<const unsigned short*>(blk + 208));
+    return raw;
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int c, const GemvParams&) {
+    const int sel = (4 * (c & 7)) >= 16 ? 1 : 0;
+    const uint32_t off = static_cast<uint32_t>((2 * b) & 3);  // 210 b mod 4 (rows 16-aligned)
+    uint32_t v[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) v[i] = __funnelshift_r(raw.w[2 * i], raw.w[2 * i + 1], 8 * off);
+    const uint32_t ql0 = v[0], ql1 = v[1], qh = v[2], s03 = v[3], s47 = v[4];
+    const float d = F16Bits(raw.d);
     W w;
     // 6-bit values 0..63 per byte, then - 32 per byte (no borrow: every byte is >= 0 before).
     w.v[0] = __vsub4((ql0 & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u), 0x20202020u);
@@ -305,8 +339,11 @@ struct PieceQ6_K {
 // One warp: output rows o0 .. o0+NR-1 (rows past `out` re-read the last row and are not stored),
 // all activation rows. Per step every lane decodes its piece of one block of each of the NR
 // weight rows, then each activation row's int8 piece is loaded once and dotted with all NR.
-template <class P, int R, int NR>
-__global__ void __launch_bounds__(kThreads) GemvQ8Kernel(const __grid_constant__ GemvParams p) {
+// With one activation row the whole 4096-row matrix is one wave only at >= 8 blocks per SM, so
+// registers are capped at 64 there.
+template <class P, int R, int NR, int D>
+__global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
+    GemvQ8Kernel(const __grid_constant__ GemvParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
   if (o0 >= p.out) return;
@@ -330,20 +367,42 @@ __global__ void __launch_bounds__(kThreads) GemvQ8Kernel(const __grid_constant__
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[n][r] = 0.f;
   }
+  // Software pipeline: D steps of raw weight words in flight per warp (a register ring indexed
+  // only by unrolled constants). Each step decodes the oldest slot, refills it with the step D
+  // ahead, then does the arithmetic, so HBM latency overlaps D - 1 steps of work.
   constexpr int kBlocksPerStep = 32 / P::kLanes;
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int64_t nb = p.in / P::kElems;
-#pragma unroll 2
-  for (int64_t b = g; b < nb; b += kBlocksPerStep) {
-    typename P::W w[NR];
+  typename P::Raw ring[D][NR];
 #pragma unroll
-    for (int n = 0; n < NR; ++n) w[n] = P::Load(rows[n] + b * P::kBytes, c, p);
+  for (int k = 0; k < D; ++k) {
+    const int64_t bk = g + k * kBlocksPerStep;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r < p.rows) {
-        const typename P::X x = P::LoadX(p, r, b, c);
+    for (int n = 0; n < NR; ++n) {
+      if (bk < nb) ring[k][n] = P::LoadRaw(rows[n] + bk * P::kBytes, c);
+    }
+  }
+  for (int64_t b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
 #pragma unroll
-        for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(w[n], x, c);
+    for (int k = 0; k < D; ++k) {
+      const int64_t b = b0 + k * kBlocksPerStep;
+      if (b < nb) {
+        typename P::W w[NR];
+#pragma unroll
+        for (int n = 0; n < NR; ++n) w[n] = P::Decode(ring[k][n], b, c, p);
+        const int64_t next = b + D * kBlocksPerStep;
+        if (next < nb) {
+#pragma unroll
+          for (int n = 0; n < NR; ++n) ring[k][n] = P::LoadRaw(rows[n] + next * P::kBytes, c);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < p.rows) {
+            const typename P::X x = P::LoadX(p, r, b, c);
+#pragma unroll
+            for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(w[n], x, c);
+          }
+        }
       }
     }
   }
@@ -396,7 +455,7 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <class P, int R, int NR>
+template <class P, int R, int NR, int D>
 cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
   const int64_t warps = (p.out + NR - 1) / NR;
   cudaLaunchConfig_t cfg{};
@@ -408,17 +467,19 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = overlap_previous ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvQ8Kernel<P, R, NR>, p);
+  return cudaLaunchKernelEx(&cfg, GemvQ8Kernel<P, R, NR, D>, p);
 }
 
-// Activation-row bound R (compile time, accumulators in registers) and output rows per warp NR:
-// more activation rows make activation loads the larger L1 stream, so more output rows share them.
+// Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
+// (sharing activation loads) and pipeline depth D. Measured on the H200 (docs/cuda-host.md): the
+// first version (no ring, NR up to 4) stalled on load latency (ncu: 68% of stall cycles waiting on
+// L1TEX) and had too few warps at NR = 4, so NR stays at 2 and the ring keeps loads in flight.
 template <class P>
 cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
-  if (p.rows == 1) return Launch<P, 1, 1>(p, overlap_previous, stream);
-  if (p.rows <= 4) return Launch<P, 4, 2>(p, overlap_previous, stream);
-  if (p.rows <= 8) return Launch<P, 8, 4>(p, overlap_previous, stream);
-  return Launch<P, 16, 4>(p, overlap_previous, stream);
+  if (p.rows == 1) return Launch<P, 1, 1, P::kDepth1>(p, overlap_previous, stream);
+  if (p.rows <= 4) return Launch<P, 4, 2, 2>(p, overlap_previous, stream);
+  if (p.rows <= 8) return Launch<P, 8, 2, 2>(p, overlap_previous, stream);
+  return Launch<P, 16, 2, 2>(p, overlap_previous, stream);
 }
 
 }  // namespace
