@@ -127,6 +127,64 @@ Numbers and units: 1 kilometre is 1000 metres; 1 hour has 3600 seconds; water bo
 degrees Celsius at sea level; the speed of light is about 299792 kilometres per second; a
 year has 365 days, or 366 in a leap year such as 2028.
 
+Astronomy notes: Jupiter is the largest planet in our solar system, with dozens of moons. Saturn
+is famous for its rings, which are made of ice and rock. Mars appears reddish because of iron
+oxide on its surface. Venus rotates backwards, so the sun rises in the west there. Neptune was
+discovered through mathematics before anyone observed it through a telescope.
+
+Recipe for vegetable soup: chop two onions, three carrots, a leek and some celery. Fry them
+gently in olive oil, add crushed garlic, then pour in stock. Simmer for twenty minutes, season
+with salt, pepper, thyme and parsley, and blend half of it for a thicker texture. Serve hot with
+toasted sourdough and grated parmesan.
+
+Football report: the visitors dominated possession during the first half, but the home team
+scored twice on the counterattack. After the break, a brilliant free kick reduced the deficit;
+however, the goalkeeper made several spectacular saves, and the match finished two goals to one.
+Supporters celebrated long after the final whistle.
+
+Medical advice is not a substitute for a consultation. Symptoms such as persistent fever, severe
+headache, chest pain or difficulty breathing require immediate attention. Regular exercise,
+balanced nutrition, adequate sleep and moderate consumption of caffeine contribute significantly
+to wellbeing, according to numerous longitudinal studies.
+
+The philosopher argued that knowledge begins with curiosity, develops through doubt, and matures
+through responsibility. Her students objected: surely experiment, observation and measurement
+matter more than attitude? She smiled. Without curiosity, she replied, nobody would bother to
+measure anything at all.
+
+Travel diary, Lisbon: narrow streets climb steep hills; yellow trams rattle past tiled facades;
+pastries filled with custard are sold warm in tiny bakeries. In the evening, melancholic fado
+songs drift from crowded taverns while the lighthouse blinks across the estuary.
+
+template <typename T>
+class RingBuffer {
+ public:
+  explicit RingBuffer(size_t capacity) : data_(capacity) {}
+  bool Push(const T& value) {
+    if (size_ == data_.size()) return false;
+    data_[(head_ + size_++) % data_.size()] = value;
+    return true;
+  }
+ private:
+  std::vector<T> data_;
+  size_t head_ = 0, size_ = 0;
+};
+
+git commit -m "Fix off-by-one error in pagination" && git push origin feature/pagination
+curl -s https://example.com/api/v1/items?page=2&limit=50 | jq '.items[] | .name'
+
+Economics vocabulary: inflation, unemployment, productivity, interest rates, exchange rates,
+supply and demand, fiscal policy, monetary policy, recession, recovery, investment, savings,
+consumption, taxation, subsidies, tariffs, competition, monopoly, regulation, innovation.
+
+Zoology: octopuses have three hearts and blue blood; elephants communicate with low-frequency
+rumbles; hummingbirds hover by beating their wings up to eighty times each second; penguins
+cannot fly but swim remarkably fast; chameleons change colour to regulate temperature.
+
+北京是中国的首都，有很多历史悠久的建筑。
+学习编程需要耐心和练习。
+京都には古いお寺がたくさんあります。
+
 She opened the window and looked at the street below. A bus stopped, a few passengers got off,
 and a man with a red umbrella hurried across the road. Somewhere a dog was barking. The city
 was waking up, and she felt, for the first time in weeks, that the day belonged to her.

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -36,12 +37,15 @@ absl::StatusOr<WrittenFile> WriteOne(const ModelPlan& plan, const SynthVocab& vo
   const uint64_t total = plan.total_bytes();
   gguf::GgufWriter::ProgressFn progress;
   if (log != nullptr) {
-    progress = [log, start, total](size_t done, size_t n, uint64_t bytes) {
+    // At most one line a second (plus the last), so logs of big files stay readable.
+    auto last = std::make_shared<double>(-1.0);
+    progress = [log, start, total, last](size_t done, size_t n, uint64_t bytes) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      *log << absl::StrFormat("\r  %zu/%zu tensors, %.2f / %.2f GiB, %.1f s", done, n,
+      if (done != n && secs - *last < 1.0) return;
+      *last = secs;
+      *log << absl::StrFormat("  %zu/%zu tensors, %.2f / %.2f GiB, %.1f s\n", done, n,
                               bytes / 1073741824.0, total / 1073741824.0, secs);
-      if (done == n) *log << "\n";
       log->flush();
     };
   }
