@@ -2,6 +2,7 @@
 // template) through the CPU forward pass, streamed to stdout token by token.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "engine/runner/chat_request_json.h"
 #include "engine/runner/generator.h"
 #include "engine/sampling/sampling_params.h"
+#include "engine/spec/mtp_speculator.h"
 #include "engine/tokenizer/chat_output.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/jinja_value.h"
@@ -36,10 +38,14 @@ constexpr char kDescription[] =
     "--chat, reasoning goes to stderr (grey on a terminal), content to stdout and parsed tool\n"
     "calls as one JSON line at the end. The stop reason and a timing summary go to stderr.\n"
     "Sampling defaults follow llama.cpp (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05);\n"
-    "--temperature 0 is greedy. -n is short for --n-predict.";
+    "--temperature 0 is greedy. -n is short for --n-predict.\n"
+    "--draft F decodes speculatively with MTP heads (engine/spec): F is a separate MTP-only or\n"
+    "combined GGUF, or the --model file itself to use its embedded heads; acceptance statistics\n"
+    "go to stderr as JSON.";
 
 struct Flags {
-  std::string model, prompt, chat;
+  std::string model, prompt, chat, draft;
+  int64_t draft_max = 3;
   int64_t n_predict = 128, top_k = 40, seed = -1, threads = 0, ctx_size = 0, repeat_last_n = 64;
   int64_t prefill_chunk = 512;
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
@@ -179,6 +185,23 @@ class ChatPrinter {
   std::vector<ParsedToolCall> tool_calls_;
 };
 
+// Flushes the decoder's held-back bytes and ends the text (chat: the parser's tail and tool
+// calls; plain: a newline).
+absl::Status FinishOutput(tokenizer::StreamingDecoder& decoder, std::unique_ptr<ChatPrinter>& chat,
+                          absl::Status stream_status) {
+  const std::string tail = decoder.Flush();
+  if (chat) {
+    if (stream_status.ok() && !tail.empty()) stream_status = chat->Feed(tail);
+    if (stream_status.ok()) stream_status = chat->Finish();
+    chat.reset();
+    return stream_status;
+  }
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SamplingParams> MakeSamplingParams(const Flags& flags) {
   SamplingParams p;
   p.temperature = static_cast<float>(flags.temperature);
@@ -205,8 +228,9 @@ absl::Status RunGenerate(const Flags& flags) {
     return absl::InvalidArgumentError(
         "--threads and --ctx-size must be >= 0 and --prefill-chunk >= 1");
   }
+  const bool self_draft = !flags.draft.empty() && flags.draft == flags.model;
   absl::StatusOr<std::unique_ptr<model::Step35Model>> model = model::Step35Model::Load(
-      flags.model, {.num_threads = static_cast<int>(flags.threads), .load_mtp = false});
+      flags.model, {.num_threads = static_cast<int>(flags.threads), .load_mtp = self_draft});
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrFormat("%s: %s", flags.model, model.status().message()));
@@ -248,6 +272,61 @@ absl::Status RunGenerate(const Flags& flags) {
       std::fflush(stdout);
     }
   };
+  if (!flags.draft.empty()) {
+    std::unique_ptr<model::Step35Model> draft;
+    if (!self_draft) {
+      absl::StatusOr<std::unique_ptr<model::Step35Model>> loaded = model::Step35Model::Load(
+          flags.draft, {.num_threads = static_cast<int>(flags.threads), .load_mtp = true});
+      if (!loaded.ok()) {
+        return absl::Status(loaded.status().code(), absl::StrFormat("--draft %s: %s", flags.draft,
+                                                                    loaded.status().message()));
+      }
+      draft = *std::move(loaded);
+    }
+    spec::SpeculativeOptions spec_options;
+    spec_options.drafter.n_max = static_cast<int>(flags.draft_max);
+    spec_options.prefill_chunk = static_cast<int32_t>(flags.prefill_chunk);
+    spec_options.stop_tokens = tok->end_of_generation_ids();
+    ASSIGN_OR_RETURN(std::unique_ptr<spec::SpeculativeGenerator> gen,
+                     spec::SpeculativeGenerator::Create(model->get(), draft.get(), spec_options));
+    // The generator sizes its KV for prompt + tokens, so the context bounds the token count.
+    const int64_t room = ctx - static_cast<int64_t>(prompt.tokens.size());
+    const int64_t limit = std::min(flags.n_predict, room);
+    const auto start = std::chrono::steady_clock::now();
+    double first_token_s = 0;
+    int64_t emitted = 0;
+    auto on_tokens = [&](std::span<const SampleResult> tokens) {
+      if (emitted == 0) {
+        first_token_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      for (const SampleResult& r : tokens) {
+        on_token(r.token);
+        ++emitted;
+      }
+      return true;
+    };
+    ASSIGN_OR_RETURN(spec::GenerationResult result,
+                     gen->Generate(prompt.tokens, params, static_cast<int>(limit), on_tokens));
+    const double total_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    RETURN_IF_ERROR(FinishOutput(decoder, chat, stream_status));
+    const int64_t n = static_cast<int64_t>(result.tokens.size());
+    const char* stop = result.stopped         ? "end of generation"
+                       : n >= flags.n_predict ? "token limit"
+                                              : "context full";
+    std::fprintf(stderr, "stop: %s\n", stop);
+    std::fprintf(stderr, "speculative: %s\n", result.stats.ToJson().c_str());
+    std::fprintf(stderr, "speculative: acceptance %.3f, mean accepted length %.3f\n",
+                 result.stats.acceptance_rate(), result.stats.mean_accepted_length());
+    // The first emission comes after prefill and the first verification step, so the prompt
+    // rate is slightly understated.
+    std::fprintf(
+        stderr, "summary: prompt %zu tokens, %.2f tokens/s; generated %ld tokens, %.2f tokens/s\n",
+        prompt.tokens.size(), first_token_s > 0 ? prompt.tokens.size() / first_token_s : 0.0,
+        static_cast<long>(n), total_s > first_token_s ? n / (total_s - first_token_s) : 0.0);
+    return absl::OkStatus();
+  }
   runner::GenerationOptions options{
       .ctx_size = ctx,
       .max_new_tokens = flags.n_predict,
@@ -256,17 +335,7 @@ absl::Status RunGenerate(const Flags& flags) {
       .is_end_of_generation = [&](int32_t t) { return tok->IsEndOfGeneration(t); }};
   ASSIGN_OR_RETURN(runner::GenerationStats stats,
                    runner::Generate(**model, prompt.tokens, options, on_token));
-  const std::string tail = decoder.Flush();
-  if (chat) {
-    if (stream_status.ok() && !tail.empty()) stream_status = chat->Feed(tail);
-    if (stream_status.ok()) stream_status = chat->Finish();
-    chat.reset();
-    RETURN_IF_ERROR(stream_status);
-  } else {
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-  }
+  RETURN_IF_ERROR(FinishOutput(decoder, chat, stream_status));
   std::fprintf(stderr, "stop: %s\n", std::string(runner::StopReasonName(stats.stop)).c_str());
   std::fprintf(stderr,
                "summary: prompt %ld tokens, %.2f tokens/s; generated %ld tokens, %.2f tokens/s\n",
@@ -305,6 +374,9 @@ int Run(int argc, char** argv) {
   parser.AddBool("no-bos", &f.no_bos, "do not add BOS even when the vocabulary does");
   parser.AddBool("parse-special", &f.parse_special,
                  "map special-token texts in --prompt to their ids");
+  parser.AddString("draft", &f.draft,
+                   "MTP draft GGUF for speculative decoding (the --model file: its own heads)");
+  parser.AddInt("draft-max", &f.draft_max, "most draft tokens per step");
   parser.AddBool("show-special", &f.show_special, "print control tokens' text");
   int exit_code = 0;
   if (!ParseOrExit(parser, static_cast<int>(ptrs.size()), ptrs.data(), &exit_code)) {

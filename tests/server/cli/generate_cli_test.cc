@@ -99,6 +99,20 @@ TEST_F(GenerateCliTest, SeededSamplingIsReproducible) {
   EXPECT_THAT(a.err, HasSubstr("seed 1234"));
 }
 
+// Speculative decoding with the model's own MTP heads verifies every draft against the trunk, so
+// greedy output is exactly plain greedy output.
+TEST_F(GenerateCliTest, SelfDraftMatchesPlainGreedy) {
+  RunResult plain = Generate("--prompt 'Once upon a time' -n 16 --temperature 0");
+  RunResult spec = Generate("--prompt 'Once upon a time' -n 16 --temperature 0 --draft " +
+                            ShellQuote(model_) + " --draft-max 3");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(spec.out, plain.out);
+  EXPECT_EQ(ParseSummary(spec.err).generated_tokens, ParseSummary(plain.err).generated_tokens);
+  EXPECT_THAT(spec.err, HasSubstr("speculative: {"));
+  EXPECT_THAT(spec.err, HasSubstr("speculative: acceptance "));
+}
+
 TEST_F(GenerateCliTest, StopsWhenTheContextIsFull) {
   RunResult r = Generate("--prompt 'a b c' --no-bos --ctx-size 8 -n 100 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
