@@ -49,6 +49,11 @@ void ToProto(const engine::FinishedEvent& event, bool aborted, pb::Final* out);
 // (CANCELLED, DEADLINE_EXCEEDED, INTERNAL), `aborted` as above.
 absl::Status FinishStatus(const engine::FinishedEvent& event, bool aborted);
 
+// `bytes` with every byte that does not belong to a well-formed UTF-8 sequence replaced by
+// U+FFFD: proto3 string fields must be UTF-8, and arbitrary token ids can decode to partial
+// characters (Detokenize).
+std::string ToValidUtf8(std::string_view bytes);
+
 // The gRPC status-code name ("OK", "INVALID_ARGUMENT") for metric labels.
 const char* StatusCodeName(int code);
 

@@ -241,7 +241,7 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerConte
     ids.push_back(static_cast<int32_t>(request->ids(i)));
   }
   const bool skip = request->has_skip_special_tokens() ? request->skip_special_tokens() : true;
-  response->set_text(tok.Decode(ids, skip));
+  response->set_text(ToValidUtf8(tok.Decode(ids, skip)));
   return Done(ctx, grpc::Status::OK);
 }
 
