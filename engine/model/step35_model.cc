@@ -59,6 +59,9 @@ absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::FromFile(
   BindOptions bind;
   bind.load_mtp = options.load_mtp;
   ASSIGN_OR_RETURN(model->weights_, ModelWeights::Bind(*model->file_, model->hparams_, bind));
+  // Step-5 files carry sparse-indexer tensors; until that path exists they run the dense
+  // attention fallback (spec 6.3), which Summary() reports.
+  if (model->weights_.has_sparse_indexer) model->hparams_.step5_dense_fallback = true;
   ASSIGN_OR_RETURN(model->backend_,
                    CreateBackend(options.backend, {.num_threads = options.num_threads}));
   std::span<const float> freqs = F32Span(model->weights_.rope_freqs);
@@ -85,15 +88,15 @@ absl::Status Step35Model::PrepareRows(std::span<const BatchSequence> batch, Rows
       return absl::InvalidArgumentError(absl::StrFormat("batch sequence %d has no tokens", s));
     }
     if (seq.start_pos < 0 || seq.logit_rows < 0 || seq.logit_rows > count) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "batch sequence %d: start position %d, %d logit rows for %d tokens", s, seq.start_pos,
-          seq.logit_rows, count));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("batch sequence %d: start position %d, %d logit rows for %d tokens", s,
+                          seq.start_pos, seq.logit_rows, count));
     }
     for (int32_t token : seq.tokens) {
       if (token < 0 || token >= weights_.n_vocab) {
-        return absl::OutOfRangeError(absl::StrFormat(
-            "batch sequence %d: token id %d is outside the vocabulary (%d)", s, token,
-            weights_.n_vocab));
+        return absl::OutOfRangeError(
+            absl::StrFormat("batch sequence %d: token id %d is outside the vocabulary (%d)", s,
+                            token, weights_.n_vocab));
       }
       rows.ids.push_back(token);
     }
@@ -182,16 +185,16 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
     RETURN_IF_ERROR(ops.Matmul(f, View(w.ffn_gate_inp), logits));
     rows.expert_ids.resize(static_cast<size_t>(n * top_k));
     rows.expert_weights.resize(static_cast<size_t>(n * top_k));
-    RouterParams router{.top_k = top_k,
-                        .gating = static_cast<stepserve::GatingFunc>(static_cast<int>(hparams_.gating)),
-                        .bias = F32Span(w.exp_probs_b),
-                        .normalize = hparams_.expert_weights_norm,
-                        .scale = hparams_.expert_weights_scale};
+    RouterParams router{
+        .top_k = top_k,
+        .gating = static_cast<stepserve::GatingFunc>(static_cast<int>(hparams_.gating)),
+        .bias = F32Span(w.exp_probs_b),
+        .normalize = hparams_.expert_weights_norm,
+        .scale = hparams_.expert_weights_scale};
     RETURN_IF_ERROR(ops.RouterTopK(logits, router, rows.expert_ids, rows.expert_weights));
     ExpertWeights experts{View(w.ffn_gate_exps), View(w.ffn_up_exps), View(w.ffn_down_exps),
                           l.clamp_exp};
-    RETURN_IF_ERROR(
-        ops.MoeExperts(f, experts, rows.expert_ids, rows.expert_weights, top_k, y));
+    RETURN_IF_ERROR(ops.MoeExperts(f, experts, rows.expert_ids, rows.expert_weights, top_k, y));
     if (w.ffn_gate_shexp != nullptr) {
       RETURN_IF_ERROR(
           swiglu_ffn(w.ffn_gate_shexp, w.ffn_up_shexp, w.ffn_down_shexp, l.clamp_shexp, y));
@@ -258,11 +261,11 @@ absl::Status Step35Model::Forward(std::span<const BatchSequence> batch, KvStorag
   return Logits(rows, batch, weights_.output_norm, weights_.output, out);
 }
 
-absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> batch,
-                                     KvStorage& kv, ForwardOutput* out) {
+absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> batch, KvStorage& kv,
+                                     ForwardOutput* out) {
   if (!weights_.has_mtp || head < 0 || head >= hparams_.n_nextn) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "MTP head %d is not available (%d heads loaded)", head, num_mtp_heads()));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("MTP head %d is not available (%d heads loaded)", head, num_mtp_heads()));
   }
   const int il = hparams_.n_layer + head;
   const LayerWeights& w = weights_.layers[il];
@@ -283,9 +286,9 @@ absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> ba
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t count = static_cast<int64_t>(batch[s].tokens.size());
     if (static_cast<int64_t>(batch[s].mtp_hidden.size()) != count * d) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "MTP batch sequence %d: %d hidden floats for %d tokens of width %d", s,
-          batch[s].mtp_hidden.size(), count, d));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("MTP batch sequence %d: %d hidden floats for %d tokens of width %d", s,
+                          batch[s].mtp_hidden.size(), count, d));
     }
     std::memcpy(rows.f.data() + row * d, batch[s].mtp_hidden.data(), count * d * sizeof(float));
     row += count;

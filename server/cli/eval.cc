@@ -66,6 +66,7 @@ absl::Status RunEval(const Flags& flags) {
                         absl::StrFormat("%s: %s", flags.model, loaded.status().message()));
   }
   model::Step35Model& model = **loaded;
+  std::fprintf(stderr, "%s\n", model.hparams().Summary().c_str());
   const int64_t n_ctx_train = model.hparams().n_ctx_train;
   if (n_ctx_train > 0 && flags.ctx > n_ctx_train) {
     return absl::InvalidArgumentError(absl::StrFormat(

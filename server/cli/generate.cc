@@ -235,6 +235,7 @@ absl::Status RunGenerate(const Flags& flags) {
     return absl::Status(model.status().code(),
                         absl::StrFormat("%s: %s", flags.model, model.status().message()));
   }
+  std::fprintf(stderr, "%s\n", (*model)->hparams().Summary().c_str());
   ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
                    tokenizer::Tokenizer::FromMetadata((*model)->file().metadata()));
   ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(flags, **model, *tok));
