@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -34,15 +35,22 @@ absl::StatusOr<int64_t> RequiredInt(const gguf::Metadata& md, const std::string&
   return md.GetInt(key);
 }
 
-// A key that is either a scalar (broadcast to every layer) or an array of exactly `n` entries.
-// Integer or bool values. nullopt when absent.
-absl::StatusOr<std::optional<std::vector<int64_t>>> PerLayerInts(const gguf::Metadata& md,
-                                                                 const std::string& key, int n) {
+// A key that is either a scalar (broadcast to every layer) or an array of exactly `n` entries;
+// nullopt when absent. T = int64_t reads integers or bools, T = double any number.
+template <typename T>
+absl::StatusOr<std::optional<std::vector<T>>> PerLayer(const gguf::Metadata& md,
+                                                       const std::string& key, int n) {
+  constexpr bool kInt = std::is_same_v<T, int64_t>;
   const gguf::Value* value = md.Find(key);
-  if (value == nullptr) return std::optional<std::vector<int64_t>>();
-  std::vector<int64_t> values;
+  if (value == nullptr) return std::optional<std::vector<T>>();
+  std::vector<T> values;
   if (value->type() == gguf::ValueType::kArray) {
-    absl::StatusOr<std::vector<int64_t>> array = md.GetIntArray(key);
+    absl::StatusOr<std::vector<T>> array;
+    if constexpr (kInt) {
+      array = md.GetIntArray(key);
+    } else {
+      array = md.GetFloatArray(key);
+    }
     if (!array.ok()) return array.status();
     values = *std::move(array);
     if (static_cast<int>(values.size()) != n) {
@@ -50,37 +58,23 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> PerLayerInts(const gguf::Met
           absl::StrFormat("%s: array has %d entries, block_count is %d", key, values.size(), n));
     }
   } else {
-    absl::StatusOr<int64_t> scalar = md.GetInt(key);
+    absl::StatusOr<T> scalar;
+    if constexpr (kInt) {
+      scalar = md.GetInt(key);
+    } else {
+      scalar = md.GetFloat(key);
+    }
     if (!scalar.ok()) return scalar.status();
     values.assign(n, *scalar);
   }
-  return std::optional<std::vector<int64_t>>(std::move(values));
-}
-
-absl::StatusOr<std::optional<std::vector<double>>> PerLayerFloats(const gguf::Metadata& md,
-                                                                  const std::string& key, int n) {
-  const gguf::Value* value = md.Find(key);
-  if (value == nullptr) return std::optional<std::vector<double>>();
-  std::vector<double> values;
-  if (value->type() == gguf::ValueType::kArray) {
-    absl::StatusOr<std::vector<double>> array = md.GetFloatArray(key);
-    if (!array.ok()) return array.status();
-    values = *std::move(array);
-    if (static_cast<int>(values.size()) != n) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: array has %d entries, block_count is %d", key, values.size(), n));
-    }
-  } else {
-    absl::StatusOr<double> scalar = md.GetFloat(key);
-    if (!scalar.ok()) return scalar.status();
-    values.assign(n, *scalar);
-  }
-  for (double v : values) {
-    if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: non-finite entry", key));
+  if constexpr (!kInt) {
+    for (double v : values) {
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(absl::StrFormat("%s: non-finite entry", key));
+      }
     }
   }
-  return std::optional<std::vector<double>>(std::move(values));
+  return std::optional<std::vector<T>>(std::move(values));
 }
 
 absl::Status CheckRange(const std::string& key, int64_t value, int64_t lo, int64_t hi) {
@@ -124,12 +118,12 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
   RETURN_IF_ERROR(CheckRange(Key("embedding_length"), hp.n_embd, 1, kMaxDim));
 
   std::optional<std::vector<int64_t>> n_ff;
-  ASSIGN_OR_RETURN(n_ff, PerLayerInts(md, Key("feed_forward_length"), n));
+  ASSIGN_OR_RETURN(n_ff, PerLayer<int64_t>(md, Key("feed_forward_length"), n));
   std::optional<std::vector<int64_t>> heads;
-  ASSIGN_OR_RETURN(heads, PerLayerInts(md, Key("attention.head_count"), n));
+  ASSIGN_OR_RETURN(heads, PerLayer<int64_t>(md, Key("attention.head_count"), n));
   if (!heads) return absl::InvalidArgumentError("missing key step35.attention.head_count");
   std::optional<std::vector<int64_t>> heads_kv;
-  ASSIGN_OR_RETURN(heads_kv, PerLayerInts(md, Key("attention.head_count_kv"), n));
+  ASSIGN_OR_RETURN(heads_kv, PerLayer<int64_t>(md, Key("attention.head_count_kv"), n));
   if (!heads_kv) heads_kv = heads;
   for (int il = 0; il < n; ++il) {
     RETURN_IF_ERROR(CheckRange(absl::StrFormat("%s[%d]", Key("attention.head_count"), il),
@@ -174,7 +168,7 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
   RETURN_IF_ERROR(CheckRange(Key("attention.sliding_window"), window, 1, int64_t{1} << 30));
   hp.sliding_window = static_cast<int>(window);
   std::optional<std::vector<int64_t>> pattern;
-  ASSIGN_OR_RETURN(pattern, PerLayerInts(md, Key("attention.sliding_window_pattern"), n));
+  ASSIGN_OR_RETURN(pattern, PerLayer<int64_t>(md, Key("attention.sliding_window_pattern"), n));
   if (!pattern) {
     return absl::InvalidArgumentError("missing key step35.attention.sliding_window_pattern");
   }
@@ -208,7 +202,7 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
   hp.n_expert = expert_count;
   hp.n_expert_used = expert_used;
   std::optional<std::vector<int64_t>> n_ff_exp;
-  ASSIGN_OR_RETURN(n_ff_exp, PerLayerInts(md, Key("expert_feed_forward_length"), n));
+  ASSIGN_OR_RETURN(n_ff_exp, PerLayer<int64_t>(md, Key("expert_feed_forward_length"), n));
   if (!n_ff_exp && expert_count > 0) {
     return absl::InvalidArgumentError("missing key step35.expert_feed_forward_length");
   }
@@ -235,8 +229,8 @@ absl::StatusOr<Hparams> Hparams::FromMetadata(const gguf::Metadata& md) {
   hp.gating = static_cast<GatingFunc>(gating);
 
   std::optional<std::vector<double>> clamp_exp, clamp_shexp;
-  ASSIGN_OR_RETURN(clamp_exp, PerLayerFloats(md, Key("swiglu_clamp_exp"), n));
-  ASSIGN_OR_RETURN(clamp_shexp, PerLayerFloats(md, Key("swiglu_clamp_shexp"), n));
+  ASSIGN_OR_RETURN(clamp_exp, PerLayer<double>(md, Key("swiglu_clamp_exp"), n));
+  ASSIGN_OR_RETURN(clamp_shexp, PerLayer<double>(md, Key("swiglu_clamp_shexp"), n));
 
   hp.layers.resize(n);
   for (int il = 0; il < n; ++il) {
