@@ -196,14 +196,22 @@ class Interpreter {
 
   Value MakeMacro(const Node& n, const FramePtr& def_frame, Value) {
     const Node* node = &n;
+    // The macro is stored in the frame it was defined in: a strong reference back to that frame
+    // would be a cycle that leaks every frame of the render. The frame outlives every legal call.
+    std::weak_ptr<Frame> def_weak = def_frame;
     return Value::Function(
-        n.text, [this, node, def_frame](const CallArgs& args) -> absl::StatusOr<Value> {
+        n.text, [this, node, def_weak](const CallArgs& args) -> absl::StatusOr<Value> {
+          FramePtr def = def_weak.lock();
+          if (def == nullptr) {
+            return absl::FailedPreconditionError(
+                absl::StrFormat("macro '%s' called after the scope defining it ended", node->text));
+          }
           if (++depth_ > options_.max_call_depth) {
             --depth_;
             return absl::ResourceExhaustedError("macro recursion too deep");
           }
           auto f = std::make_shared<Frame>();
-          f->parent = def_frame;
+          f->parent = def;
           Array varargs;
           Object kwargs;
           for (size_t i = 0; i < args.positional.size(); ++i) {
