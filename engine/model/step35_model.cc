@@ -44,6 +44,9 @@ struct Step35Model::Rows {
   std::vector<float> expert_weights;
 };
 
+Step35Model::Step35Model() : rows_(std::make_unique<Rows>()) {}
+Step35Model::~Step35Model() = default;
+
 absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::Load(const std::string& path,
                                                                const LoadOptions& options) {
   absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(path);
@@ -252,7 +255,7 @@ absl::Status Step35Model::Forward(std::span<const BatchSequence> batch, KvStorag
   if (!weights_.has_trunk) {
     return absl::FailedPreconditionError("this model file holds only MTP heads");
   }
-  Rows rows;
+  Rows& rows = *rows_;
   RETURN_IF_ERROR(PrepareRows(batch, rows));
   const int64_t d = hparams_.n_embd;
   RETURN_IF_ERROR(backend_->Embed(View(weights_.token_embd), rows.ids, Mat(rows.h, d, rows.n)));
@@ -269,7 +272,7 @@ absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> ba
   }
   const int il = hparams_.n_layer + head;
   const LayerWeights& w = weights_.layers[il];
-  Rows rows;
+  Rows& rows = *rows_;
   RETURN_IF_ERROR(PrepareRows(batch, rows));
   const int64_t d = hparams_.n_embd, n = rows.n;
   Backend& ops = *backend_;

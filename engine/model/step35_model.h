@@ -57,8 +57,8 @@ class Step35Model {
   static absl::StatusOr<std::unique_ptr<Step35Model>> Load(const std::string& path,
                                                            const LoadOptions& options);
   // Takes ownership of an opened file (tests build models in memory-mapped temp files).
-  static absl::StatusOr<std::unique_ptr<Step35Model>> FromFile(
-      std::unique_ptr<gguf::GgufFile> file, const LoadOptions& options);
+  static absl::StatusOr<std::unique_ptr<Step35Model>> FromFile(std::unique_ptr<gguf::GgufFile> file,
+                                                               const LoadOptions& options);
 
   // Trunk forward: embeds, runs layers [0, n_layer), fills `out.hidden` for every row and
   // `out.logits` for the requested rows.
@@ -82,21 +82,24 @@ class Step35Model {
   int64_t n_vocab() const { return weights_.n_vocab; }
   int num_mtp_heads() const { return weights_.has_mtp ? hparams_.n_nextn : 0; }
 
+  ~Step35Model();
+
  private:
-  Step35Model() = default;
-  struct Rows;  // per-call activations
+  Step35Model();
+  struct Rows;  // activations, reused across calls (the model is driven by one thread)
   absl::Status PrepareRows(std::span<const BatchSequence> batch, Rows& rows);
   absl::Status RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv);
   absl::Status Attention(int il, Rows& rows, KvStorage& kv);
   absl::Status FeedForward(int il, Rows& rows);
-  absl::Status Logits(Rows& rows, std::span<const BatchSequence> batch, Tensor norm,
-                      Tensor head, ForwardOutput* out);
+  absl::Status Logits(Rows& rows, std::span<const BatchSequence> batch, Tensor norm, Tensor head,
+                      ForwardOutput* out);
 
   std::unique_ptr<gguf::GgufFile> file_;
   std::unique_ptr<Backend> backend_;
   Hparams hparams_;
   ModelWeights weights_;
   std::vector<float> rope_freqs_;  // n_rot_max / 2 entries, or empty
+  std::unique_ptr<Rows> rows_;     // scratch: no per-step reallocation of activation buffers
   LayerTimer layer_timer_;
 };
 

@@ -152,7 +152,6 @@ StepPlan Scheduler::Schedule(double now_s, std::vector<Event>* events) {
     planned.sample = decode || seq.computed + count == static_cast<int64_t>(seq.tokens.size());
     planned.full_table = &seq.blocks->full_table();
     planned.swa_table = &seq.blocks->swa_table();
-    plan.num_tokens += static_cast<int32_t>(count);
     budget -= static_cast<int32_t>(count);
     plan.seqs.push_back(std::move(planned));
   };
@@ -203,7 +202,7 @@ StepPlan Scheduler::Schedule(double now_s, std::vector<Event>* events) {
     running_.push_back(seq.request.id);
     add_to_plan(seq, count, /*decode=*/false);
   }
-  plan.num_tokens = 0;
+  // Counted once at the end: preemption may have dropped planned entries.
   for (const PlannedSeq& p : plan.seqs) plan.num_tokens += static_cast<int32_t>(p.tokens.size());
   return plan;
 }
