@@ -23,6 +23,7 @@
 #ifndef STEPSERVE_ENGINE_BACKEND_BACKEND_H_
 #define STEPSERVE_ENGINE_BACKEND_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -126,6 +127,54 @@ struct ExpertWeights {
   float limit = 0.0f;  // swiglu_clamp_exp[l]
 };
 
+// Memory the ops read and write, owned by the backend that allocated it. On the CPU backend it is
+// host memory; on an accelerator it is device memory the host must never dereference. Move-only;
+// released when destroyed.
+class BackendBuffer {
+ public:
+  BackendBuffer() = default;
+  BackendBuffer(void* data, size_t bytes, std::function<void(void*)> release)
+      : data_(data), bytes_(bytes), release_(std::move(release)) {}
+  BackendBuffer(BackendBuffer&& other) noexcept { *this = std::move(other); }
+  BackendBuffer& operator=(BackendBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = other.data_;
+      bytes_ = other.bytes_;
+      release_ = std::move(other.release_);
+      other.data_ = nullptr;
+      other.bytes_ = 0;
+      other.release_ = nullptr;
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  ~BackendBuffer() { Reset(); }
+
+  void* data() const { return data_; }
+  float* f32() const { return static_cast<float*>(data_); }
+  size_t bytes() const { return bytes_; }
+  void Reset() {
+    if (data_ != nullptr && release_) release_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    release_ = nullptr;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  std::function<void(void*)> release_;
+};
+
+struct BackendMemoryInfo {
+  uint64_t total_bytes = 0;    // device capacity (CPU: physical RAM)
+  uint64_t free_bytes = 0;     // what the device reports free now
+  uint64_t weight_bytes = 0;   // held by PlaceWeight copies (CPU: 0, weights stay in the mmap)
+  uint64_t buffer_bytes = 0;   // held by live Allocate buffers
+};
+
 struct BackendOptions {
   int num_threads = 0;  // CPU worker threads including the caller; 0 = hardware concurrency
   int device = 0;       // device index for accelerator backends
@@ -135,6 +184,36 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // ---- Memory (see "Where operands live" below). ----
+  // True when backend memory is host memory (CPU): the model may read it directly and skip copies.
+  virtual bool host_visible() const = 0;
+  // `bytes` of uninitialised backend memory, 256-byte aligned. ResourceExhausted saying how many
+  // bytes were asked for and how many are free when it does not fit.
+  virtual absl::StatusOr<BackendBuffer> Allocate(size_t bytes) = 0;
+  // Host -> backend memory. Returns once `host` may be reused.
+  virtual absl::Status Upload(const void* host, void* dst, size_t bytes) = 0;
+  // Backend -> host memory, after every op enqueued before it has finished.
+  virtual absl::Status Download(const void* src, void* host, size_t bytes) = 0;
+  // Backend -> backend memory, ordered with the ops (may be asynchronous).
+  virtual absl::Status Copy(const void* src, void* dst, size_t bytes) = 0;
+  // Sets `bytes` of backend memory to zero, ordered with the ops.
+  virtual absl::Status Zero(void* dst, size_t bytes) = 0;
+  // Waits for every enqueued op; surfaces asynchronous kernel errors as Internal.
+  virtual absl::Status Synchronize() = 0;
+  // Makes a GGUF weight (host view into the mmapped file) readable by the ops. CPU: returns `host`
+  // unchanged. Accelerators copy it into memory the backend owns until it is destroyed, possibly
+  // with padded rows (row_stride), and return the view of the copy; ResourceExhausted naming
+  // `name` and the missing bytes when it does not fit.
+  virtual absl::StatusOr<WeightView> PlaceWeight(const WeightView& host, std::string_view name) = 0;
+  virtual BackendMemoryInfo memory_info() const = 0;
+
+  // ---- Ops. ----
+  // Where operands live: TensorView / WeightView data, RouterParams::bias,
+  // QkNormRopeParams::freq_factors and the ids / weights of RouterTopK and MoeExperts are backend
+  // memory (placed weights or Allocate buffers). The token ids of Embed, the positions of
+  // QkNormRope and every field of AttentionBatch (positions, block tables) are host memory: they
+  // describe the batch and are uploaded by accelerator backends as needed.
 
   // out[t] = dequantized row ids[t] of `table` (ne = [d, n_vocab]); out: [d, ids.size()].
   virtual absl::Status Embed(const WeightView& table, std::span<const int32_t> ids,

@@ -7,6 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#if STEPSERVE_HAVE_CUDA_BACKEND
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
 
 namespace stepserve {
 namespace {
@@ -23,6 +26,11 @@ Registry& GetRegistry() {
         "cpu", [](const BackendOptions& options) -> absl::StatusOr<std::unique_ptr<Backend>> {
           return CreateCpuBackend(options);
         });
+#if STEPSERVE_HAVE_CUDA_BACKEND
+    r->factories.emplace("cuda", [](const BackendOptions& options) {
+      return CudaBackend::Create(options);
+    });
+#endif
     return r;
   }();
   return *registry;

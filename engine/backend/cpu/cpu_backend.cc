@@ -1,6 +1,13 @@
 // CPU implementation of Backend: shape checks with precise messages, then one kernel call each.
 #include "engine/backend/cpu/cpu_backend.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -71,11 +78,68 @@ absl::Status CheckF32Weight(const WeightView& w, int64_t n, const char* op, cons
   return absl::OkStatus();
 }
 
+absl::Status CopyChecked(const void* src, void* dst, size_t bytes, const char* op) {
+  if (bytes == 0) return absl::OkStatus();
+  if (src == nullptr || dst == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: null pointer for %d bytes", op, bytes));
+  }
+  std::memmove(dst, src, bytes);
+  return absl::OkStatus();
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options) : pool_(options.num_threads) {}
 
   std::string_view name() const override { return "cpu"; }
+
+  // Memory: plain host allocations; weights stay in the mmapped file.
+  bool host_visible() const override { return true; }
+  absl::StatusOr<BackendBuffer> Allocate(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+    void* data = std::aligned_alloc(256, rounded);
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("cpu backend: cannot allocate %d bytes of host memory", bytes));
+    }
+    buffer_bytes_->fetch_add(rounded);
+    std::shared_ptr<std::atomic<uint64_t>> counter = buffer_bytes_;
+    return BackendBuffer(data, bytes, [counter, rounded](void* p) {
+      counter->fetch_sub(rounded);
+      std::free(p);
+    });
+  }
+  absl::Status Upload(const void* host, void* dst, size_t bytes) override {
+    return CopyChecked(host, dst, bytes, "Upload");
+  }
+  absl::Status Download(const void* src, void* host, size_t bytes) override {
+    return CopyChecked(src, host, bytes, "Download");
+  }
+  absl::Status Copy(const void* src, void* dst, size_t bytes) override {
+    return CopyChecked(src, dst, bytes, "Copy");
+  }
+  absl::Status Zero(void* dst, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return absl::InvalidArgumentError("Zero: null destination");
+    std::memset(dst, 0, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<WeightView> PlaceWeight(const WeightView& host, std::string_view name) override {
+    if (host.data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat("PlaceWeight: %s has no data", name));
+    }
+    return host;
+  }
+  BackendMemoryInfo memory_info() const override {
+    BackendMemoryInfo info;
+    const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_size > 0) info.total_bytes = uint64_t(pages) * uint64_t(page_size);
+    if (avail > 0 && page_size > 0) info.free_bytes = uint64_t(avail) * uint64_t(page_size);
+    info.buffer_bytes = buffer_bytes_->load();
+    return info;
+  }
 
   absl::Status Embed(const WeightView& table, std::span<const int32_t> ids,
                      const TensorView& out) override {
@@ -412,6 +476,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
   // Scratch reused across calls (one engine thread drives a backend).
   std::vector<int64_t> slots_;
   std::vector<kernels::AttentionSeq> seqs_;

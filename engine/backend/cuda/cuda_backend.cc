@@ -1,0 +1,203 @@
+// CudaBackend: device selection, the stream, memory and weight placement, and registration.
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "engine/base/status_macros.h"
+#include "kernels/common/cuda_check.h"
+
+namespace stepserve {
+namespace {
+
+std::string Gib(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / double(1ull << 30)); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOptions& options) {
+  const int count = kernels::CudaDeviceCount();
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        "cuda backend: no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES)");
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cuda backend: device %d does not exist (%d visible)", options.device, count));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend());
+  backend->device_ = options.device;
+  RETURN_IF_ERROR(backend->CudaResult(cudaSetDevice(options.device), "cudaSetDevice"));
+  RETURN_IF_ERROR(backend->CudaResult(
+      cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  pointwise_.reset();
+  attention_.reset();
+  matmul_.reset();
+  for (void* p : placed_) cudaFree(p);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaBackend::CudaResult(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();  // clear a non-sticky error so it does not leak into the next check
+  if (err == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(kernels::CudaErrorText(what, err));
+  }
+  return absl::InternalError(kernels::CudaErrorText(what, err));
+}
+
+absl::Status CudaBackend::KernelResult(kernels::KernelStatus status, const char* op) {
+  const std::string message =
+      absl::StrFormat("%s: kernel reported %s", op, kernels::KernelStatusName(status));
+  switch (status) {
+    case kernels::KernelStatus::kOk:
+      return CudaResult(cudaGetLastError(), op);
+    case kernels::KernelStatus::kOutOfRange:
+      return absl::OutOfRangeError(message);
+    case kernels::KernelStatus::kUnsupportedType:
+      return absl::UnimplementedError(message);
+    case kernels::KernelStatus::kTooLarge:
+      return absl::ResourceExhaustedError(message);
+    case kernels::KernelStatus::kInvalidArgument:
+      break;
+  }
+  return absl::InvalidArgumentError(message);
+}
+
+absl::StatusOr<void*> CudaBackend::EnsureScratch(Scratch& scratch, size_t bytes,
+                                                 const char* what) {
+  if (scratch.bytes >= bytes && scratch.data != nullptr) return scratch.data;
+  if (scratch.data != nullptr) {
+    RETURN_IF_ERROR(CudaResult(cudaStreamSynchronize(stream_), what));
+    cudaFree(scratch.data);
+    scratch.data = nullptr;
+    scratch.bytes = 0;
+  }
+  const size_t grown = std::max<size_t>(bytes, 256);
+  void* data = nullptr;
+  cudaError_t err = cudaMalloc(&data, grown);
+  if (err != cudaSuccess) {
+    return CudaResult(err, absl::StrFormat("%s: scratch of %d bytes", what, grown).c_str());
+  }
+  scratch.data = data;
+  scratch.bytes = grown;
+  return data;
+}
+
+absl::StatusOr<void*> CudaBackend::StageToDevice(Scratch& scratch, const void* host, size_t bytes,
+                                                 const char* what) {
+  ASSIGN_OR_RETURN(void* dst, EnsureScratch(scratch, bytes, what));
+  if (bytes > 0) RETURN_IF_ERROR(Upload(host, dst, bytes));
+  return dst;
+}
+
+absl::StatusOr<BackendBuffer> CudaBackend::Allocate(size_t bytes) {
+  void* data = nullptr;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  cudaError_t err = cudaMalloc(&data, rounded);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    const BackendMemoryInfo info = memory_info();
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cuda backend: cannot allocate %d bytes (%s) on device %d: %s free of %s",
+                        bytes, Gib(bytes), device_, Gib(info.free_bytes), Gib(info.total_bytes)));
+  }
+  buffer_bytes_->fetch_add(rounded);
+  std::shared_ptr<std::atomic<uint64_t>> counter = buffer_bytes_;
+  return BackendBuffer(data, bytes, [counter, rounded](void* p) {
+    counter->fetch_sub(rounded);
+    cudaFree(p);
+  });
+}
+
+absl::Status CudaBackend::Upload(const void* host, void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (host == nullptr || dst == nullptr) return absl::InvalidArgumentError("Upload: null pointer");
+  // Pageable source: the runtime stages it before returning, so `host` may be reused at once.
+  return CudaResult(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "Upload");
+}
+
+absl::Status CudaBackend::Download(const void* src, void* host, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (host == nullptr || src == nullptr) {
+    return absl::InvalidArgumentError("Download: null pointer");
+  }
+  RETURN_IF_ERROR(
+      CudaResult(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "Download"));
+  return CudaResult(cudaStreamSynchronize(stream_), "Download (kernels before it)");
+}
+
+absl::Status CudaBackend::Copy(const void* src, void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("Copy: null pointer");
+  return CudaResult(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
+}
+
+absl::Status CudaBackend::Zero(void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr) return absl::InvalidArgumentError("Zero: null pointer");
+  return CudaResult(cudaMemsetAsync(dst, 0, bytes, stream_), "Zero");
+}
+
+absl::Status CudaBackend::Synchronize() {
+  return CudaResult(cudaStreamSynchronize(stream_), "Synchronize (an earlier kernel failed)");
+}
+
+absl::StatusOr<WeightView> CudaBackend::PlaceWeight(const WeightView& host,
+                                                     std::string_view name) {
+  if (host.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("PlaceWeight: %s has no data", name));
+  }
+  // Rows are padded to 16 bytes so the GEMV kernels can use 16-byte loads on every row.
+  const int64_t row_bytes = RowBytes(host.type, host.ne[0]);  // payload of one row
+  const int64_t src_pitch = host.row_bytes();
+  const int64_t pitch = (row_bytes + 15) / 16 * 16;
+  const int64_t rows = host.ne[1] * host.ne[2] * host.ne[3];
+  const size_t bytes = static_cast<size_t>(pitch * rows);
+  void* data = nullptr;
+  cudaError_t err = cudaMalloc(&data, std::max<size_t>(bytes, 16));
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    const BackendMemoryInfo info = memory_info();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cuda backend: weight %s needs %s but device %d has %s free (%s already in weights); "
+        "%s more are needed for this tensor alone",
+        name, Gib(bytes), device_, Gib(info.free_bytes), Gib(info.weight_bytes),
+        Gib(bytes > info.free_bytes ? bytes - info.free_bytes : 0)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(placed_mu_);
+    placed_.push_back(data);
+  }
+  weight_bytes_.fetch_add(bytes);
+  err = (pitch == src_pitch)
+            ? cudaMemcpy(data, host.data, bytes, cudaMemcpyHostToDevice)
+            : cudaMemcpy2D(data, pitch, host.data, src_pitch, row_bytes, rows,
+                           cudaMemcpyHostToDevice);
+  RETURN_IF_ERROR(CudaResult(err, absl::StrFormat("PlaceWeight(%s)", name).c_str()));
+  WeightView placed = host;
+  placed.data = data;
+  placed.row_stride = pitch;
+  return placed;
+}
+
+BackendMemoryInfo CudaBackend::memory_info() const {
+  BackendMemoryInfo info;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    info.free_bytes = free_bytes;
+    info.total_bytes = total_bytes;
+  } else {
+    (void)cudaGetLastError();
+  }
+  info.weight_bytes = weight_bytes_.load();
+  info.buffer_bytes = buffer_bytes_->load();
+  return info;
+}
+
+}  // namespace stepserve
