@@ -140,6 +140,20 @@ class TempFile {
     return absl::OkStatus();
   }
 
+  // Advances the file position by `n` bytes without writing them (a hole once the size is set).
+  absl::Status Skip(uint64_t n) {
+    if (n == 0) return absl::OkStatus();
+    if (::lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0) return Errno("seek failed for");
+    return absl::OkStatus();
+  }
+
+  // Sets the size to the current position (a trailing hole has no bytes written after it).
+  absl::Status TruncateHere() {
+    const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+    if (end < 0 || ::ftruncate(fd_, end) != 0) return Errno("cannot set the size of");
+    return absl::OkStatus();
+  }
+
   absl::Status Close() {
     int rc = ::close(fd_);
     fd_ = -1;
@@ -356,6 +370,13 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
     if (absl::Status st = file->Write(head.data(), head.size()); !st.ok()) return st;
     for (size_t i = shard_begin[s]; i < shard_begin[s + 1]; ++i) {
       const PendingTensor& t = tensors_[i];
+      if (options_.tensor_data_holes) {
+        if (absl::Status st = file->Skip(AlignUp(t.nbytes, alignment)); !st.ok()) return st;
+        ++written;
+        bytes_so_far += t.nbytes;
+        if (progress) progress(written, tensors_.size(), bytes_so_far);
+        continue;
+      }
       if (buffer.size() < t.nbytes) buffer.resize(t.nbytes);
       if (absl::Status st = t.fill(buffer.data(), t.nbytes); !st.ok()) {
         return absl::Status(st.code(), absl::StrFormat("%s: filling tensor '%s': %s", paths[s],
@@ -367,6 +388,9 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
       ++written;
       bytes_so_far += t.nbytes;
       if (progress) progress(written, tensors_.size(), bytes_so_far);
+    }
+    if (options_.tensor_data_holes) {
+      if (absl::Status st = file->TruncateHere(); !st.ok()) return st;
     }
     if (absl::Status st = file->Close(); !st.ok()) return st;
     files.push_back(std::move(file));

@@ -21,6 +21,11 @@ struct WriteOptions {
   // tensor bytes over this many bytes (a shard always holds at least one tensor).
   uint64_t split_max_bytes = 0;
   uint32_t version = 3;
+  // Write headers only and leave every tensor's bytes as a hole (reads as zeros, takes no disk
+  // space on file systems with sparse files). For full-size speed benchmarks that fill the
+  // weights in device memory instead (`stepserve make-model --no-data`); such a file is not a
+  // usable model on its own.
+  bool tensor_data_holes = false;
 };
 
 class GgufWriter {

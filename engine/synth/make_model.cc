@@ -19,6 +19,7 @@ absl::StatusOr<WrittenFile> WriteOne(const ModelPlan& plan, const SynthVocab& vo
                                      std::ostream* log) {
   gguf::WriteOptions write_options;
   write_options.split_max_bytes = options.split_max_bytes;
+  write_options.tensor_data_holes = options.no_data;
   gguf::GgufWriter writer(write_options);
   AddModelMetadata(plan, &writer.metadata());
   AddTokenizerMetadata(vocab, &writer.metadata());

@@ -31,7 +31,7 @@ int Run(int argc, char** argv) {
   synth::MakeModelOptions o;
   std::string out, preset = "tiny", recipe, mtp = "embedded", split;
   int64_t layers = 0, seed = 0, threads = 0, merges = 3000;
-  bool no_rope_dims = false;
+  bool no_rope_dims = false, no_data = false;
   std::string types[13];
   const char* groups[13] = {"embd",   "attn",      "attn-q", "attn-k",      "attn-v",
                             "attn-o", "attn-gate", "ffn",    "exp-gate-up", "exp-down",
@@ -54,6 +54,9 @@ int Run(int argc, char** argv) {
   parser.AddInt("bpe-merges", &merges, "BPE merges to learn for the vocabulary");
   parser.AddBool("no-rope-dims", &no_rope_dims,
                  "omit rope.dimension_count[_swa] (legacy converter layout)");
+  parser.AddBool("no-data", &no_data,
+                 "headers only, tensor bytes left as a sparse hole (zeros): for full-size speed "
+                 "benchmarks that fill weights on the device (bench_model --random-weights)");
   int exit_code = 0;
   if (!ParseOrExit(parser, argc, argv, &exit_code)) return exit_code;
 
@@ -65,6 +68,7 @@ int Run(int argc, char** argv) {
   o.threads = static_cast<int>(threads);
   o.bpe_merges = static_cast<int>(merges);
   o.write_rope_dims = !no_rope_dims;
+  o.no_data = no_data;
   for (int i = 0; groups[i] != nullptr; ++i) {
     if (!types[i].empty()) o.type_overrides.emplace_back(groups[i], types[i]);
   }

@@ -231,6 +231,32 @@ TEST(WriterTest, RejectsBadTensorsAndLeavesNothingOnFailedFill) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
+TEST(WriterTest, TensorDataHolesKeepTheLayoutAndReadAsZeros) {
+  TempDir dir;
+  WriteOptions options;
+  options.tensor_data_holes = true;
+  GgufWriter writer(options);
+  writer.metadata().Set("general.architecture", Value("step35"));
+  bool filled = false;
+  ASSERT_TRUE(writer
+                  .AddTensor("big", GgmlType::kQ8_0, {64, 1000},
+                             [&filled](uint8_t*, uint64_t) {
+                               filled = true;
+                               return absl::OkStatus();
+                             })
+                  .ok());
+  ASSERT_TRUE(writer.AddTensor("last", GgmlType::kF32, {3}, std::string(12, 'x')).ok());
+  ASSERT_TRUE(writer.Write(dir.File("holes.gguf")).ok());
+  EXPECT_FALSE(filled);  // no tensor bytes are produced
+  auto file = GgufFile::Open(dir.File("holes.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ((*file)->tensors().size(), 2u);
+  const auto& last = (*file)->tensors()[1];
+  EXPECT_EQ(last.name, "last");
+  const uint8_t* bytes = last.data;
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(bytes[i], 0) << i;  // the hole reads as zeros
+}
+
 TEST(ReaderTest, OpenErrorsNameThePath) {
   TempDir dir;
   auto missing = GgufFile::Open(dir.File("nope.gguf"));
