@@ -1,0 +1,24 @@
+// The element-wise ops of elementwise.h (head gate, clamped SwiGLU, residual add) on a CUDA
+// device: same argument structs and validation, every pointer in device memory, the work
+// enqueued on `stream`. Outputs may alias inputs with equal strides (each element is read and
+// written by the same thread). F32 arithmetic with the CPU kernels' formulas; sigmoid uses the
+// device expf (within 2 ulp), so results match the CPU path to a few ulp.
+#ifndef STEPSERVE_KERNELS_ELEMENTWISE_ELEMENTWISE_CUDA_H_
+#define STEPSERVE_KERNELS_ELEMENTWISE_ELEMENTWISE_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/common/kernel_status.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace stepserve::kernels {
+
+// Each validates (Validate*), then enqueues; kInvalidArgument also when the launch fails (the
+// CUDA error is cleared).
+KernelStatus HeadGateCuda(const HeadGateArgs& args, cudaStream_t stream);
+KernelStatus SwiGluCuda(const SwiGluArgs& args, cudaStream_t stream);
+KernelStatus AddCuda(const AddArgs& args, cudaStream_t stream);
+
+}  // namespace stepserve::kernels
+
+#endif  // STEPSERVE_KERNELS_ELEMENTWISE_ELEMENTWISE_CUDA_H_

@@ -1,0 +1,104 @@
+// The fused q/k norm + partial NeoX RoPE kernel (rope_cuda.h).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/common/cuda_reduce.cuh"
+#include "kernels/rope/rope_cuda.h"
+
+namespace stepserve::kernels {
+namespace {
+
+using cuda_reduce::kWarpSize;
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxHeadDim = static_cast<int>(kQkNormRopeCudaMaxHeadDim);
+
+struct QkNormRopeParams {
+  QkNormRopeCudaArgs a;
+  float tau;  // powf(base, -2 / n_rot), evaluated on the host exactly as the CPU kernel does
+};
+
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
+    QkNormRopeKernel(QkNormRopeParams params) {
+  __shared__ float cos_table[kMaxHeadDim / 2];
+  __shared__ float sin_table[kMaxHeadDim / 2];
+  __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
+  const QkNormRopeCudaArgs& a = params.a;
+  const int64_t t = blockIdx.x;
+  const int dh = static_cast<int>(a.head_dim);
+  const int half = static_cast<int>(a.n_rot / 2);
+
+  // Angle table for this token. theta_j = p * tau^j is the same running product the CPU kernel
+  // forms (j multiplications in order), so the angle is bit-identical before cos/sin.
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    float theta = static_cast<float>(a.positions[t]);
+    for (int i = 0; i < j; ++i) theta *= params.tau;
+    const float phi = a.freq_factors != nullptr ? theta / a.freq_factors[j] : theta;
+    cos_table[j] = cosf(phi);
+    sin_table[j] = sinf(phi);
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  float* head = staged[warp];
+  for (int64_t h = warp; h < a.q_heads + a.k_heads; h += kWarpsPerBlock) {
+    const bool is_q = h < a.q_heads;
+    float* x = is_q ? a.q + t * a.q_stride + h * dh : a.k + t * a.k_stride + (h - a.q_heads) * dh;
+    const float* weight = is_q ? a.q_norm : a.k_norm;
+    float sum_sq = 0.0f;
+    for (int i = lane; i < dh; i += kWarpSize) sum_sq += x[i] * x[i];
+    sum_sq = cuda_reduce::WarpSum(sum_sq);
+    const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + a.eps);
+    for (int i = lane; i < dh; i += kWarpSize) head[i] = x[i] * inv * weight[i];
+    __syncwarp();
+    for (int i = lane; i < dh; i += kWarpSize) {
+      float out = head[i];
+      if (i < half) {
+        out = head[i] * cos_table[i] - head[i + half] * sin_table[i];
+      } else if (i < 2 * half) {
+        const int j = i - half;
+        out = head[j] * sin_table[j] + head[i] * cos_table[j];
+      }
+      x[i] = out;
+    }
+    __syncwarp();  // every lane has read `head` before the next head overwrites it
+  }
+}
+
+}  // namespace
+
+KernelStatus ValidateQkNormRopeCuda(const QkNormRopeCudaArgs& a) {
+  if (a.q == nullptr || a.q_norm == nullptr || a.positions == nullptr) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.tokens < 0 || a.head_dim <= 0 || a.q_heads <= 0 || a.q_stride < a.q_heads * a.head_dim) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.k == nullptr
+          ? a.k_heads != 0
+          : (a.k_norm == nullptr || a.k_heads <= 0 || a.k_stride < a.k_heads * a.head_dim)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.n_rot < 2 || a.n_rot % 2 != 0 || a.n_rot > a.head_dim) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (!(a.eps >= 0.0f) || !(a.base > 0.0f)) return KernelStatus::kInvalidArgument;
+  if (a.head_dim > kQkNormRopeCudaMaxHeadDim) return KernelStatus::kTooLarge;
+  if (a.tokens > std::numeric_limits<int32_t>::max()) return KernelStatus::kTooLarge;
+  return KernelStatus::kOk;
+}
+
+KernelStatus QkNormRopeCuda(const QkNormRopeCudaArgs& a, cudaStream_t stream) {
+  if (KernelStatus s = ValidateQkNormRopeCuda(a); s != KernelStatus::kOk) return s;
+  if (a.tokens == 0) return KernelStatus::kOk;
+  QkNormRopeParams params;
+  params.a = a;
+  params.tau = std::pow(a.base, -2.0f / static_cast<float>(a.n_rot));  // float overload: powf
+  QkNormRopeKernel<<<static_cast<unsigned>(a.tokens), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+      params);
+  return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
+}
+
+}  // namespace stepserve::kernels
