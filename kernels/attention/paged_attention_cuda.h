@@ -1,0 +1,99 @@
+// Paged attention and KV append on a CUDA device: the semantics and cache layout of
+// kernels/attention/paged_attention.h, with the cache, Q, K, V and outputs in device memory and
+// the work enqueued on `stream` (asynchronous: faults inside a kernel surface at the next
+// synchronization).
+//
+// The batch description (positions, sequences, block tables) lives on the host. The caller
+// flattens it with FlattenPagedAttentionBatch (which validates it exactly as the CPU does:
+// ValidatePagedAttention only reads the host-side batch), uploads `words` in one copy and points
+// PagedAttentionCudaArgs at that device copy.
+//
+// Attention kernel: one CTA per (query row, KV head[, head pass][, split]) handles all query heads
+// of the GQA group (up to 16 per CTA; larger groups take several passes), so every K and V element
+// is read from memory once per row. Keys are processed in chunks of 32 positions gathered through
+// the block table (a chunk may span pages); K and V are converted to F32 in shared memory; the
+// softmax is computed online (running max and sum per head, rescaled per chunk) with F32
+// accumulation. Prefill rows use the same kernel, each query row on its own with its causal and
+// window limits; a tensor-core prefill kernel (tiles of query rows sharing K/V loads) is a later
+// step. Split-K ("flash-decoding"): when few CTAs would run over long contexts, each row's visible
+// keys are cut into `splits` ranges whose partial (max, sum, unnormalised output) are combined by a
+// second kernel; PagedAttentionCudaSplits picks the split count.
+#ifndef STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_H_
+#define STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention/paged_attention.h"
+#include "kernels/common/kernel_status.h"
+
+namespace stepserve::kernels {
+
+// One query row of the flattened batch (four int32 words in PagedAttentionCudaBatch::words).
+struct PagedAttentionCudaRow {
+  int32_t q_row = 0;         // row of Q / out
+  int32_t position = 0;      // absolute position of the query
+  int32_t table_offset = 0;  // where its sequence's block table starts in the concatenated tables
+  int32_t reserved = 0;
+};
+static_assert(sizeof(PagedAttentionCudaRow) == 16);
+
+// The host-side batch flattened for one upload: `n_rows` PagedAttentionCudaRow records followed
+// by the sequences' block tables (each cut to the entries its context uses), all int32.
+struct PagedAttentionCudaBatch {
+  std::vector<int32_t> words;
+  int64_t n_rows = 0;
+  int64_t tables_offset = 0;  // index in `words` of the first block-table entry
+  int64_t max_visible = 0;    // most keys any row sees (decides split-K)
+};
+
+// Validates `host_args` (q, out and kv pointers are only checked for null; positions, seqs and
+// block tables are read) and flattens the batch. kTooLarge when a count does not fit int32.
+KernelStatus FlattenPagedAttentionBatch(const PagedAttentionArgs& host_args,
+                                        PagedAttentionCudaBatch* batch);
+
+struct PagedAttentionCudaArgs {
+  const float* q = nullptr;  // device, [rows][heads * head_dim]
+  int64_t q_stride = 0;
+  float* out = nullptr;  // device, [rows][heads * head_dim]
+  int64_t out_stride = 0;
+  const PagedAttentionCudaRow* rows = nullptr;  // device, n_rows records
+  int64_t n_rows = 0;
+  const int32_t* block_tables = nullptr;  // device, concatenated tables
+  int64_t heads = 0;                      // multiple of kv.kv_heads
+  int64_t window = 0;                     // 0 = full causal attention
+  float scale = 0.0f;
+  PagedKv kv;  // device pages
+  // Split-K: 1 = single pass; > 1 needs `scratch` (device, 16-byte aligned) of at least
+  // PagedAttentionCudaScratchBytes(n_rows, heads, head_dim, splits) bytes.
+  int64_t splits = 1;
+  void* scratch = nullptr;
+  int64_t scratch_bytes = 0;
+};
+
+inline constexpr int64_t kPagedAttentionCudaMaxSplits = 64;
+
+// Split count for a batch: 1 unless the longest visible context is long and the grid of
+// (row, KV head) CTAs would leave most of the `sm_count` multiprocessors idle.
+int64_t PagedAttentionCudaSplits(int64_t n_rows, int64_t heads, int64_t kv_heads,
+                                 int64_t max_visible, int sm_count);
+
+int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t head_dim,
+                                       int64_t splits);
+
+// Checks sizes and pointers (host-side only; nothing is dereferenced), then enqueues the kernels.
+// Pages outside the cache read as zeros instead of faulting (validation on the host excludes them).
+// kInvalidArgument also when a launch fails (the CUDA error is cleared).
+KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& args, cudaStream_t stream);
+
+// KV append: every pointer of `args` (k, v, slots, kv pages) is device memory. The slot values
+// cannot be range-checked here: run ValidateKvAppend on the host copy of the slots before
+// uploading them (the CUDA backend does); the kernel skips slots outside the cache rather than
+// writing out of bounds. F16 caches round to nearest even, as F32ToF16.
+KernelStatus KvAppendCuda(const KvAppendArgs& args, cudaStream_t stream);
+
+}  // namespace stepserve::kernels
+
+#endif  // STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_H_

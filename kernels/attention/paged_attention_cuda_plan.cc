@@ -1,0 +1,83 @@
+// Host side of the CUDA paged attention (paged_attention_cuda.h): flattening the batch
+// description into one uploadable int32 array, the split-K decision and the scratch size.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/attention/paged_attention_cuda.h"
+
+namespace stepserve::kernels {
+namespace {
+
+constexpr int64_t kInt32Max = 0x7FFFFFFF;
+// Split-K only pays off when every split still has a few chunks of keys to stream.
+constexpr int64_t kSplitMinVisibleKeys = 512;
+constexpr int64_t kSplitMinKeysPerSplit = 256;
+// Enough CTAs for every multiprocessor to hold two.
+constexpr int64_t kTargetCtasPerSm = 2;
+constexpr int64_t kHeadsPerCta = 16;  // matches the kernel's accumulator bound
+
+}  // namespace
+
+KernelStatus FlattenPagedAttentionBatch(const PagedAttentionArgs& a,
+                                        PagedAttentionCudaBatch* batch) {
+  if (batch == nullptr) return KernelStatus::kInvalidArgument;
+  if (KernelStatus s = ValidatePagedAttention(a); s != KernelStatus::kOk) return s;
+  int64_t n_rows = 0;
+  int64_t n_entries = 0;
+  for (int64_t s = 0; s < a.n_seqs; ++s) {
+    const AttentionSeq& seq = a.seqs[s];
+    if (seq.q_count == 0) continue;
+    n_rows += seq.q_count;
+    n_entries += (seq.context_len + a.kv.block_size - 1) / a.kv.block_size;
+  }
+  if (n_rows > kInt32Max || 4 * n_rows + n_entries > kInt32Max) return KernelStatus::kTooLarge;
+  batch->n_rows = n_rows;
+  batch->tables_offset = 4 * n_rows;
+  batch->max_visible = 0;
+  batch->words.assign(static_cast<size_t>(4 * n_rows + n_entries), 0);
+  int32_t* row_words = batch->words.data();
+  int64_t table_at = batch->tables_offset;
+  for (int64_t s = 0; s < a.n_seqs; ++s) {
+    const AttentionSeq& seq = a.seqs[s];
+    if (seq.q_count == 0) continue;
+    if (seq.q_begin + seq.q_count > kInt32Max) return KernelStatus::kTooLarge;
+    const int64_t entries = (seq.context_len + a.kv.block_size - 1) / a.kv.block_size;
+    for (int64_t r = seq.q_begin; r < seq.q_begin + seq.q_count; ++r) {
+      const int64_t p = a.positions[r];
+      const int64_t first = a.window > 0 ? std::max<int64_t>(0, p - a.window + 1) : 0;
+      batch->max_visible = std::max(batch->max_visible, p - first + 1);
+      row_words[0] = static_cast<int32_t>(r);
+      row_words[1] = static_cast<int32_t>(p);
+      row_words[2] = static_cast<int32_t>(table_at);
+      row_words[3] = 0;
+      row_words += 4;
+    }
+    std::copy(seq.block_table, seq.block_table + entries, batch->words.begin() + table_at);
+    table_at += entries;
+  }
+  return KernelStatus::kOk;
+}
+
+int64_t PagedAttentionCudaSplits(int64_t n_rows, int64_t heads, int64_t kv_heads,
+                                 int64_t max_visible, int sm_count) {
+  if (n_rows <= 0 || kv_heads <= 0 || heads < kv_heads || sm_count <= 0) return 1;
+  if (max_visible < kSplitMinVisibleKeys) return 1;
+  const int64_t group = heads / kv_heads;
+  const int64_t passes = (group + kHeadsPerCta - 1) / kHeadsPerCta;
+  const int64_t ctas = n_rows * kv_heads * passes;
+  const int64_t target = kTargetCtasPerSm * sm_count;
+  if (ctas >= target) return 1;
+  int64_t splits = (target + ctas - 1) / ctas;
+  splits = std::min(splits, (max_visible + kSplitMinKeysPerSplit - 1) / kSplitMinKeysPerSplit);
+  return std::clamp<int64_t>(splits, 1, kPagedAttentionCudaMaxSplits);
+}
+
+int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t head_dim,
+                                       int64_t splits) {
+  if (n_rows <= 0 || heads <= 0 || head_dim <= 0 || splits <= 1) return 0;
+  // Per (row, head, split): head_dim partial outputs, then one running max and one sum.
+  const int64_t partials = n_rows * heads * splits;
+  return partials * (head_dim + 2) * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace stepserve::kernels
