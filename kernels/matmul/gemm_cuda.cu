@@ -1,0 +1,167 @@
+// CublasGemm (gemm_cuda.h): cuBLAS GEMMs with F32 accumulation over the weights as stored (F32,
+// F16) or over tiles dequantized into scratch (BF16 -> F32, quantized -> F16). Tiles bound the
+// scratch to a few tens of MiB whatever the matrix size; the tile, X conversion and GEMM calls are
+// all ordered on the caller's stream, so one scratch serves every tile.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "kernels/matmul/dequant_cuda.h"
+#include "kernels/matmul/gemm_cuda.h"
+
+namespace stepserve::kernels {
+namespace {
+
+// Dequantized tile budget in elements (16 MiB of F16, 32 MiB of F32).
+constexpr int64_t kTileElems = int64_t{1} << 23;
+
+int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Leading dimension of the F16 X copy and of weight tiles: 8 elements keep rows 16-byte aligned
+// (cuBLAS's tensor-core kernels prefer it; the padding is never read since k = in).
+int64_t PaddedLd(int64_t in) { return AlignUp(in, 8); }
+
+int64_t TileRows(int64_t in, int64_t out) {
+  const int64_t rows = kTileElems / PaddedLd(in);
+  if (rows >= out) return out;
+  return std::max<int64_t>(16, rows / 16 * 16);
+}
+
+bool IsPlainFloat(GgmlType type) {
+  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16;
+}
+
+struct ScratchLayout {
+  int64_t x16_bytes = 0;    // F16 copy of X (0 when X is used as F32)
+  int64_t tile_bytes = 0;   // dequantized weight tile (0 when W is used as stored)
+  int64_t tile_elem = 0;    // 2 (F16) or 4 (F32)
+  int64_t total() const { return x16_bytes + tile_bytes; }
+};
+
+ScratchLayout Layout(GgmlType type, int64_t in, int64_t out, int64_t rows) {
+  ScratchLayout s;
+  const bool x_f16 = type != GgmlType::kF32 && type != GgmlType::kBF16;
+  if (x_f16) s.x16_bytes = AlignUp(rows * PaddedLd(in) * 2, 256);
+  if (!IsPlainFloat(type) || type == GgmlType::kBF16) {
+    s.tile_elem = type == GgmlType::kBF16 ? 4 : 2;
+    s.tile_bytes = TileRows(in, out) * PaddedLd(in) * s.tile_elem;
+  }
+  return s;
+}
+
+__global__ void ConvertToF16Kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols,
+                                   __half* out, int64_t out_ld) {
+  const int64_t total = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols;
+    const int64_t c = i - r * cols;
+    out[r * out_ld + c] = __float2half_rn(x[r * x_stride + c]);
+  }
+}
+
+bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+}  // namespace
+
+KernelStatus ValidateMatmulCuda(const MatmulCudaArgs& a) {
+  if (!DequantCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
+  if (a.w == nullptr || a.x == nullptr || a.y == nullptr) return KernelStatus::kInvalidArgument;
+  if (a.in <= 0 || a.out <= 0 || a.rows < 1) return KernelStatus::kInvalidArgument;
+  const GgmlTypeInfo& info = TypeInfo(a.type);
+  if (a.in % info.block_elems != 0 || a.w_row_bytes < RowBytes(a.type, a.in)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (info.block_elems == 1 && (a.w_row_bytes % info.block_bytes != 0 ||
+                                reinterpret_cast<uintptr_t>(a.w) % info.block_bytes != 0)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.x_stride < a.in || a.y_stride < a.out) return KernelStatus::kInvalidArgument;
+  return KernelStatus::kOk;
+}
+
+int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows) {
+  if (in <= 0 || out <= 0 || rows <= 0) return 0;
+  return Layout(type, in, out, rows).total();
+}
+
+CublasGemm::~CublasGemm() {
+  if (handle_ != nullptr) cublasDestroy(handle_);
+}
+
+KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
+  if (KernelStatus s = ValidateMatmulCuda(a); s != KernelStatus::kOk) return s;
+  const ScratchLayout layout = Layout(a.type, a.in, a.out, a.rows);
+  if (layout.total() > 0 &&
+      (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 256 != 0 ||
+       a.scratch_bytes < layout.total())) {
+    return KernelStatus::kInvalidArgument;
+  }
+  const int64_t ld = PaddedLd(a.in);
+  const int64_t w_ld = a.w_row_bytes / (a.type == GgmlType::kF32 ? 4 : 2);
+  if (!FitsInt(a.in) || !FitsInt(a.out) || !FitsInt(a.rows) || !FitsInt(ld) ||
+      !FitsInt(a.x_stride) || !FitsInt(a.y_stride) || (IsPlainFloat(a.type) && !FitsInt(w_ld))) {
+    return KernelStatus::kTooLarge;
+  }
+  if (handle_ == nullptr && cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) {
+    handle_ = nullptr;
+    return KernelStatus::kInvalidArgument;
+  }
+  if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS) {
+    return KernelStatus::kInvalidArgument;
+  }
+  auto* scratch = static_cast<uint8_t*>(a.scratch);
+  auto* x16 = reinterpret_cast<__half*>(scratch);
+  void* tile = scratch + layout.x16_bytes;
+  if (layout.x16_bytes > 0) {
+    const int64_t total = a.rows * a.in;
+    const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 1 << 16));
+    ConvertToF16Kernel<<<blocks, 256, 0, stream>>>(a.x, a.x_stride, a.rows, a.in, x16, ld);
+    if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  const int n = static_cast<int>(a.rows), k = static_cast<int>(a.in);
+  // Column-major view: Y^T (out x rows, ld y_stride) = W (in x out, ld w_ld)^T * X^T (in x rows).
+  auto gemm = [&](const void* w, int w_ldi, bool w_f32, int64_t o0, int m) {
+    float* y = a.y + o0;
+    if (w_f32) {
+      return cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
+                         static_cast<const float*>(w), w_ldi, a.x, static_cast<int>(a.x_stride),
+                         &beta, y, static_cast<int>(a.y_stride));
+    }
+    return cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16F, w_ldi,
+                        x16, CUDA_R_16F, static_cast<int>(ld), &beta, y, CUDA_R_32F,
+                        static_cast<int>(a.y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  if (a.type == GgmlType::kF32 || a.type == GgmlType::kF16) {
+    const bool ok = gemm(a.w, static_cast<int>(w_ld), a.type == GgmlType::kF32, 0,
+                         static_cast<int>(a.out)) == CUBLAS_STATUS_SUCCESS;
+    return ok ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
+  }
+  const int64_t tile_rows = TileRows(a.in, a.out);
+  for (int64_t o0 = 0; o0 < a.out; o0 += tile_rows) {
+    const int64_t m = std::min(tile_rows, a.out - o0);
+    DequantRowsArgs d;
+    d.type = a.type;
+    d.w = a.w;
+    d.w_row_bytes = a.w_row_bytes;
+    d.cols = a.in;
+    d.table_rows = a.out;
+    d.first_row = o0;
+    d.rows = m;
+    d.output = layout.tile_elem == 4 ? DequantOutput::kF32 : DequantOutput::kF16;
+    d.out = tile;
+    d.out_stride = ld;
+    if (KernelStatus s = DequantRowsCuda(d, stream); s != KernelStatus::kOk) return s;
+    if (gemm(tile, static_cast<int>(ld), layout.tile_elem == 4, o0, static_cast<int>(m)) !=
+        CUBLAS_STATUS_SUCCESS) {
+      return KernelStatus::kInvalidArgument;
+    }
+  }
+  return KernelStatus::kOk;
+}
+
+}  // namespace stepserve::kernels
