@@ -138,9 +138,10 @@ StepPlan Scheduler::Schedule(double now_s, std::vector<Event>* events) {
   ExpireDeadlines(now_s, events);
   StepPlan plan;
   int32_t budget = config_.max_step_tokens;
-  auto add_to_plan = [&](Sequence& seq, int64_t count, bool decode) {
+  auto add_to_plan = [&](Sequence& seq, int64_t count, bool decode, int64_t cached = 0) {
     PlannedSeq planned;
     planned.id = seq.request.id;
+    planned.cached_tokens = cached;
     planned.start_pos = seq.computed;
     planned.tokens.assign(seq.tokens.begin() + seq.computed,
                           seq.tokens.begin() + seq.computed + (decode ? 1 : count));
@@ -192,15 +193,18 @@ StepPlan Scheduler::Schedule(double now_s, std::vector<Event>* events) {
   while (!waiting_.empty() && budget > 0 && num_running() < config_.max_running) {
     Sequence& seq = *sequences_.at(waiting_.front());
     seq.blocks = std::make_unique<kv::SequenceBlocks>(config_.kv, &full_pool_, &swa_pool_);
-    const int64_t count =
-        std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()) - seq.computed, budget);
-    if (!seq.blocks->Grow(seq.computed + count)) {
-      seq.blocks.reset();
+    const int64_t length = static_cast<int64_t>(seq.tokens.size());
+    // At least the last token runs: its logits give the next token.
+    const int64_t cached = seq.blocks->AttachCachedPrefix(seq.tokens, length - 1);
+    const int64_t count = std::min<int64_t>(length - cached, budget);
+    if (!seq.blocks->Grow(cached + count)) {
+      seq.blocks.reset();  // the cached blocks go back to the cache
       break;
     }
+    seq.computed = cached;
     waiting_.pop_front();
     running_.push_back(seq.request.id);
-    add_to_plan(seq, count, /*decode=*/false);
+    add_to_plan(seq, count, /*decode=*/false, cached);
   }
   // Counted once at the end: preemption may have dropped planned entries.
   for (const PlannedSeq& p : plan.seqs) plan.num_tokens += static_cast<int32_t>(p.tokens.size());
@@ -219,6 +223,7 @@ void Scheduler::Commit(const StepPlan& plan, const std::vector<SeqResult>& resul
     const int64_t run = static_cast<int64_t>(planned.tokens.size()) - planned.num_drafts;
     if (!planned.sample) {
       seq.computed = planned.start_pos + run;
+      seq.blocks->PublishComputed(seq.tokens, seq.computed);
       continue;
     }
     STEPSERVE_CHECK(result != nullptr && !result->new_tokens.empty(),
@@ -230,6 +235,7 @@ void Scheduler::Commit(const StepPlan& plan, const std::vector<SeqResult>& resul
     seq.tokens.insert(seq.tokens.end(), result->new_tokens.begin(), result->new_tokens.end());
     seq.generated += static_cast<int64_t>(result->new_tokens.size());
     seq.drafts.clear();
+    seq.blocks->PublishComputed(seq.tokens, seq.computed);
     if (result->finished || seq.generated >= seq.request.max_new_tokens ||
         static_cast<int64_t>(seq.tokens.size()) >= config_.max_context) {
       Release(planned.id);

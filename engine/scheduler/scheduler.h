@@ -12,6 +12,12 @@
 // first, FIFO within a priority). When KV blocks run out the newest running sequence is
 // preempted: its KV is freed and it re-queues at the front to be recomputed (prompt + tokens
 // generated so far) later.
+//
+// Prefix cache (config.kv.prefix_cache): every full block whose KV is computed is published by
+// content; admission starts a sequence at the longest cached prefix of its tokens (never the
+// block holding its last token: one row must run to produce logits) and prefills only the rest.
+// Finished, cancelled and preempted sequences leave their published blocks in an LRU that counts
+// as free KV and is evicted oldest first when an allocation needs the room.
 #ifndef STEPSERVE_ENGINE_SCHEDULER_SCHEDULER_H_
 #define STEPSERVE_ENGINE_SCHEDULER_SCHEDULER_H_
 
@@ -56,6 +62,9 @@ struct PlannedSeq {
   std::vector<int32_t> tokens;  // prompt chunk, or [last token, draft_1 .. draft_k]
   int32_t num_drafts = 0;       // k; logits are needed for all 1 + k rows
   bool sample = false;          // the step ends the prompt or decodes: sample after it
+  // Positions taken from the prefix cache when this step admitted the sequence (start_pos then
+  // equals it); 0 on every other step.
+  int64_t cached_tokens = 0;
   const std::vector<kv::BlockId>* full_table = nullptr;
   const std::vector<kv::BlockId>* swa_table = nullptr;
 };
