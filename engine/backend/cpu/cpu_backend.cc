@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
 #include "engine/base/thread_pool.h"
 #include "kernels/attention/paged_attention.h"
@@ -42,40 +43,6 @@ absl::Status FromKernel(KernelStatus status, const char* op) {
       break;
   }
   return absl::InvalidArgumentError(message);
-}
-
-absl::Status CheckF32(const TensorView& t, const char* op, const char* operand) {
-  if (t.data == nullptr)
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is null", op, operand));
-  if (t.type != GgmlType::kF32) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s must be F32, is %s", op, operand, GgmlTypeName(t.type)));
-  }
-  if (t.ne[0] <= 0 || t.ne[1] < 0 || t.ne[2] < 1 || t.ne[3] < 1 ||
-      (t.row_stride != 0 && (t.row_stride % 4 != 0 || t.row_stride < t.ne[0] * 4))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s has bad shape [%d, %d, %d, %d] / row stride %d", op, operand,
-                        t.ne[0], t.ne[1], t.ne[2], t.ne[3], t.row_stride));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckShape(const TensorView& t, int64_t cols, int64_t rows, const char* op,
-                        const char* operand) {
-  if (t.cols() != cols || t.rows() != rows) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is [%d, %d], expected [%d, %d]", op,
-                                                      operand, t.cols(), t.rows(), cols, rows));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckF32Weight(const WeightView& w, int64_t n, const char* op, const char* operand) {
-  if (w.data == nullptr || w.type != GgmlType::kF32 || w.ne[0] != n) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s must be an F32 vector of %d (is %s [%d])", op, operand, n,
-                        GgmlTypeName(w.type), w.ne[0]));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CopyChecked(const void* src, void* dst, size_t bytes, const char* op) {
