@@ -1,14 +1,22 @@
 // Operand checks shared by every Backend implementation, so the CPU and CUDA backends reject bad
-// shapes with the same precise messages ("RmsNorm: out is [4096, 3], expected [4096, 2]"). Host
-// only: the checks read the views, never the memory behind them.
+// shapes with the same precise messages ("RmsNorm: out is [4096, 3], expected [4096, 2]"), and
+// the translation of checked views into the kernels' argument structs, which both backends hand
+// to their own kernels (RmsNormCpu / RmsNormCuda, ...). Host only: the checks read the views,
+// never the memory behind them (which may be device memory).
 #ifndef STEPSERVE_ENGINE_BACKEND_OP_CHECKS_H_
 #define STEPSERVE_ENGINE_BACKEND_OP_CHECKS_H_
 
 #include <cstdint>
+#include <span>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
+#include "engine/base/status_macros.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/moe/moe.h"
+#include "kernels/rms_norm/rms_norm.h"
 
 namespace stepserve {
 
@@ -48,6 +56,146 @@ inline absl::Status CheckF32Weight(const WeightView& w, int64_t n, const char* o
                         GgmlTypeName(w.type), w.ne[0]));
   }
   return absl::OkStatus();
+}
+
+// ---- Per-op checks and kernel arguments (the Backend op of the same name). ----
+
+inline absl::StatusOr<kernels::RmsNormArgs> RmsNormOpArgs(const TensorView& x,
+                                                          const WeightView& weight, float eps,
+                                                          const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32(x, "RmsNorm", "x"));
+  RETURN_IF_ERROR(CheckF32(out, "RmsNorm", "out"));
+  RETURN_IF_ERROR(CheckShape(out, x.cols(), x.rows(), "RmsNorm", "out"));
+  RETURN_IF_ERROR(CheckF32Weight(weight, x.cols(), "RmsNorm", "weight"));
+  kernels::RmsNormArgs a;
+  a.x = x.f32();
+  a.x_stride = x.stride_floats();
+  a.y = out.f32();
+  a.y_stride = out.stride_floats();
+  a.rows = x.rows();
+  a.n = x.cols();
+  a.weight = static_cast<const float*>(weight.data);
+  a.eps = eps;
+  return a;
+}
+
+// Shapes of q and k (k optional: data == nullptr), the norm weights and the freq factors; the
+// kernels check n_rot, base and the positions' values.
+inline absl::Status CheckQkNormRope(const TensorView& q, const TensorView& k,
+                                    const QkNormRopeParams& p, int64_t tokens) {
+  const int64_t dh = p.head_dim;
+  if (dh <= 0) return absl::InvalidArgumentError("QkNormRope: head_dim must be positive");
+  if (!p.freq_factors.empty() && static_cast<int64_t>(p.freq_factors.size()) < p.n_rot / 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "QkNormRope: %d freq factors, need n_rot/2 = %d", p.freq_factors.size(), p.n_rot / 2));
+  }
+  struct Part {
+    const TensorView* t;
+    const WeightView* norm;
+    const char* name;
+  };
+  for (const Part& part : {Part{&q, &p.q_norm, "q"}, Part{&k, &p.k_norm, "k"}}) {
+    const TensorView& t = *part.t;
+    if (t.data == nullptr && part.t == &k) continue;  // k is optional
+    RETURN_IF_ERROR(CheckF32(t, "QkNormRope", part.name));
+    if (t.cols() % dh != 0 || t.rows() != tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("QkNormRope: %s is [%d, %d]; need a multiple of head_dim %d and %d rows",
+                          part.name, t.cols(), t.rows(), dh, tokens));
+    }
+    RETURN_IF_ERROR(CheckF32Weight(*part.norm, dh, "QkNormRope", part.name));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::StatusOr<kernels::HeadGateArgs> HeadGateOpArgs(const TensorView& o,
+                                                            const TensorView& gate_logits,
+                                                            int64_t head_dim) {
+  RETURN_IF_ERROR(CheckF32(o, "HeadGate", "o"));
+  RETURN_IF_ERROR(CheckF32(gate_logits, "HeadGate", "gate_logits"));
+  if (head_dim <= 0 || o.cols() != gate_logits.cols() * head_dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "HeadGate: o width %d != %d heads x head_dim %d", o.cols(), gate_logits.cols(), head_dim));
+  }
+  RETURN_IF_ERROR(CheckShape(gate_logits, gate_logits.cols(), o.rows(), "HeadGate", "gate"));
+  kernels::HeadGateArgs a;
+  a.o = o.f32();
+  a.o_stride = o.stride_floats();
+  a.gate = gate_logits.f32();
+  a.gate_stride = gate_logits.stride_floats();
+  a.rows = o.rows();
+  a.heads = gate_logits.cols();
+  a.head_dim = head_dim;
+  return a;
+}
+
+inline absl::StatusOr<kernels::SwiGluArgs> SwiGluOpArgs(const TensorView& g, const TensorView& u,
+                                                        float limit, const TensorView& z) {
+  RETURN_IF_ERROR(CheckF32(g, "SwiGlu", "g"));
+  RETURN_IF_ERROR(CheckF32(u, "SwiGlu", "u"));
+  RETURN_IF_ERROR(CheckF32(z, "SwiGlu", "z"));
+  RETURN_IF_ERROR(CheckShape(u, g.cols(), g.rows(), "SwiGlu", "u"));
+  RETURN_IF_ERROR(CheckShape(z, g.cols(), g.rows(), "SwiGlu", "z"));
+  kernels::SwiGluArgs a;
+  a.g = g.f32();
+  a.g_stride = g.stride_floats();
+  a.u = u.f32();
+  a.u_stride = u.stride_floats();
+  a.z = z.f32();
+  a.z_stride = z.stride_floats();
+  a.rows = g.rows();
+  a.n = g.cols();
+  a.limit = limit;
+  return a;
+}
+
+inline absl::StatusOr<kernels::AddArgs> AddOpArgs(const TensorView& a, const TensorView& b,
+                                                  const TensorView& y) {
+  RETURN_IF_ERROR(CheckF32(a, "Add", "a"));
+  RETURN_IF_ERROR(CheckF32(b, "Add", "b"));
+  RETURN_IF_ERROR(CheckF32(y, "Add", "y"));
+  RETURN_IF_ERROR(CheckShape(b, a.cols(), a.rows(), "Add", "b"));
+  RETURN_IF_ERROR(CheckShape(y, a.cols(), a.rows(), "Add", "y"));
+  kernels::AddArgs args;
+  args.a = a.f32();
+  args.a_stride = a.stride_floats();
+  args.b = b.f32();
+  args.b_stride = b.stride_floats();
+  args.y = y.f32();
+  args.y_stride = y.stride_floats();
+  args.rows = a.rows();
+  args.n = a.cols();
+  return args;
+}
+
+inline absl::StatusOr<kernels::RouterArgs> RouterOpArgs(const TensorView& logits,
+                                                        const RouterParams& p,
+                                                        std::span<int32_t> ids,
+                                                        std::span<float> weights) {
+  RETURN_IF_ERROR(CheckF32(logits, "RouterTopK", "logits"));
+  const int64_t n = logits.rows() * p.top_k;
+  if (static_cast<int64_t>(ids.size()) != n || static_cast<int64_t>(weights.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("RouterTopK: ids/weights hold %d/%d entries, need rows x top_k = %d",
+                        ids.size(), weights.size(), n));
+  }
+  if (!p.bias.empty() && static_cast<int64_t>(p.bias.size()) != logits.cols()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "RouterTopK: bias has %d entries for %d experts", p.bias.size(), logits.cols()));
+  }
+  kernels::RouterArgs a;
+  a.logits = logits.f32();
+  a.logits_stride = logits.stride_floats();
+  a.rows = logits.rows();
+  a.n_experts = logits.cols();
+  a.bias = p.bias.empty() ? nullptr : p.bias.data();
+  a.top_k = p.top_k;
+  a.gating = p.gating;
+  a.normalize = p.normalize;
+  a.scale = p.scale;
+  a.ids = ids.data();
+  a.weights = weights.data();
+  return a;
 }
 
 }  // namespace stepserve

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 }  // namespace
 
 KernelStatus ValidateQkNormRopeCuda(const QkNormRopeCudaArgs& a) {
-  if (a.q == nullptr || a.q_norm == nullptr || a.positions == nullptr) {
+  if (a.q == nullptr || a.q_norm == nullptr || (a.positions == nullptr && a.tokens > 0)) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.tokens < 0 || a.head_dim <= 0 || a.q_heads <= 0 || a.q_stride < a.q_heads * a.head_dim) {

@@ -36,7 +36,7 @@ struct QkNormRopeCudaArgs {
   int64_t tokens = 0;
   int64_t head_dim = 0;                 // 1 .. kQkNormRopeCudaMaxHeadDim
   float eps = 1e-5f;                    // >= 0
-  const int32_t* positions = nullptr;   // [tokens]; the caller checks they are >= 0
+  const int32_t* positions = nullptr;   // [tokens], null when 0; the caller checks >= 0
   int64_t n_rot = 0;                    // even, 2 <= n_rot <= head_dim
   float base = 10000.0f;                // > 0
   const float* freq_factors = nullptr;  // [n_rot/2] or nullptr (all 1)

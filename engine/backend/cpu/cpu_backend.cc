@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -127,19 +128,7 @@ class CpuBackend final : public Backend {
 
   absl::Status RmsNorm(const TensorView& x, const WeightView& weight, float eps,
                        const TensorView& out) override {
-    RETURN_IF_ERROR(CheckF32(x, "RmsNorm", "x"));
-    RETURN_IF_ERROR(CheckF32(out, "RmsNorm", "out"));
-    RETURN_IF_ERROR(CheckShape(out, x.cols(), x.rows(), "RmsNorm", "out"));
-    RETURN_IF_ERROR(CheckF32Weight(weight, x.cols(), "RmsNorm", "weight"));
-    kernels::RmsNormArgs a;
-    a.x = x.f32();
-    a.x_stride = x.stride_floats();
-    a.y = out.f32();
-    a.y_stride = out.stride_floats();
-    a.rows = x.rows();
-    a.n = x.cols();
-    a.weight = static_cast<const float*>(weight.data);
-    a.eps = eps;
+    ASSIGN_OR_RETURN(const kernels::RmsNormArgs a, RmsNormOpArgs(x, weight, eps, out));
     return FromKernel(kernels::RmsNormCpu(a, &pool_), "RmsNorm");
   }
 
@@ -169,43 +158,26 @@ class CpuBackend final : public Backend {
 
   absl::Status QkNormRope(const TensorView& q, const TensorView& k, const QkNormRopeParams& p,
                           std::span<const int32_t> positions) override {
+    RETURN_IF_ERROR(CheckQkNormRope(q, k, p, static_cast<int64_t>(positions.size())));
     const int64_t dh = p.head_dim;
-    if (dh <= 0) return absl::InvalidArgumentError("QkNormRope: head_dim must be positive");
-    if (!p.freq_factors.empty() && static_cast<int64_t>(p.freq_factors.size()) < p.n_rot / 2) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "QkNormRope: %d freq factors, need n_rot/2 = %d", p.freq_factors.size(), p.n_rot / 2));
-    }
-    struct Part {
-      const TensorView* t;
-      const WeightView* norm;
-      const char* name;
-    };
-    for (const Part& part : {Part{&q, &p.q_norm, "q"}, Part{&k, &p.k_norm, "k"}}) {
-      const TensorView& t = *part.t;
-      if (t.data == nullptr && part.t == &k) continue;  // k is optional
-      RETURN_IF_ERROR(CheckF32(t, "QkNormRope", part.name));
-      if (t.cols() % dh != 0 || t.rows() != static_cast<int64_t>(positions.size())) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "QkNormRope: %s is [%d, %d]; need a multiple of head_dim %d and %d rows", part.name,
-            t.cols(), t.rows(), dh, positions.size()));
-      }
-      RETURN_IF_ERROR(CheckF32Weight(*part.norm, dh, "QkNormRope", part.name));
+    for (const auto& [t, norm] : {std::pair{&q, &p.q_norm}, std::pair{&k, &p.k_norm}}) {
+      if (t->data == nullptr) continue;  // k is optional
       kernels::RmsNormArgs n;
-      n.x = t.f32();
-      n.x_stride = t.stride_floats();
-      n.y = t.f32();
-      n.y_stride = t.stride_floats();
-      n.rows = t.rows();
-      n.heads = t.cols() / dh;
+      n.x = t->f32();
+      n.x_stride = t->stride_floats();
+      n.y = t->f32();
+      n.y_stride = t->stride_floats();
+      n.rows = t->rows();
+      n.heads = t->cols() / dh;
       n.n = dh;
-      n.weight = static_cast<const float*>(part.norm->data);
+      n.weight = static_cast<const float*>(norm->data);
       n.eps = p.eps;
       RETURN_IF_ERROR(FromKernel(kernels::RmsNormCpu(n, &pool_), "QkNormRope (norm)"));
       kernels::RopeArgs r;
-      r.x = t.f32();
-      r.x_stride = t.stride_floats();
-      r.tokens = t.rows();
-      r.heads = t.cols() / dh;
+      r.x = t->f32();
+      r.x_stride = t->stride_floats();
+      r.tokens = t->rows();
+      r.heads = t->cols() / dh;
       r.head_dim = dh;
       r.positions = positions.data();
       r.n_rot = p.n_rot;
@@ -299,88 +271,24 @@ class CpuBackend final : public Backend {
 
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override {
-    RETURN_IF_ERROR(CheckF32(o, "HeadGate", "o"));
-    RETURN_IF_ERROR(CheckF32(gate_logits, "HeadGate", "gate_logits"));
-    if (head_dim <= 0 || o.cols() != gate_logits.cols() * head_dim) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("HeadGate: o width %d != %d heads x head_dim %d", o.cols(),
-                          gate_logits.cols(), head_dim));
-    }
-    RETURN_IF_ERROR(CheckShape(gate_logits, gate_logits.cols(), o.rows(), "HeadGate", "gate"));
-    kernels::HeadGateArgs a;
-    a.o = o.f32();
-    a.o_stride = o.stride_floats();
-    a.gate = gate_logits.f32();
-    a.gate_stride = gate_logits.stride_floats();
-    a.rows = o.rows();
-    a.heads = gate_logits.cols();
-    a.head_dim = head_dim;
+    ASSIGN_OR_RETURN(const kernels::HeadGateArgs a, HeadGateOpArgs(o, gate_logits, head_dim));
     return FromKernel(kernels::HeadGateCpu(a, &pool_), "HeadGate");
   }
 
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
                       const TensorView& z) override {
-    RETURN_IF_ERROR(CheckF32(g, "SwiGlu", "g"));
-    RETURN_IF_ERROR(CheckF32(u, "SwiGlu", "u"));
-    RETURN_IF_ERROR(CheckF32(z, "SwiGlu", "z"));
-    RETURN_IF_ERROR(CheckShape(u, g.cols(), g.rows(), "SwiGlu", "u"));
-    RETURN_IF_ERROR(CheckShape(z, g.cols(), g.rows(), "SwiGlu", "z"));
-    kernels::SwiGluArgs a;
-    a.g = g.f32();
-    a.g_stride = g.stride_floats();
-    a.u = u.f32();
-    a.u_stride = u.stride_floats();
-    a.z = z.f32();
-    a.z_stride = z.stride_floats();
-    a.rows = g.rows();
-    a.n = g.cols();
-    a.limit = limit;
+    ASSIGN_OR_RETURN(const kernels::SwiGluArgs a, SwiGluOpArgs(g, u, limit, z));
     return FromKernel(kernels::SwiGluCpu(a, &pool_), "SwiGlu");
   }
 
-  absl::Status Add(const TensorView& x, const TensorView& b, const TensorView& y) override {
-    RETURN_IF_ERROR(CheckF32(x, "Add", "a"));
-    RETURN_IF_ERROR(CheckF32(b, "Add", "b"));
-    RETURN_IF_ERROR(CheckF32(y, "Add", "y"));
-    RETURN_IF_ERROR(CheckShape(b, x.cols(), x.rows(), "Add", "b"));
-    RETURN_IF_ERROR(CheckShape(y, x.cols(), x.rows(), "Add", "y"));
-    kernels::AddArgs a;
-    a.a = x.f32();
-    a.a_stride = x.stride_floats();
-    a.b = b.f32();
-    a.b_stride = b.stride_floats();
-    a.y = y.f32();
-    a.y_stride = y.stride_floats();
-    a.rows = x.rows();
-    a.n = x.cols();
-    return FromKernel(kernels::AddCpu(a, &pool_), "Add");
+  absl::Status Add(const TensorView& a, const TensorView& b, const TensorView& y) override {
+    ASSIGN_OR_RETURN(const kernels::AddArgs args, AddOpArgs(a, b, y));
+    return FromKernel(kernels::AddCpu(args, &pool_), "Add");
   }
 
   absl::Status RouterTopK(const TensorView& logits, const RouterParams& p, std::span<int32_t> ids,
                           std::span<float> weights) override {
-    RETURN_IF_ERROR(CheckF32(logits, "RouterTopK", "logits"));
-    const int64_t n = logits.rows() * p.top_k;
-    if (static_cast<int64_t>(ids.size()) != n || static_cast<int64_t>(weights.size()) != n) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("RouterTopK: ids/weights hold %d/%d entries, need rows x top_k = %d",
-                          ids.size(), weights.size(), n));
-    }
-    if (!p.bias.empty() && static_cast<int64_t>(p.bias.size()) != logits.cols()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "RouterTopK: bias has %d entries for %d experts", p.bias.size(), logits.cols()));
-    }
-    kernels::RouterArgs a;
-    a.logits = logits.f32();
-    a.logits_stride = logits.stride_floats();
-    a.rows = logits.rows();
-    a.n_experts = logits.cols();
-    a.bias = p.bias.empty() ? nullptr : p.bias.data();
-    a.top_k = p.top_k;
-    a.gating = p.gating;
-    a.normalize = p.normalize;
-    a.scale = p.scale;
-    a.ids = ids.data();
-    a.weights = weights.data();
+    ASSIGN_OR_RETURN(const kernels::RouterArgs a, RouterOpArgs(logits, p, ids, weights));
     return FromKernel(kernels::RouterCpu(a, &pool_), "RouterTopK");
   }
 

@@ -1,30 +1,91 @@
-// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK.
-// PLACEHOLDER until the kernels land: every op reports Unimplemented.
+// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK. Each checks its operands
+// on the host with the CPU backend's checks and messages (op_checks.h), then enqueues one kernel
+// on the backend's stream. Only QkNormRope has host-side data (the positions), which it stages
+// into this group's scratch.
+#include <cstdint>
+#include <memory>
+
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/op_checks.h"
+#include "engine/base/status_macros.h"
+#include "kernels/elementwise/elementwise_cuda.h"
+#include "kernels/moe/router_cuda.h"
+#include "kernels/rms_norm/rms_norm_cuda.h"
+#include "kernels/rope/rope_cuda.h"
 
 namespace stepserve {
 
-struct CudaBackend::PointwiseState {};
+using kernels::KernelStatus;
 
-absl::Status CudaBackend::RmsNorm(const TensorView&, const WeightView&, float, const TensorView&) {
-  return absl::UnimplementedError("cuda backend: RmsNorm is not implemented yet");
+struct CudaBackend::PointwiseState {
+  Scratch positions;  // QkNormRope's positions, uploaded per call
+};
+
+absl::Status CudaBackend::RmsNorm(const TensorView& x, const WeightView& weight, float eps,
+                                  const TensorView& out) {
+  ASSIGN_OR_RETURN(const kernels::RmsNormArgs a, RmsNormOpArgs(x, weight, eps, out));
+  return KernelResult(kernels::RmsNormCuda(a, stream()), "RmsNorm");
 }
-absl::Status CudaBackend::QkNormRope(const TensorView&, const TensorView&, const QkNormRopeParams&,
-                                     std::span<const int32_t>) {
-  return absl::UnimplementedError("cuda backend: QkNormRope is not implemented yet");
+
+absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
+                                     const QkNormRopeParams& p,
+                                     std::span<const int32_t> positions) {
+  const int64_t tokens = static_cast<int64_t>(positions.size());
+  RETURN_IF_ERROR(CheckQkNormRope(q, k, p, tokens));
+  for (const int32_t position : positions) {
+    if (position < 0) return KernelResult(KernelStatus::kOutOfRange, "QkNormRope (rope)");
+  }
+  const int64_t dh = p.head_dim;
+  kernels::QkNormRopeCudaArgs a;
+  a.q = q.f32();
+  a.q_stride = q.stride_floats();
+  a.q_heads = q.cols() / dh;
+  a.q_norm = static_cast<const float*>(p.q_norm.data);
+  if (k.data != nullptr) {  // k is optional
+    a.k = k.f32();
+    a.k_stride = k.stride_floats();
+    a.k_heads = k.cols() / dh;
+    a.k_norm = static_cast<const float*>(p.k_norm.data);
+  }
+  a.tokens = tokens;
+  a.head_dim = dh;
+  a.eps = p.eps;
+  a.n_rot = p.n_rot;
+  a.base = p.base;
+  a.freq_factors = p.freq_factors.empty() ? nullptr : p.freq_factors.data();
+  // Checked before the positions are staged, so a rejected call enqueues nothing.
+  if (KernelStatus s = kernels::ValidateQkNormRopeCuda(a); s != KernelStatus::kOk) {
+    return KernelResult(s, "QkNormRope");
+  }
+  if (tokens == 0) return absl::OkStatus();
+  if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
+  ASSIGN_OR_RETURN(void* staged, StageToDevice(pointwise_->positions, positions.data(),
+                                               positions.size_bytes(), "QkNormRope positions"));
+  a.positions = static_cast<const int32_t*>(staged);
+  return KernelResult(kernels::QkNormRopeCuda(a, stream()), "QkNormRope");
 }
-absl::Status CudaBackend::HeadGate(const TensorView&, const TensorView&, int64_t) {
-  return absl::UnimplementedError("cuda backend: HeadGate is not implemented yet");
+
+absl::Status CudaBackend::HeadGate(const TensorView& o, const TensorView& gate_logits,
+                                   int64_t head_dim) {
+  ASSIGN_OR_RETURN(const kernels::HeadGateArgs a, HeadGateOpArgs(o, gate_logits, head_dim));
+  return KernelResult(kernels::HeadGateCuda(a, stream()), "HeadGate");
 }
-absl::Status CudaBackend::SwiGlu(const TensorView&, const TensorView&, float, const TensorView&) {
-  return absl::UnimplementedError("cuda backend: SwiGlu is not implemented yet");
+
+absl::Status CudaBackend::SwiGlu(const TensorView& g, const TensorView& u, float limit,
+                                 const TensorView& z) {
+  ASSIGN_OR_RETURN(const kernels::SwiGluArgs a, SwiGluOpArgs(g, u, limit, z));
+  return KernelResult(kernels::SwiGluCuda(a, stream()), "SwiGlu");
 }
-absl::Status CudaBackend::Add(const TensorView&, const TensorView&, const TensorView&) {
-  return absl::UnimplementedError("cuda backend: Add is not implemented yet");
+
+absl::Status CudaBackend::Add(const TensorView& a, const TensorView& b, const TensorView& y) {
+  ASSIGN_OR_RETURN(const kernels::AddArgs args, AddOpArgs(a, b, y));
+  return KernelResult(kernels::AddCuda(args, stream()), "Add");
 }
-absl::Status CudaBackend::RouterTopK(const TensorView&, const RouterParams&, std::span<int32_t>,
-                                     std::span<float>) {
-  return absl::UnimplementedError("cuda backend: RouterTopK is not implemented yet");
+
+absl::Status CudaBackend::RouterTopK(const TensorView& logits, const RouterParams& p,
+                                     std::span<int32_t> ids, std::span<float> weights) {
+  ASSIGN_OR_RETURN(const kernels::RouterArgs a, RouterOpArgs(logits, p, ids, weights));
+  return KernelResult(kernels::RouterCuda(a, stream()), "RouterTopK");
 }
 
 }  // namespace stepserve
