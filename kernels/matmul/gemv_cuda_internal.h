@@ -35,6 +35,13 @@ struct GemvParams {
   float* y;
   int64_t y_stride;
   uint32_t iq4nl[4];  // kvalues_iq4nl as 16 int8 bytes, by value so no device-global state
+  // Indexed mode (MoE experts), on when `matrix_ids` is set; rows must be 1. Grid y = groups:
+  // group g multiplies weight matrix matrix_ids[g] (w + id * w_matrix_bytes) with activation row
+  // g / x_group_div and writes output row g. An id outside [0, n_matrices) writes zeros.
+  const int32_t* matrix_ids;
+  int64_t w_matrix_bytes;
+  int64_t n_matrices;
+  int x_group_div;
 };
 
 cudaError_t LaunchGemvF32x(GgmlType type, const GemvParams& p, cudaStream_t stream);
@@ -47,6 +54,9 @@ cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaSt
 // before reading xq / xd.
 cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previous,
                           cudaStream_t stream);
+// Indexed mode (p.matrix_ids set, p.rows == 1): `groups` groups, see GemvParams.
+cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t groups,
+                                 bool overlap_previous, cudaStream_t stream);
 
 }  // namespace stepserve::kernels::gemv_internal
 

@@ -341,16 +341,33 @@ struct PieceQ6_K {
 // weight rows, then each activation row's int8 piece is loaded once and dotted with all NR.
 // With one activation row the whole 4096-row matrix is one wave only at >= 8 blocks per SM, so
 // registers are capped at 64 there.
-template <class P, int R, int NR, int D>
+template <class P, int R, int NR, int D, bool kIndexed>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     GemvQ8Kernel(const __grid_constant__ GemvParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
   if (o0 >= p.out) return;
+  // Indexed (MoE) mode: this grid row's expert matrix, activation row and output row. The ids
+  // were complete before the quantizer this kernel may overlap with started, so reading them
+  // before WaitForPreviousGrid is safe.
+  const uint8_t* w = p.w;
+  int x_row0 = 0;
+  int64_t y_row0 = 0;
+  if constexpr (kIndexed) {
+    const int g = static_cast<int>(blockIdx.y);
+    const int32_t id = p.matrix_ids[g];
+    if (id < 0 || id >= p.n_matrices) {
+      if (lane < NR && o0 + lane < p.out) p.y[g * p.y_stride + o0 + lane] = 0.f;
+      return;
+    }
+    w += id * p.w_matrix_bytes;
+    x_row0 = g / p.x_group_div;
+    y_row0 = g;
+  }
   const uint8_t* rows[NR];
 #pragma unroll
   for (int n = 0; n < NR; ++n) {
-    rows[n] = p.w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
+    rows[n] = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
   }
   // Up to the first 4 KiB of each row (one 128-byte line per lane) into L2 while the quantizer
   // may still run: only weights are touched before the wait.
@@ -398,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r < p.rows) {
-            const typename P::X x = P::LoadX(p, r, b, c);
+            const typename P::X x = P::LoadX(p, x_row0 + r, b, c);
 #pragma unroll
             for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(w[n], x, c);
           }
@@ -414,7 +431,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
         float v = acc[n][r];
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-        if (lane == 0 && o0 + n < p.out) p.y[r * p.y_stride + o0 + n] = v;
+        if (lane == 0 && o0 + n < p.out) p.y[(y_row0 + r) * p.y_stride + o0 + n] = v;
       }
     }
   }
@@ -455,11 +472,13 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <class P, int R, int NR, int D>
-cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
+template <class P, int R, int NR, int D, bool kIndexed = false>
+cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
+                   int64_t groups = 1) {
   const int64_t warps = (p.out + NR - 1) / NR;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                     static_cast<unsigned>(groups));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -467,7 +486,7 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = overlap_previous ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvQ8Kernel<P, R, NR, D>, p);
+  return cudaLaunchKernelEx(&cfg, GemvQ8Kernel<P, R, NR, D, kIndexed>, p);
 }
 
 // Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
@@ -502,6 +521,26 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
       return LaunchRows<PieceQ6_K>(p, overlap_previous, stream);
     case GgmlType::kIQ4_XS:
       return LaunchRows<PieceIQ4_XS>(p, overlap_previous, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t groups,
+                                 bool overlap_previous, cudaStream_t stream) {
+  if (p.matrix_ids == nullptr || p.rows != 1 || groups < 1 || groups > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return Launch<PieceQ8_0, 1, 1, PieceQ8_0::kDepth1, true>(p, overlap_previous, stream, groups);
+    case GgmlType::kQ4_K:
+      return Launch<PieceQ4_K, 1, 1, PieceQ4_K::kDepth1, true>(p, overlap_previous, stream, groups);
+    case GgmlType::kQ6_K:
+      return Launch<PieceQ6_K, 1, 1, PieceQ6_K::kDepth1, true>(p, overlap_previous, stream, groups);
+    case GgmlType::kIQ4_XS:
+      return Launch<PieceIQ4_XS, 1, 1, PieceIQ4_XS::kDepth1, true>(p, overlap_previous, stream,
+                                                                  groups);
     default:
       return cudaErrorInvalidValue;
   }

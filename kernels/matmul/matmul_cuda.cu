@@ -53,6 +53,84 @@ KernelStatus ValidateGemvCuda(const GemvCudaArgs& a) {
   return KernelStatus::kOk;
 }
 
+namespace {
+
+void SetIq4nlTable(GemvParams& p) {
+  for (int i = 0; i < 16; ++i) {
+    p.iq4nl[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(quant::kKvaluesIq4nl[i]))
+                      << (8 * (i % 4));
+  }
+}
+
+}  // namespace
+
+KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
+  if (!GemvCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
+  if (a.w == nullptr || a.y == nullptr || a.ids == nullptr || (!a.x_prequantized && a.x == nullptr)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.in <= 0 || a.out <= 0 || a.n_matrices <= 0 || a.groups < 1 || a.groups > 65535 ||
+      a.x_group_div < 1 || a.x_rows != (a.groups + a.x_group_div - 1) / a.x_group_div) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.in % TypeInfo(a.type).block_elems != 0) return KernelStatus::kInvalidArgument;
+  if (a.w_row_bytes < RowBytes(a.type, a.in) || a.w_row_bytes % 16 != 0 ||
+      a.w_matrix_bytes < a.out * a.w_row_bytes || a.w_matrix_bytes % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.w) % 16 != 0) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (!a.x_prequantized &&
+      (a.x_stride < a.in || a.x_stride % 4 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.y_stride < a.out) return KernelStatus::kInvalidArgument;
+  if (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
+      a.scratch_bytes < GemvCudaScratchBytes(a.in, a.x_rows)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.out > int64_t{0x7FFFFFFF} * kWarpsPerBlock) return KernelStatus::kTooLarge;
+  return KernelStatus::kOk;
+}
+
+KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
+  const KernelStatus status = ValidateGemvIndexedCuda(a);
+  if (status != KernelStatus::kOk) return status;
+  GemvParams p{};
+  p.w = static_cast<const uint8_t*>(a.w);
+  p.w_row_bytes = a.w_row_bytes;
+  p.in = a.in;
+  p.out = a.out;
+  p.x = a.x;
+  p.x_stride = a.x_stride;
+  p.y = a.y;
+  p.y_stride = a.y_stride;
+  SetIq4nlTable(p);
+  auto* base = static_cast<uint8_t*>(a.scratch);
+  p.xq = reinterpret_cast<int8_t*>(base);
+  p.xd = reinterpret_cast<float2*>(base + gemv_internal::Q8ScalesOffset(a.in, a.x_rows));
+  cudaError_t err = cudaSuccess;
+  if (!a.x_prequantized) {
+    GemvParams q = p;
+    q.rows = static_cast<int>(a.x_rows);
+    err = gemv_internal::LaunchQuantizeQ8(q, const_cast<int8_t*>(p.xq), const_cast<float2*>(p.xd),
+                                          stream);
+  }
+  p.rows = 1;
+  p.matrix_ids = a.ids;
+  p.w_matrix_bytes = a.w_matrix_bytes;
+  p.n_matrices = a.n_matrices;
+  p.x_group_div = static_cast<int>(a.x_group_div);
+  if (err == cudaSuccess) {
+    err = gemv_internal::LaunchGemvQ8xIndexed(a.type, p, a.groups,
+                                              /*overlap_previous=*/!a.x_prequantized, stream);
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KernelStatus::kInvalidArgument;
+  }
+  return KernelStatus::kOk;
+}
+
 KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvCuda(a);
   if (status != KernelStatus::kOk) return status;
@@ -66,10 +144,7 @@ KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   p.rows = static_cast<int>(a.rows);
   p.y = a.y;
   p.y_stride = a.y_stride;
-  for (int i = 0; i < 16; ++i) {
-    p.iq4nl[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(quant::kKvaluesIq4nl[i]))
-                      << (8 * (i % 4));
-  }
+  SetIq4nlTable(p);
   cudaError_t err = cudaSuccess;
   if (a.activations == GemvCudaActivations::kF32) {
     err = gemv_internal::LaunchGemvF32x(a.type, p, stream);

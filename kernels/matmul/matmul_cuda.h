@@ -68,6 +68,39 @@ KernelStatus ValidateGemvCuda(const GemvCudaArgs& args);
 // fails (the CUDA error is cleared so it does not leak into the caller's next check).
 KernelStatus GemvCuda(const GemvCudaArgs& args, cudaStream_t stream);
 
+// Indexed GEMV for MoE experts at decode sizes: `groups` independent products, group g computing
+//   y[g] = W_{ids[g]} x[g / x_group_div]
+// where W_e is matrix e of a 3-D weight (w + e * w_matrix_bytes, `out` rows of `in`). Token t's
+// top-k slots are groups t*k .. t*k+k-1 with x_group_div = k (gate / up: all slots share the
+// token's activations) or 1 (down: one intermediate row per slot). The ids stay in device memory
+// (written by the router on the GPU), so there is no host round trip and the call can be captured
+// in a CUDA graph. An id outside [0, n_matrices) yields a zero output row. kQ8 activations only;
+// x has x_rows rows (quantized into `scratch`, GemvCudaScratchBytes(in, x_rows) bytes, unless
+// x_prequantized).
+struct GemvIndexedCudaArgs {
+  GgmlType type = GgmlType::kQ4_K;
+  const void* w = nullptr;     // device, first matrix
+  int64_t w_row_bytes = 0;     // multiple of 16
+  int64_t w_matrix_bytes = 0;  // bytes between matrices, >= out * w_row_bytes, multiple of 16
+  int64_t n_matrices = 0;
+  int64_t in = 0;
+  int64_t out = 0;
+  const int32_t* ids = nullptr;  // device, [groups]
+  int64_t groups = 0;            // 1..65535
+  int64_t x_group_div = 1;       // group g reads activation row g / x_group_div
+  const float* x = nullptr;      // device, [x_rows][x_stride]
+  int64_t x_stride = 0;
+  int64_t x_rows = 0;  // must equal ceil(groups / x_group_div)
+  float* y = nullptr;  // device, [groups][y_stride]
+  int64_t y_stride = 0;
+  void* scratch = nullptr;
+  int64_t scratch_bytes = 0;
+  bool x_prequantized = false;
+};
+
+KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& args);
+KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& args, cudaStream_t stream);
+
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_MATMUL_MATMUL_CUDA_H_

@@ -1,0 +1,59 @@
+// The routed-expert FFN of one MoE layer at decode sizes (a few tokens), entirely on the device:
+//   y[t] += sum_k weights[t][k] * Down_e(SwiGLU_limit(Gate_e x[t], Up_e x[t])),  e = ids[t][k]
+// (semantics of kernels/moe/moe.h MoeExpertsArgs; clamped SwiGLU as kernels/elementwise SwiGluRef).
+//
+// Six launches, no host synchronisation, so a decode step stays capturable in a CUDA graph:
+// quantize x -> indexed GEMV gate -> indexed GEMV up (same quantized x) -> SwiGLU + quantize of
+// the T*k intermediate rows -> indexed GEMV down -> weighted combine into y. Every expert
+// matrix a token picked is streamed once per (token, slot); at batch 1 that is exactly the
+// active-expert bytes, which is the point (llama.cpp's MoE layer spends ~138 us here, the bytes
+// ~31 us). For many tokens per expert the grouped tensor-core path is the better one.
+#ifndef STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
+#define STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/quant/ggml_type.h"
+#include "kernels/common/kernel_status.h"
+
+namespace stepserve::kernels {
+
+// One 3-D expert weight in device memory: matrix e's row o at data + e * matrix_bytes +
+// o * row_bytes (rows padded to 16 bytes).
+struct ExpertMatrixCuda {
+  GgmlType type = GgmlType::kQ4_K;
+  const void* data = nullptr;
+  int64_t row_bytes = 0;
+  int64_t matrix_bytes = 0;
+};
+
+struct MoeGemvCudaArgs {
+  const float* x = nullptr;  // device [tokens][x_stride], n_embd used
+  int64_t x_stride = 0;
+  int64_t tokens = 0;  // 1 .. kMoeGemvMaxTokens
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  int64_t n_experts = 0;
+  const int32_t* ids = nullptr;    // device [tokens][top_k]
+  const float* weights = nullptr;  // device [tokens][top_k]
+  int64_t top_k = 0;
+  ExpertMatrixCuda gate, up, down;  // gate/up: n_embd -> n_ff; down: n_ff -> n_embd
+  float limit = 0.0f;               // <= 1e-6: no clamp
+  float* y = nullptr;               // device [tokens][y_stride], accumulated into
+  int64_t y_stride = 0;
+  void* workspace = nullptr;  // device, 16-byte aligned, MoeGemvCudaWorkspaceBytes bytes
+  int64_t workspace_bytes = 0;
+};
+
+inline constexpr int64_t kMoeGemvMaxTokens = 64;
+
+int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);
+bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);
+KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& args);
+KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& args, cudaStream_t stream);
+
+}  // namespace stepserve::kernels
+
+#endif  // STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_

@@ -1,0 +1,188 @@
+// MoeGemvCuda (indexed GEMVs + SwiGLU + combine, all on the device) against MoeExpertsRef (double
+// precision, dequantized weights) on fresh random valid blocks. Outputs start as random values
+// (y is accumulated into), expert ids are random per token with distinct slots, some experts
+// are never picked, and several weight types and token counts are covered. The GEMVs round the
+// activations (x and the SwiGLU intermediate) to int8 per 32 values, so the bound is the kQ8
+// bound of gemv_cuda_test (~5e-3 typical, 3e-2 limit) rather than float rounding.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/quant/ggml_type.h"
+#include "engine/quant/quant.h"
+#include "gtest/gtest.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/matmul/moe_gemv_cuda.h"
+#include "kernels/moe/moe.h"
+#include "tests/kernels/test_util.h"
+
+namespace stepserve::kernels {
+namespace {
+
+constexpr double kMaxRelError = 3e-2;
+
+struct DeviceBytes {
+  void* ptr = nullptr;
+  explicit DeviceBytes(size_t bytes) {
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBytes() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+};
+
+// A random 3-D expert weight (E matrices of `out` rows of `in`): host packed rows and the device
+// copy with rows padded to 16 bytes.
+struct Experts {
+  GgmlType type;
+  int64_t in, out, n;
+  int64_t row_bytes, pitch;
+  std::vector<uint8_t> host;
+  std::unique_ptr<DeviceBytes> device;
+
+  Experts(GgmlType t, int64_t in_, int64_t out_, int64_t n_, uint64_t seed)
+      : type(t), in(in_), out(out_), n(n_) {
+    row_bytes = RowBytes(type, in);
+    pitch = (row_bytes + 15) / 16 * 16;
+    host.resize(static_cast<size_t>(row_bytes * out * n));
+    const int64_t blocks = in / TypeInfo(type).block_elems * out * n;
+    EXPECT_TRUE(quant::FillRandomBlocks(type, host.data(), blocks, seed,
+                                        1.0f / std::sqrt(static_cast<float>(in)))
+                    .ok());
+    std::vector<uint8_t> padded(static_cast<size_t>(pitch * out * n), 0);
+    for (int64_t r = 0; r < out * n; ++r) {
+      std::memcpy(padded.data() + r * pitch, host.data() + r * row_bytes, row_bytes);
+    }
+    device = std::make_unique<DeviceBytes>(padded.size());
+    EXPECT_EQ(cudaMemcpy(device->ptr, padded.data(), padded.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ExpertMatrix HostMatrix() const {
+    return {type, host.data(), row_bytes, row_bytes * out};
+  }
+  ExpertMatrixCuda DeviceMatrix() const { return {type, device->ptr, pitch, pitch * out}; }
+};
+
+template <class T>
+std::unique_ptr<DeviceBytes> ToDevice(const std::vector<T>& v) {
+  auto d = std::make_unique<DeviceBytes>(v.size() * sizeof(T));
+  EXPECT_EQ(cudaMemcpy(d->ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return d;
+}
+
+using Param = std::tuple<GgmlType, GgmlType, int64_t, float>;  // gate/up type, down type, T, limit
+
+class MoeGemvCudaTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(MoeGemvCudaTest, MatchesReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible; GPU test skipped";
+  const auto [gu_type, down_type, tokens, limit] = GetParam();
+  const int64_t d = 512, ff = 256 + 256 * (down_type == GgmlType::kQ8_0 ? 0 : 1), E = 16, K = 4;
+  Experts gate(gu_type, d, ff, E, 11), up(gu_type, d, ff, E, 12), down(down_type, ff, d, E, 13);
+
+  std::mt19937 rng(static_cast<uint32_t>(tokens * 31 + 7));
+  std::vector<int32_t> ids(tokens * K);
+  std::vector<float> weights(tokens * K);
+  std::vector<int32_t> pool(E - 3);  // experts E-3 .. E-1 are never picked
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (int64_t k = 0; k < K; ++k) {
+      ids[t * K + k] = pool[k];
+      weights[t * K + k] = std::uniform_real_distribution<float>(0.05f, 0.6f)(rng);
+    }
+  }
+  const int64_t x_stride = d + 8;
+  std::vector<float> x = testing::RandomVector(tokens * x_stride, 100 + tokens);
+  std::vector<float> y0 = testing::RandomVector(tokens * d, 200 + tokens, 0.1f);
+
+  std::vector<float> ref = y0;
+  MoeExpertsArgs r;
+  r.x = x.data();
+  r.x_stride = x_stride;
+  r.rows = tokens;
+  r.n_embd = d;
+  r.n_ff = ff;
+  r.n_experts = E;
+  r.ids = ids.data();
+  r.weights = weights.data();
+  r.top_k = K;
+  r.gate = gate.HostMatrix();
+  r.up = up.HostMatrix();
+  r.down = down.HostMatrix();
+  r.limit = limit;
+  r.y = ref.data();
+  r.y_stride = d;
+  ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
+
+  auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
+  const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
+  DeviceBytes workspace(static_cast<size_t>(ws));
+  ASSERT_EQ(cudaMemset(workspace.ptr, 0xFF, ws), cudaSuccess);  // poison (NaN floats)
+  MoeGemvCudaArgs a;
+  a.x = static_cast<const float*>(dx->ptr);
+  a.x_stride = x_stride;
+  a.tokens = tokens;
+  a.n_embd = d;
+  a.n_ff = ff;
+  a.n_experts = E;
+  a.ids = static_cast<const int32_t*>(dids->ptr);
+  a.weights = static_cast<const float*>(dw->ptr);
+  a.top_k = K;
+  a.gate = gate.DeviceMatrix();
+  a.up = up.DeviceMatrix();
+  a.down = down.DeviceMatrix();
+  a.limit = limit;
+  a.y = static_cast<float*>(dy->ptr);
+  a.y_stride = d;
+  a.workspace = workspace.ptr;
+  a.workspace_bytes = ws;
+  ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> got(tokens * d);
+  ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  // Compare the update (y - y0), not y: y0 would dilute the error.
+  std::vector<float> got_delta(got.size()), ref_delta(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    got_delta[i] = got[i] - y0[i];
+    ref_delta[i] = ref[i] - y0[i];
+  }
+  const double err = testing::RelError(got_delta, ref_delta);
+  EXPECT_LT(err, kMaxRelError) << GgmlTypeName(gu_type) << "/" << GgmlTypeName(down_type)
+                               << " tokens " << tokens << " limit " << limit;
+  std::printf("moe_gemv %s/%s tokens=%ld limit=%g rel_error=%.3g\n",
+              std::string(GgmlTypeName(gu_type)).c_str(),
+              std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit, err);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TypesAndTokens, MoeGemvCudaTest,
+    ::testing::Values(Param{GgmlType::kQ4_K, GgmlType::kQ4_K, 1, 0.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 1, 7.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 5, 7.0f},
+                      Param{GgmlType::kQ8_0, GgmlType::kQ8_0, 16, 0.0f},
+                      Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f}));
+
+TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
+  MoeGemvCudaArgs a;
+  a.gate.type = a.up.type = a.down.type = GgmlType::kF32;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kUnsupportedType);
+  a.gate.type = a.up.type = a.down.type = GgmlType::kQ4_K;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);  // null pointers
+  a.up.type = GgmlType::kQ8_0;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kUnsupportedType);  // gate/up types differ
+}
+
+}  // namespace
+}  // namespace stepserve::kernels
