@@ -270,6 +270,8 @@ TEST_F(PointwiseCudaTest, QkNormRopeMatchesCpu) {
       {256, 128, 3, 0, 7, 0, true, 50000},     // no k
       {256, 256, 2, 2, 4, 0, false, 70000},    // largest head
       {96, 32, 3, 3, 5, 0, true, 300},         // head_dim not a multiple of 64
+      {192, 192, 4, 1, 7, 0, true, 200000},    // Step-5 head_dim
+      {32, 16, 4, 2, 5, 0, false, 100},        // the tiny synthetic model
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(absl::StrFormat("head_dim %d n_rot %d heads %d/%d tokens %d pad %d ff %d",
