@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
 #include "kernels/embed/embed_cuda.h"
 #include "kernels/matmul/dequant_cuda.h"
@@ -99,32 +100,6 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const DeviceMat
   return backend.KernelResult(state.cublas.Run(a, backend.stream()), op);
 }
 
-absl::Status CheckActivation(const TensorView& t, const char* op, const char* operand) {
-  if (t.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is null", op, operand));
-  }
-  if (t.type != GgmlType::kF32) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s must be F32, is %s", op, operand, GgmlTypeName(t.type)));
-  }
-  if (t.ne[0] <= 0 || t.ne[1] < 0 || t.ne[2] < 1 || t.ne[3] < 1 ||
-      (t.row_stride != 0 && (t.row_stride % 4 != 0 || t.row_stride < t.ne[0] * 4))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s has bad shape [%d, %d, %d, %d] / row stride %d", op, operand,
-                        t.ne[0], t.ne[1], t.ne[2], t.ne[3], t.row_stride));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckRowsCols(const TensorView& t, int64_t cols, int64_t rows, const char* op,
-                           const char* operand) {
-  if (t.cols() != cols || t.rows() != rows) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s is [%d, %d], expected [%d, %d]", op,
-                                                      operand, t.cols(), t.rows(), cols, rows));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckDeviceWeight(const WeightView& w, const char* op, const char* operand) {
   if (w.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: %s has no data", op, operand));
@@ -155,14 +130,14 @@ WeightView ExpertMatrix(const WeightView& w, int64_t e) {
 }  // namespace
 
 absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const TensorView& y) {
-  RETURN_IF_ERROR(CheckActivation(x, "Matmul", "x"));
-  RETURN_IF_ERROR(CheckActivation(y, "Matmul", "y"));
+  RETURN_IF_ERROR(CheckF32(x, "Matmul", "x"));
+  RETURN_IF_ERROR(CheckF32(y, "Matmul", "y"));
   if (w.ne[0] != x.cols() || w.ne[2] != 1 || w.ne[3] != 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("Matmul: weight ne [%d, %d, %d] does not take x with %d columns", w.ne[0],
                         w.ne[1], w.ne[2], x.cols()));
   }
-  RETURN_IF_ERROR(CheckRowsCols(y, w.ne[1], x.rows(), "Matmul", "y"));
+  RETURN_IF_ERROR(CheckShape(y, w.ne[1], x.rows(), "Matmul", "y"));
   RETURN_IF_ERROR(CheckDeviceWeight(w, "Matmul", "weight"));
   if (!matmul_) matmul_ = std::make_shared<MatmulState>();
   DeviceMatmul m;
@@ -181,9 +156,9 @@ absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const
 
 absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t> ids,
                                 const TensorView& out) {
-  RETURN_IF_ERROR(CheckActivation(out, "Embed", "out"));
+  RETURN_IF_ERROR(CheckF32(out, "Embed", "out"));
   const int64_t n = static_cast<int64_t>(ids.size());
-  RETURN_IF_ERROR(CheckRowsCols(out, table.ne[0], n, "Embed", "out"));
+  RETURN_IF_ERROR(CheckShape(out, table.ne[0], n, "Embed", "out"));
   RETURN_IF_ERROR(CheckDeviceWeight(table, "Embed", "table"));
   const int64_t n_vocab = table.ne[1] * table.ne[2] * table.ne[3];
   // The ids are host memory: check them here, before anything is enqueued.
@@ -219,9 +194,9 @@ absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t
 absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e,
                                      std::span<const int32_t> ids, std::span<const float> weights,
                                      int64_t top_k, const TensorView& y) {
-  RETURN_IF_ERROR(CheckActivation(x, "MoeExperts", "x"));
-  RETURN_IF_ERROR(CheckActivation(y, "MoeExperts", "y"));
-  RETURN_IF_ERROR(CheckRowsCols(y, x.cols(), x.rows(), "MoeExperts", "y"));
+  RETURN_IF_ERROR(CheckF32(x, "MoeExperts", "x"));
+  RETURN_IF_ERROR(CheckF32(y, "MoeExperts", "y"));
+  RETURN_IF_ERROR(CheckShape(y, x.cols(), x.rows(), "MoeExperts", "y"));
   const int64_t d = x.cols();
   const int64_t ff = e.gate.ne[1];
   const int64_t n_exp = e.gate.ne[2];
