@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "engine/backend/backend.h"
 #include "engine/base/status_macros.h"
+#include "kernels/attention/paged_attention.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/moe/moe.h"
 #include "kernels/rms_norm/rms_norm.h"
@@ -195,6 +197,98 @@ inline absl::StatusOr<kernels::RouterArgs> RouterOpArgs(const TensorView& logits
   a.scale = p.scale;
   a.ids = ids.data();
   a.weights = weights.data();
+  return a;
+}
+
+// k and v are [kv_heads * head_dim, rows]; every sequence row gets its cache slot (page *
+// block_size + offset) in `slots`, -1 for rows no sequence owns. The returned args point at
+// `slots`; the kernels check the slots' range.
+inline absl::StatusOr<kernels::KvAppendArgs> AppendKvOpArgs(const TensorView& k,
+                                                            const TensorView& v,
+                                                            const AttentionBatch& batch,
+                                                            const KvCacheView& cache,
+                                                            std::vector<int64_t>* slots) {
+  const int64_t width = cache.kv_heads * cache.head_dim;
+  RETURN_IF_ERROR(CheckF32(k, "AppendKv", "k"));
+  RETURN_IF_ERROR(CheckF32(v, "AppendKv", "v"));
+  const int64_t rows = static_cast<int64_t>(batch.positions.size());
+  RETURN_IF_ERROR(CheckShape(k, width, rows, "AppendKv", "k"));
+  RETURN_IF_ERROR(CheckShape(v, width, rows, "AppendKv", "v"));
+  if (cache.block_size <= 0) return absl::InvalidArgumentError("AppendKv: block_size <= 0");
+  slots->assign(rows, -1);
+  for (const SequenceSlice& seq : batch.seqs) {
+    if (seq.q_begin < 0 || seq.q_count < 0 || seq.q_begin + seq.q_count > rows) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "AppendKv: sequence rows [%d, +%d) outside the %d rows", seq.q_begin, seq.q_count, rows));
+    }
+    for (int64_t r = seq.q_begin; r < seq.q_begin + seq.q_count; ++r) {
+      const int64_t pos = batch.positions[r];
+      const int64_t block = pos / cache.block_size;
+      if (pos < 0 || pos >= seq.context_len ||
+          block >= static_cast<int64_t>(seq.block_table.size()) || seq.block_table[block] < 0 ||
+          seq.block_table[block] >= cache.num_blocks) {
+        return absl::OutOfRangeError(absl::StrFormat(
+            "AppendKv: row %d at position %d has no cache page (context %d, %d table entries)", r,
+            pos, seq.context_len, seq.block_table.size()));
+      }
+      (*slots)[r] = int64_t{seq.block_table[block]} * cache.block_size + pos % cache.block_size;
+    }
+  }
+  kernels::KvAppendArgs a;
+  a.k = k.f32();
+  a.k_stride = k.stride_floats();
+  a.v = v.f32();
+  a.v_stride = v.stride_floats();
+  a.tokens = rows;
+  a.slots = slots->data();
+  a.kv = cache;
+  return a;
+}
+
+// q and out are [heads * head_dim, rows] and the sequences' row ranges lie inside them; the
+// sequences are translated into `seqs`, which the returned args point at (as at the batch's
+// positions and block tables). The kernels check positions and block tables
+// (ValidatePagedAttention).
+inline absl::StatusOr<kernels::PagedAttentionArgs> AttentionOpArgs(
+    const TensorView& q, const AttentionBatch& batch, const KvCacheView& cache,
+    const AttentionParams& params, const TensorView& out,
+    std::vector<kernels::AttentionSeq>* seqs) {
+  RETURN_IF_ERROR(CheckF32(q, "Attention", "q"));
+  RETURN_IF_ERROR(CheckF32(out, "Attention", "out"));
+  const int64_t rows = static_cast<int64_t>(batch.positions.size());
+  RETURN_IF_ERROR(CheckShape(q, q.cols(), rows, "Attention", "q"));
+  RETURN_IF_ERROR(CheckShape(out, q.cols(), rows, "Attention", "out"));
+  if (cache.head_dim <= 0 || q.cols() % cache.head_dim != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Attention: q width %d is not a multiple of head_dim %d", q.cols(), cache.head_dim));
+  }
+  seqs->clear();
+  for (const SequenceSlice& seq : batch.seqs) {
+    if (seq.q_begin < 0 || seq.q_count < 0 || seq.q_begin + seq.q_count > rows) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Attention: sequence rows [%d, +%d) outside the %d rows", seq.q_begin,
+                          seq.q_count, rows));
+    }
+    kernels::AttentionSeq s;
+    s.q_begin = seq.q_begin;
+    s.q_count = seq.q_count;
+    s.context_len = seq.context_len;
+    s.block_table = seq.block_table.data();
+    s.block_table_len = static_cast<int64_t>(seq.block_table.size());
+    seqs->push_back(s);
+  }
+  kernels::PagedAttentionArgs a;
+  a.q = q.f32();
+  a.q_stride = q.stride_floats();
+  a.out = out.f32();
+  a.out_stride = out.stride_floats();
+  a.positions = batch.positions.data();
+  a.seqs = seqs->data();
+  a.n_seqs = static_cast<int64_t>(seqs->size());
+  a.heads = q.cols() / cache.head_dim;
+  a.window = params.window;
+  a.scale = params.scale;
+  a.kv = cache;
   return a;
 }
 

@@ -53,12 +53,12 @@ KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(a.tokens);
   if (kv.dtype == KvDtype::kF16) {
     KvAppendKernel<__half><<<grid, kThreads, 0, stream>>>(
-        a.k, a.k_stride, a.v, a.v_stride, a.slots, total_slots, width,
-        static_cast<__half*>(kv.k), static_cast<__half*>(kv.v));
+        a.k, a.k_stride, a.v, a.v_stride, a.slots, total_slots, width, static_cast<__half*>(kv.k),
+        static_cast<__half*>(kv.v));
   } else {
     KvAppendKernel<float><<<grid, kThreads, 0, stream>>>(
-        a.k, a.k_stride, a.v, a.v_stride, a.slots, total_slots, width,
-        static_cast<float*>(kv.k), static_cast<float*>(kv.v));
+        a.k, a.k_stride, a.v, a.v_stride, a.slots, total_slots, width, static_cast<float*>(kv.k),
+        static_cast<float*>(kv.v));
   }
   // cudaGetLastError also clears the launch error so it does not leak into the caller's checks.
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;

@@ -19,9 +19,13 @@
 #include <cstdint>
 
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/common/cuda_reduce.cuh"
 
 namespace stepserve::kernels {
 namespace {
+
+using cuda_reduce::WarpMax;
+using cuda_reduce::WarpSum;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
@@ -46,9 +50,9 @@ struct KernelParams {
   int dims_padded;  // head_dim rounded up to 4 (Q and V rows in shared)
   int k_stride;     // floats between K rows in shared (padded against bank conflicts)
   int heads;
-  int group;         // query heads per KV head
-  int passes;        // CTAs per (row, KV head) when the group exceeds kHeadsPerCta
-  int cta_heads;     // min(group, kHeadsPerCta): shared-memory rows for Q and probabilities
+  int group;      // query heads per KV head
+  int passes;     // CTAs per (row, KV head) when the group exceeds kHeadsPerCta
+  int cta_heads;  // min(group, kHeadsPerCta): shared-memory rows for Q and probabilities
   int64_t window;
   float scale;
   int splits;
@@ -57,18 +61,6 @@ struct KernelParams {
   float* part_max;    // [rows][heads][splits]
   float* part_sum;
 };
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
@@ -84,8 +76,8 @@ __device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const int32_t*
 }
 
 // Warp 0: the cache offsets of the chunk's keys [c0, min(c0 + kChunk, hi)), -1 past the end.
-__device__ __forceinline__ void ChunkBases(const KernelParams& p, const int32_t* table,
-                                           int64_t c0, int64_t hi, int g, int64_t* base_s) {
+__device__ __forceinline__ void ChunkBases(const KernelParams& p, const int32_t* table, int64_t c0,
+                                           int64_t hi, int g, int64_t* base_s) {
   const int lane = threadIdx.x & 31;
   base_s[lane] = c0 + lane < hi ? KeyBase(p, table, static_cast<int>(c0 + lane), g) : -1;
 }
@@ -333,8 +325,8 @@ __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const Ker
   }
   __syncthreads();
   const PagedAttentionCudaRow row = p.rows[w];
-  float* out = p.out + static_cast<int64_t>(row.q_row) * p.out_stride +
-               static_cast<int64_t>(h) * p.head_dim;
+  float* out =
+      p.out + static_cast<int64_t>(row.q_row) * p.out_stride + static_cast<int64_t>(h) * p.head_dim;
   for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) {
     float o = 0.0f;
     for (int s = 0; s < p.splits; ++s) o += weight_s[s] * p.part_acc[(part0 + s) * p.head_dim + d];
@@ -364,10 +356,9 @@ KernelStatus ValidateArgs(const PagedAttentionCudaArgs& a) {
   if (a.splits < 1 || a.splits > kPagedAttentionCudaMaxSplits) {
     return KernelStatus::kInvalidArgument;
   }
-  if (a.splits > 1 &&
-      (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
-       a.scratch_bytes <
-           PagedAttentionCudaScratchBytes(a.n_rows, a.heads, kv.head_dim, a.splits))) {
+  if (a.splits > 1 && (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
+                       a.scratch_bytes < PagedAttentionCudaScratchBytes(a.n_rows, a.heads,
+                                                                        kv.head_dim, a.splits))) {
     return KernelStatus::kInvalidArgument;
   }
   const int64_t passes = (a.heads / kv.kv_heads + kHeadsPerCta - 1) / kHeadsPerCta;
@@ -382,9 +373,8 @@ template <typename KvT, int kDimsPerThread>
 cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread>;
   if (smem > 48 * 1024) {  // beyond the default dynamic shared memory limit: opt in
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
   kernel<<<grid, kThreads, smem, stream>>>(p);
@@ -428,8 +418,7 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   p.scale = a.scale;
   p.splits = static_cast<int>(a.splits);
   const int vec_elems = kv.dtype == KvDtype::kF16 ? 8 : 4;
-  p.vector_loads = kv.head_dim % vec_elems == 0 &&
-                   reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
+  p.vector_loads = kv.head_dim % vec_elems == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
   if (a.splits > 1) {
     const int64_t partials = a.n_rows * a.heads * a.splits;
@@ -437,19 +426,18 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
     p.part_max = p.part_acc + partials * kv.head_dim;
     p.part_sum = p.part_max + partials;
   }
-  const size_t smem_floats = static_cast<size_t>(p.cta_heads) * p.dims_padded +
-                             static_cast<size_t>(kChunk) * p.k_stride +
-                             static_cast<size_t>(kChunk) * p.dims_padded +
-                             static_cast<size_t>(p.cta_heads) * kChunk + 3 * kHeadsPerCta +
-                             2 * kChunk;  // base_s: kChunk int64
+  const size_t smem_floats =
+      static_cast<size_t>(p.cta_heads) * p.dims_padded + static_cast<size_t>(kChunk) * p.k_stride +
+      static_cast<size_t>(kChunk) * p.dims_padded + static_cast<size_t>(p.cta_heads) * kChunk +
+      3 * kHeadsPerCta + 2 * kChunk;  // base_s: kChunk int64
   const size_t smem = smem_floats * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.n_rows * kv.kv_heads * p.passes),
                   static_cast<unsigned>(a.splits));
   cudaError_t err = kv.dtype == KvDtype::kF16 ? LaunchForDims<__half>(p, grid, smem, stream)
                                               : LaunchForDims<float>(p, grid, smem, stream);
   if (err == cudaSuccess && a.splits > 1) {
-    CombineSplitsKernel<<<static_cast<unsigned>(a.n_rows * a.heads), kCombineThreads, 0,
-                          stream>>>(p);
+    CombineSplitsKernel<<<static_cast<unsigned>(a.n_rows * a.heads), kCombineThreads, 0, stream>>>(
+        p);
     err = cudaGetLastError();
   }
   if (err != cudaSuccess) {

@@ -190,82 +190,14 @@ class CpuBackend final : public Backend {
 
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
                         const KvCacheView& cache) override {
-    const int64_t width = cache.kv_heads * cache.head_dim;
-    RETURN_IF_ERROR(CheckF32(k, "AppendKv", "k"));
-    RETURN_IF_ERROR(CheckF32(v, "AppendKv", "v"));
-    const int64_t rows = static_cast<int64_t>(batch.positions.size());
-    RETURN_IF_ERROR(CheckShape(k, width, rows, "AppendKv", "k"));
-    RETURN_IF_ERROR(CheckShape(v, width, rows, "AppendKv", "v"));
-    if (cache.block_size <= 0) return absl::InvalidArgumentError("AppendKv: block_size <= 0");
-    slots_.assign(rows, -1);
-    for (const SequenceSlice& seq : batch.seqs) {
-      if (seq.q_begin < 0 || seq.q_count < 0 || seq.q_begin + seq.q_count > rows) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("AppendKv: sequence rows [%d, +%d) outside the %d rows", seq.q_begin,
-                            seq.q_count, rows));
-      }
-      for (int64_t r = seq.q_begin; r < seq.q_begin + seq.q_count; ++r) {
-        const int64_t pos = batch.positions[r];
-        const int64_t block = pos / cache.block_size;
-        if (pos < 0 || pos >= seq.context_len ||
-            block >= static_cast<int64_t>(seq.block_table.size()) || seq.block_table[block] < 0 ||
-            seq.block_table[block] >= cache.num_blocks) {
-          return absl::OutOfRangeError(absl::StrFormat(
-              "AppendKv: row %d at position %d has no cache page (context %d, %d table entries)", r,
-              pos, seq.context_len, seq.block_table.size()));
-        }
-        slots_[r] = int64_t{seq.block_table[block]} * cache.block_size + pos % cache.block_size;
-      }
-    }
-    kernels::KvAppendArgs a;
-    a.k = k.f32();
-    a.k_stride = k.stride_floats();
-    a.v = v.f32();
-    a.v_stride = v.stride_floats();
-    a.tokens = rows;
-    a.slots = slots_.data();
-    a.kv = cache;
+    ASSIGN_OR_RETURN(kernels::KvAppendArgs a, AppendKvOpArgs(k, v, batch, cache, &slots_));
     return FromKernel(kernels::KvAppendCpu(a, &pool_), "AppendKv");
   }
 
   absl::Status Attention(const TensorView& q, const AttentionBatch& batch, const KvCacheView& cache,
                          const AttentionParams& params, const TensorView& out) override {
-    RETURN_IF_ERROR(CheckF32(q, "Attention", "q"));
-    RETURN_IF_ERROR(CheckF32(out, "Attention", "out"));
-    const int64_t rows = static_cast<int64_t>(batch.positions.size());
-    RETURN_IF_ERROR(CheckShape(q, q.cols(), rows, "Attention", "q"));
-    RETURN_IF_ERROR(CheckShape(out, q.cols(), rows, "Attention", "out"));
-    if (cache.head_dim <= 0 || q.cols() % cache.head_dim != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Attention: q width %d is not a multiple of head_dim %d", q.cols(), cache.head_dim));
-    }
-    seqs_.clear();
-    for (const SequenceSlice& seq : batch.seqs) {
-      if (seq.q_begin < 0 || seq.q_count < 0 || seq.q_begin + seq.q_count > rows) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("Attention: sequence rows [%d, +%d) outside the %d rows", seq.q_begin,
-                            seq.q_count, rows));
-      }
-      kernels::AttentionSeq s;
-      s.q_begin = seq.q_begin;
-      s.q_count = seq.q_count;
-      s.context_len = seq.context_len;
-      s.block_table = seq.block_table.data();
-      s.block_table_len = static_cast<int64_t>(seq.block_table.size());
-      seqs_.push_back(s);
-    }
-    kernels::PagedAttentionArgs a;
-    a.q = q.f32();
-    a.q_stride = q.stride_floats();
-    a.out = out.f32();
-    a.out_stride = out.stride_floats();
-    a.positions = batch.positions.data();
-    a.seqs = seqs_.data();
-    a.n_seqs = static_cast<int64_t>(seqs_.size());
-    a.heads = q.cols() / cache.head_dim;
-    a.window = params.window;
-    a.scale = params.scale;
-    a.kv = cache;
+    ASSIGN_OR_RETURN(kernels::PagedAttentionArgs a,
+                     AttentionOpArgs(q, batch, cache, params, out, &seqs_));
     return FromKernel(kernels::PagedAttentionCpu(a, &pool_), "Attention");
   }
 

@@ -1,0 +1,530 @@
+// CUDA AppendKv / Attention against the CPU backend, and the CUDA paged-attention kernel against
+// PagedAttentionRef with forced split counts, on fresh random data.
+//
+// Each scenario fills a paged cache (pages shuffled, poisoned with NaN bytes first so a read of an
+// unwritten slot shows) through AppendKv on both backends and requires the caches to be equal
+// byte for byte (F16: both round to nearest even), then runs Attention over a ragged batch of
+// decode rows and prefill chunks with NaN-poisoned outputs. Sliding-window scenarios mark the
+// pages no row can see as freed (-1). Bounds on ||out - ref|| / ||ref||: 1e-4 with an F32 cache,
+// 2e-3 with an F16 cache (both backends read the same halves, so the observed error is F32
+// rounding either way; an indexing or masking error gives errors of order 1).
+//
+// The host-side parts (batch flattening, split choice, argument checks) run without a device.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/backend/backend.h"
+#include "gtest/gtest.h"
+#include "kernels/attention/paged_attention.h"
+#include "kernels/attention/paged_attention_cuda.h"
+#include "tests/gpu/backend_test_util.h"
+
+namespace stepserve {
+namespace {
+
+using gpu_testing::AllocMat;
+using gpu_testing::CudaBackendOrNull;
+using gpu_testing::DeviceMat;
+using gpu_testing::DownloadMat;
+using gpu_testing::kNoDeviceMessage;
+using gpu_testing::UploadBytes;
+using gpu_testing::UploadMat;
+using kernels::KernelStatus;
+
+constexpr double kMaxRelErrorF32Cache = 1e-4;
+constexpr double kMaxRelErrorF16Cache = 2e-3;
+
+struct SeqSpec {
+  int64_t context = 0;  // tokens cached after this step
+  int64_t q_count = 0;  // query rows: the last q_count positions (1 = decode)
+};
+
+struct Scenario {
+  std::string name;
+  int64_t head_dim = 128;
+  int64_t kv_heads = 2;
+  int64_t group = 4;
+  int64_t block_size = 16;
+  int64_t window = 0;
+  KvDtype dtype = KvDtype::kF32;
+  std::vector<SeqSpec> seqs;
+  int64_t q_pad = 0;  // extra floats per Q / out row (strided views)
+};
+
+std::vector<float> RandomVector(size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+double RelError(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+// A host batch description: positions, per-sequence slices and the block tables they point into.
+struct HostBatch {
+  std::vector<int32_t> positions;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<SequenceSlice> slices;
+  AttentionBatch view() const { return {positions, slices}; }
+};
+
+// Pages of every sequence, shuffled over the cache.
+std::vector<std::vector<int32_t>> AssignPages(const Scenario& sc, int64_t* num_blocks,
+                                              std::mt19937& rng) {
+  int64_t total = 0;
+  for (const SeqSpec& s : sc.seqs) total += (s.context + sc.block_size - 1) / sc.block_size;
+  *num_blocks = total + 3;  // a few pages no sequence owns
+  std::vector<int32_t> ids(*num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::vector<int32_t>> tables;
+  int64_t next = 0;
+  for (const SeqSpec& s : sc.seqs) {
+    const int64_t pages = (s.context + sc.block_size - 1) / sc.block_size;
+    tables.emplace_back(ids.begin() + next, ids.begin() + next + pages);
+    next += pages;
+  }
+  return tables;
+}
+
+// Every cached position of every sequence as one append batch, plus one trailing row that belongs
+// to no sequence (its slot is -1: nothing may be written for it).
+HostBatch FullContextBatch(const Scenario& sc, const std::vector<std::vector<int32_t>>& tables) {
+  HostBatch b;
+  b.tables = tables;
+  for (size_t s = 0; s < sc.seqs.size(); ++s) {
+    SequenceSlice slice;
+    slice.q_begin = static_cast<int64_t>(b.positions.size());
+    slice.q_count = sc.seqs[s].context;
+    slice.context_len = sc.seqs[s].context;
+    for (int64_t p = 0; p < sc.seqs[s].context; ++p) b.positions.push_back(static_cast<int32_t>(p));
+    b.slices.push_back(slice);
+  }
+  b.positions.push_back(0);
+  for (size_t s = 0; s < b.slices.size(); ++s) b.slices[s].block_table = b.tables[s];
+  return b;
+}
+
+// The query rows of the step; with a window, pages before every row's window are freed (-1).
+HostBatch QueryBatch(const Scenario& sc, const std::vector<std::vector<int32_t>>& tables) {
+  HostBatch b;
+  b.tables = tables;
+  for (size_t s = 0; s < sc.seqs.size(); ++s) {
+    const SeqSpec& spec = sc.seqs[s];
+    SequenceSlice slice;
+    slice.q_begin = static_cast<int64_t>(b.positions.size());
+    slice.q_count = spec.q_count;
+    slice.context_len = spec.context;
+    for (int64_t p = spec.context - spec.q_count; p < spec.context; ++p) {
+      b.positions.push_back(static_cast<int32_t>(p));
+    }
+    if (sc.window > 0) {
+      const int64_t earliest = std::max<int64_t>(0, spec.context - spec.q_count - sc.window + 1);
+      for (int64_t page = 0; (page + 1) * sc.block_size <= earliest; ++page) b.tables[s][page] = -1;
+    }
+    b.slices.push_back(slice);
+  }
+  for (size_t s = 0; s < b.slices.size(); ++s) b.slices[s].block_table = b.tables[s];
+  return b;
+}
+
+void RunScenario(Backend& cuda, Backend& cpu, const Scenario& sc, uint32_t seed) {
+  SCOPED_TRACE(sc.name);
+  std::mt19937 rng(seed);
+  int64_t num_blocks = 0;
+  const std::vector<std::vector<int32_t>> tables = AssignPages(sc, &num_blocks, rng);
+  const int64_t width_kv = sc.kv_heads * sc.head_dim;
+  const size_t elem = sc.dtype == KvDtype::kF16 ? 2 : 4;
+  const size_t cache_bytes = static_cast<size_t>(num_blocks * sc.block_size * width_kv) * elem;
+
+  // Caches poisoned with 0xFF bytes (NaN in F32 and F16).
+  std::vector<uint8_t> cpu_k(cache_bytes, 0xFF), cpu_v(cache_bytes, 0xFF);
+  BackendBuffer dev_k = UploadBytes(cuda, cpu_k.data(), cache_bytes);
+  BackendBuffer dev_v = UploadBytes(cuda, cpu_v.data(), cache_bytes);
+  KvCacheView cpu_cache{cpu_k.data(),  cpu_v.data(), sc.dtype,   num_blocks,
+                        sc.block_size, sc.kv_heads,  sc.head_dim};
+  KvCacheView dev_cache = cpu_cache;
+  dev_cache.k = dev_k.data();
+  dev_cache.v = dev_v.data();
+
+  // Append the whole context.
+  const HostBatch fill = FullContextBatch(sc, tables);
+  const int64_t fill_rows = static_cast<int64_t>(fill.positions.size());
+  std::vector<float> k = RandomVector(fill_rows * width_kv, 1.0f, rng);
+  std::vector<float> v = RandomVector(fill_rows * width_kv, 1.0f, rng);
+  ASSERT_TRUE(cpu.AppendKv(TensorView::F32(k.data(), width_kv, fill_rows),
+                           TensorView::F32(v.data(), width_kv, fill_rows), fill.view(), cpu_cache)
+                  .ok());
+  DeviceMat dk = UploadMat(cuda, k, width_kv, fill_rows);
+  DeviceMat dv = UploadMat(cuda, v, width_kv, fill_rows);
+  absl::Status st = cuda.AppendKv(dk.view, dv.view, fill.view(), dev_cache);
+  ASSERT_TRUE(st.ok()) << st;
+  std::vector<uint8_t> got_k(cache_bytes), got_v(cache_bytes);
+  ASSERT_TRUE(cuda.Download(dev_k.data(), got_k.data(), cache_bytes).ok());
+  ASSERT_TRUE(cuda.Download(dev_v.data(), got_v.data(), cache_bytes).ok());
+  EXPECT_TRUE(got_k == cpu_k) << "K cache differs from the CPU backend's";
+  EXPECT_TRUE(got_v == cpu_v) << "V cache differs from the CPU backend's";
+
+  // Attention over the step's rows.
+  const HostBatch query = QueryBatch(sc, tables);
+  const int64_t rows = static_cast<int64_t>(query.positions.size());
+  const int64_t width = sc.kv_heads * sc.group * sc.head_dim;
+  const int64_t stride = width + sc.q_pad;
+  std::vector<float> q = RandomVector(rows * stride, 3.0f, rng);
+  std::vector<float> want(rows * stride, 0.0f);
+  const AttentionParams params{.window = sc.window,
+                               .scale = 1.0f / std::sqrt(static_cast<float>(sc.head_dim))};
+  st = cpu.Attention(TensorView::F32(q.data(), width, rows, stride), query.view(), cpu_cache,
+                     params, TensorView::F32(want.data(), width, rows, stride));
+  ASSERT_TRUE(st.ok()) << st;
+  DeviceMat dq = UploadMat(cuda, q, stride, rows);
+  DeviceMat dout = gpu_testing::PoisonedMat(cuda, stride, rows);
+  st = cuda.Attention(TensorView::F32(dq.view.f32(), width, rows, stride), query.view(), dev_cache,
+                      params, TensorView::F32(dout.view.f32(), width, rows, stride));
+  ASSERT_TRUE(st.ok()) << st;
+  const std::vector<float> got_padded = DownloadMat(cuda, dout);
+  std::vector<float> got, ref;
+  for (int64_t r = 0; r < rows; ++r) {
+    got.insert(got.end(), got_padded.begin() + r * stride, got_padded.begin() + r * stride + width);
+    ref.insert(ref.end(), want.begin() + r * stride, want.begin() + r * stride + width);
+  }
+  const double bound = sc.dtype == KvDtype::kF16 ? kMaxRelErrorF16Cache : kMaxRelErrorF32Cache;
+  EXPECT_LE(RelError(got, ref), bound);
+}
+
+class AttentionCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cuda_ = CudaBackendOrNull();
+    if (!cuda_) GTEST_SKIP() << kNoDeviceMessage;
+    absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend("cpu", {.num_threads = 4});
+    ASSERT_TRUE(cpu.ok());
+    cpu_ = *std::move(cpu);
+  }
+  std::unique_ptr<Backend> cuda_;
+  std::unique_ptr<Backend> cpu_;
+};
+
+// Decode rows and prefill chunks in one batch, contexts across page boundaries.
+std::vector<SeqSpec> RaggedSeqs() {
+  return {{1, 1}, {37, 1}, {100, 20}, {16, 16}, {33, 1}, {64, 1}, {129, 7}, {250, 1}};
+}
+
+TEST_F(AttentionCudaTest, RaggedBatchMatchesCpu) {
+  uint32_t seed = 1;
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+    for (int64_t head_dim : {64, 128, 192}) {
+      for (int64_t group : {4, 8}) {
+        for (int64_t block_size : {16, 32}) {
+          Scenario sc;
+          sc.name = absl::StrFormat("dtype %d dh %d group %d block %d", static_cast<int>(dtype),
+                                    head_dim, group, block_size);
+          sc.dtype = dtype;
+          sc.head_dim = head_dim;
+          sc.group = group;
+          sc.block_size = block_size;
+          sc.seqs = RaggedSeqs();
+          RunScenario(*cuda_, *cpu_, sc, seed++);
+        }
+      }
+    }
+  }
+}
+
+// Head dims off the vector path (tiny preset: 32; 36 and 30 are not multiples of 8 / 4), GQA
+// groups 1, 3 (tiny), 12 (step-3.5-flash), 16 and 20 (two head passes), strided Q / out.
+TEST_F(AttentionCudaTest, OddShapesMatchCpu) {
+  uint32_t seed = 100;
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+    for (int64_t head_dim : {32, 36, 30, 256}) {
+      for (int64_t group : {1, 3, 12, 20}) {
+        Scenario sc;
+        sc.name =
+            absl::StrFormat("dtype %d dh %d group %d", static_cast<int>(dtype), head_dim, group);
+        sc.dtype = dtype;
+        sc.head_dim = head_dim;
+        sc.group = group;
+        sc.kv_heads = group == 20 ? 1 : 2;
+        sc.block_size = 16;
+        sc.window = group == 3 ? 16 : 0;
+        sc.q_pad = 8;
+        sc.seqs = {{5, 5}, {40, 1}, {71, 3}};
+        RunScenario(*cuda_, *cpu_, sc, seed++);
+      }
+    }
+  }
+}
+
+// W = 128: contexts 1..600 straddling the window, freed pages before it.
+TEST_F(AttentionCudaTest, SlidingWindowMatchesCpu) {
+  uint32_t seed = 200;
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+    for (int64_t block_size : {16, 32}) {
+      Scenario sc;
+      sc.name = absl::StrFormat("dtype %d block %d", static_cast<int>(dtype), block_size);
+      sc.dtype = dtype;
+      sc.head_dim = 128;
+      sc.group = 8;
+      sc.kv_heads = 2;
+      sc.block_size = block_size;
+      sc.window = 128;
+      sc.seqs = {{1, 1},   {2, 1},   {17, 1},  {127, 1},  {128, 1},  {129, 1},
+                 {255, 1}, {300, 1}, {600, 1}, {600, 40}, {200, 200}};
+      RunScenario(*cuda_, *cpu_, sc, seed++);
+    }
+  }
+}
+
+// Context 5000 with few rows: the split-K path (and a window wide enough to split too).
+TEST_F(AttentionCudaTest, LongContextSplitKMatchesCpu) {
+  uint32_t seed = 300;
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+    for (int64_t window : {0, 1000, 128}) {
+      Scenario sc;
+      sc.name = absl::StrFormat("dtype %d window %d", static_cast<int>(dtype), window);
+      sc.dtype = dtype;
+      sc.head_dim = 128;
+      sc.group = 8;
+      sc.kv_heads = 2;
+      sc.block_size = 32;
+      sc.window = window;
+      sc.seqs = {{5000, 1}, {4097, 1}, {300, 1}};
+      RunScenario(*cuda_, *cpu_, sc, seed++);
+    }
+  }
+}
+
+TEST_F(AttentionCudaTest, RejectsBadBatches) {
+  const int64_t dh = 64, kv_heads = 1, heads = 4, block = 16;
+  std::vector<float> zeros(static_cast<size_t>(4 * block * kv_heads * dh), 0.0f);
+  BackendBuffer k = UploadBytes(*cuda_, zeros.data(), zeros.size() * 4);
+  BackendBuffer v = UploadBytes(*cuda_, zeros.data(), zeros.size() * 4);
+  const KvCacheView cache{k.data(), v.data(), KvDtype::kF32, 4, block, kv_heads, dh};
+  DeviceMat q = AllocMat(*cuda_, heads * dh, 1);
+  DeviceMat out = AllocMat(*cuda_, heads * dh, 1);
+  DeviceMat kv_row = AllocMat(*cuda_, kv_heads * dh, 1);
+  const std::vector<int32_t> table = {2, -1};
+  std::vector<int32_t> positions = {20};
+  std::vector<SequenceSlice> seqs = {{0, 1, 21, table}};
+  const AttentionParams params{.window = 0, .scale = 0.125f};
+  // Position 20 lives in page -1.
+  EXPECT_EQ(cuda_->AppendKv(kv_row.view, kv_row.view, {positions, seqs}, cache).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(cuda_->Attention(q.view, {positions, seqs}, cache, params, out.view).code(),
+            absl::StatusCode::kOutOfRange);
+  // Position beyond the context.
+  positions = {30};
+  EXPECT_EQ(cuda_->Attention(q.view, {positions, seqs}, cache, params, out.view).code(),
+            absl::StatusCode::kOutOfRange);
+  // Rows outside Q.
+  positions = {3};
+  seqs = {{0, 2, 21, table}};
+  EXPECT_EQ(cuda_->Attention(q.view, {positions, seqs}, cache, params, out.view).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Q width not a multiple of head_dim.
+  seqs = {{0, 1, 21, table}};
+  DeviceMat odd = AllocMat(*cuda_, heads * dh + 1, 1);
+  EXPECT_EQ(cuda_->Attention(odd.view, {positions, seqs}, cache, params, odd.view).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+}
+
+// ---- Kernel level: forced split counts against PagedAttentionRef. ----
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) {
+    if (cudaMalloc(&ptr, std::max<size_t>(bytes, 16)) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+};
+
+TEST(PagedAttentionCudaKernelTest, ForcedSplitsMatchReference) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << kNoDeviceMessage;
+  std::mt19937 rng(7);
+  const int64_t dh = 64, kv_heads = 2, group = 5, heads = kv_heads * group, block = 16;
+  const std::vector<int64_t> contexts = {1, 31, 33, 700, 1500};
+  int64_t num_blocks = 0;
+  for (int64_t c : contexts) num_blocks += (c + block - 1) / block;
+  std::vector<int32_t> table_words(num_blocks);
+  std::iota(table_words.begin(), table_words.end(), 0);
+  std::shuffle(table_words.begin(), table_words.end(), rng);
+  std::vector<kernels::AttentionSeq> seqs;
+  std::vector<int32_t> positions;
+  int64_t at = 0;
+  for (int64_t c : contexts) {
+    kernels::AttentionSeq s;
+    s.q_begin = static_cast<int64_t>(positions.size());
+    s.q_count = c > 600 ? 2 : 1;
+    s.context_len = c;
+    s.block_table = table_words.data() + at;
+    s.block_table_len = (c + block - 1) / block;
+    at += s.block_table_len;
+    for (int64_t p = c - s.q_count; p < c; ++p) positions.push_back(static_cast<int32_t>(p));
+    seqs.push_back(s);
+  }
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  const size_t cache_floats = static_cast<size_t>(num_blocks * block * kv_heads * dh);
+  std::vector<float> k = RandomVector(cache_floats, 1.0f, rng);
+  std::vector<float> v = RandomVector(cache_floats, 1.0f, rng);
+  std::vector<float> q = RandomVector(rows * heads * dh, 3.0f, rng);
+  std::vector<float> want(rows * heads * dh);
+  kernels::PagedAttentionArgs host;
+  host.q = q.data();
+  host.q_stride = heads * dh;
+  host.out = want.data();
+  host.out_stride = heads * dh;
+  host.positions = positions.data();
+  host.seqs = seqs.data();
+  host.n_seqs = static_cast<int64_t>(seqs.size());
+  host.heads = heads;
+  host.window = 0;
+  host.scale = 0.125f;
+  host.kv = {k.data(), v.data(), KvDtype::kF32, num_blocks, block, kv_heads, dh};
+  ASSERT_EQ(kernels::PagedAttentionRef(host), KernelStatus::kOk);
+  kernels::PagedAttentionCudaBatch batch;
+  ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);
+
+  DeviceBuffer dk(k.size() * 4), dv(v.size() * 4), dq(q.size() * 4), dout(q.size() * 4);
+  DeviceBuffer dwords(batch.words.size() * 4);
+  ASSERT_EQ(cudaMemcpy(dk.ptr, k.data(), k.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dv.ptr, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dq.ptr, q.data(), q.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(dwords.ptr, batch.words.data(), batch.words.size() * 4, cudaMemcpyHostToDevice),
+      cudaSuccess);
+  for (int64_t splits : {1, 2, 7, 64}) {
+    SCOPED_TRACE(splits);
+    ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, q.size() * 4), cudaSuccess);  // NaN
+    kernels::PagedAttentionCudaArgs a;
+    a.q = static_cast<const float*>(dq.ptr);
+    a.q_stride = heads * dh;
+    a.out = static_cast<float*>(dout.ptr);
+    a.out_stride = heads * dh;
+    a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.ptr);
+    a.n_rows = batch.n_rows;
+    a.block_tables = static_cast<const int32_t*>(dwords.ptr) + batch.tables_offset;
+    a.heads = heads;
+    a.scale = host.scale;
+    a.kv = host.kv;
+    a.kv.k = dk.ptr;
+    a.kv.v = dv.ptr;
+    a.splits = splits;
+    a.scratch_bytes = kernels::PagedAttentionCudaScratchBytes(rows, heads, dh, splits);
+    DeviceBuffer scratch(a.scratch_bytes);
+    a.scratch = scratch.ptr;
+    ASSERT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kOk);
+    std::vector<float> got(q.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.ptr, got.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_LE(RelError(got, want), kMaxRelErrorF32Cache);
+  }
+}
+
+// ---- Host side (runs without a device). ----
+
+TEST(PagedAttentionCudaHostTest, FlattensRowsAndCutTables) {
+  const std::vector<int32_t> table_a = {5, 6, 7, 8};        // context 20 of block 8: 3 entries used
+  const std::vector<int32_t> table_b = {-1, 4, 2};          // window 4 at position 17: pages 1, 2
+  const std::vector<int32_t> positions = {99, 18, 19, 17};  // row 0 belongs to no sequence
+  std::vector<kernels::AttentionSeq> seqs(3);
+  seqs[0] = {1, 2, 20, table_a.data(), 4};
+  seqs[1] = {3, 0, 0, nullptr, 0};  // no rows: skipped
+  seqs[2] = {3, 1, 18, table_b.data(), 3};
+  float dummy = 0.0f;
+  int dummy_cache = 0;
+  kernels::PagedAttentionArgs a;
+  a.q = &dummy;
+  a.out = &dummy;
+  a.q_stride = a.out_stride = 2 * 8;
+  a.positions = positions.data();
+  a.seqs = seqs.data();
+  a.n_seqs = 3;
+  a.heads = 2;
+  a.window = 4;
+  a.scale = 0.5f;
+  a.kv = {&dummy_cache, &dummy_cache, KvDtype::kF32, 10, 8, 1, 8};
+  kernels::PagedAttentionCudaBatch batch;
+  ASSERT_EQ(kernels::FlattenPagedAttentionBatch(a, &batch), KernelStatus::kOk);
+  EXPECT_EQ(batch.n_rows, 3);
+  EXPECT_EQ(batch.tables_offset, 12);
+  EXPECT_EQ(batch.max_visible, 4);
+  const std::vector<int32_t> want = {1, 18, 12, 0, 2, 19, 12, 0, 3, 17, 15, 0, 5, 6, 7, -1, 4, 2};
+  EXPECT_EQ(batch.words, want);
+  // A freed page inside a row's window (position 17 sees 6..17) is rejected as the CPU does.
+  a.window = 12;
+  EXPECT_EQ(kernels::FlattenPagedAttentionBatch(a, &batch), KernelStatus::kOutOfRange);
+}
+
+TEST(PagedAttentionCudaHostTest, SplitsOnlyLongContextsOnSmallGrids) {
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 300, 132), 1);       // short
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(64, 64, 8, 5000, 132), 1);     // grid full
+  const int64_t s = kernels::PagedAttentionCudaSplits(1, 64, 8, 5000, 132);  // 8 CTAs
+  EXPECT_GT(s, 8);
+  EXPECT_LE(s, 5000 / 256 + 1);
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 8, 8, 1 << 20, 132), 33);  // 264 / 8 CTAs
+  EXPECT_LE(kernels::PagedAttentionCudaSplits(1, 1, 1, 1 << 20, 132),
+            kernels::kPagedAttentionCudaMaxSplits);
+}
+
+TEST(PagedAttentionCudaHostTest, RejectsBadArgumentsWithoutLaunching) {
+  int dummy = 0;
+  kernels::PagedAttentionCudaArgs a;
+  a.q = reinterpret_cast<const float*>(&dummy);
+  a.out = reinterpret_cast<float*>(&dummy);
+  a.q_stride = a.out_stride = 4 * 64;
+  a.heads = 4;
+  a.scale = 0.125f;
+  a.kv = {&dummy, &dummy, KvDtype::kF32, 4, 16, 2, 64};
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kOk);  // no rows: no launch
+  a.n_rows = 1;
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kInvalidArgument);  // no rows
+  a.rows = reinterpret_cast<const kernels::PagedAttentionCudaRow*>(&dummy);
+  a.block_tables = &dummy;
+  a.splits = 2;  // no scratch
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kInvalidArgument);
+  a.splits = 65;
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kInvalidArgument);
+  a.splits = 1;
+  a.heads = 3;  // not a multiple of kv_heads
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kInvalidArgument);
+  a.heads = 4;
+  a.kv.dtype = static_cast<KvDtype>(7);
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kUnsupportedType);
+  a.kv.dtype = KvDtype::kF32;
+  a.kv.head_dim = 1024;
+  a.q_stride = a.out_stride = 4 * 1024;
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kTooLarge);
+
+  kernels::KvAppendArgs append;
+  append.k = append.v = reinterpret_cast<const float*>(&dummy);
+  append.slots = reinterpret_cast<const int64_t*>(&dummy);
+  append.k_stride = append.v_stride = 2 * 64;
+  append.kv = {&dummy, &dummy, KvDtype::kF16, 4, 16, 2, 64};
+  EXPECT_EQ(kernels::KvAppendCuda(append, nullptr), KernelStatus::kOk);  // no tokens: no launch
+  append.k_stride = 64;
+  append.tokens = 1;
+  EXPECT_EQ(kernels::KvAppendCuda(append, nullptr), KernelStatus::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stepserve
