@@ -6,17 +6,29 @@
 // with the same float32 rounding order: products and differences use __fmul_rn / __fsub_rn so
 // nvcc cannot contract them into an FMA (the host library is built with -ffp-contract=off), which
 // keeps the results bit-exact with DequantizeRow. Bytes are read one at a time: blocks of 34, 66,
-// 74, ... bytes sit at arbitrary alignment inside a row.
+// 74, ... bytes sit at arbitrary alignment inside a row. The functions are also host-callable so
+// a CPU test (tests/gpu/dequant_cuda_host_test.cc) checks their block indexing against
+// DequantizeRow on machines without a GPU.
 #ifndef STEPSERVE_KERNELS_MATMUL_DEQUANT_CUDA_CUH_
 #define STEPSERVE_KERNELS_MATMUL_DEQUANT_CUDA_CUH_
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
+#include "engine/quant/float16.h"
 #include "engine/quant/ggml_type.h"
 #include "kernels/matmul/dequant_cuda.h"
+
+// `#pragma unroll` inside these __host__ __device__ functions would reach the host compiler
+// (which warns about the unknown pragma); the device pass alone gets it.
+#ifdef __CUDA_ARCH__
+#define STEPSERVE_DEQUANT_UNROLL _Pragma("unroll")
+#else
+#define STEPSERVE_DEQUANT_UNROLL
+#endif
 
 namespace stepserve::kernels::dequant_device {
 
@@ -95,27 +107,62 @@ bool DispatchDequantType(GgmlType type, Fn&& fn) {
 #undef STEPSERVE_DEQUANT_CASE
 }
 
-__device__ __forceinline__ uint32_t LoadU16(const uint8_t* p) {
+__host__ __device__ __forceinline__ uint32_t LoadU16(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
 }
-__device__ __forceinline__ uint32_t LoadU32(const uint8_t* p) {
+__host__ __device__ __forceinline__ uint32_t LoadU32(const uint8_t* p) {
   return LoadU16(p) | (LoadU16(p + 2) << 16);
 }
-__device__ __forceinline__ float LoadF16(const uint8_t* p) {
+__host__ __device__ __forceinline__ float LoadF16(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
   return __half2float(__ushort_as_half(static_cast<unsigned short>(LoadU16(p))));
+#else
+  return F16ToF32(static_cast<uint16_t>(LoadU16(p)));
+#endif
 }
-__device__ __forceinline__ float Mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float MulSub(float a, float b, float c) {
+__host__ __device__ __forceinline__ float BitsToFloat(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+__host__ __device__ __forceinline__ uint32_t FloatToBits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+#endif
+}
+// The host versions (only the CPU test of these functions runs them) store the product through a
+// volatile so no host compiler contracts it either.
+__host__ __device__ __forceinline__ float Mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  volatile float product = a * b;
+  return product;
+#endif
+}
+__host__ __device__ __forceinline__ float MulSub(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
   return __fsub_rn(__fmul_rn(a, b), c);
+#else
+  return Mul(a, b) - c;
+#endif
 }
 
 // y[j] = +-(db * grid byte j), negated where bit j of `signs` is set (sign applied after the
 // rounded product, as the host does).
-__device__ __forceinline__ void EmitGrid8(float db, uint64_t grid, uint32_t signs, float* y) {
-#pragma unroll
+__host__ __device__ __forceinline__ void EmitGrid8(float db, uint64_t grid, uint32_t signs, float* y) {
+  STEPSERVE_DEQUANT_UNROLL
   for (int j = 0; j < 8; ++j) {
     const float v = Mul(db, static_cast<float>((grid >> (8 * j)) & 0xFF));
-    y[j] = __uint_as_float(__float_as_uint(v) ^ (((signs >> j) & 1u) << 31));
+    y[j] = BitsToFloat(FloatToBits(v) ^ (((signs >> j) & 1u) << 31));
   }
 }
 
@@ -125,7 +172,7 @@ __device__ __forceinline__ void EmitGrid8(float db, uint64_t grid, uint32_t sign
 struct KPos {
   int h, k, half, l16, l32;
 };
-__device__ __forceinline__ KPos KPosition(int g) {
+__host__ __device__ __forceinline__ KPos KPosition(int g) {
   KPos p;
   p.h = g / 16;
   p.k = (g / 4) % 4;
@@ -135,7 +182,7 @@ __device__ __forceinline__ KPos KPosition(int g) {
   return p;
 }
 
-__device__ __forceinline__ void ScaleMinK4(int j, const uint8_t* s, int* sc, int* m) {
+__host__ __device__ __forceinline__ void ScaleMinK4(int j, const uint8_t* s, int* sc, int* m) {
   if (j < 4) {
     *sc = s[j] & 63;
     *m = s[j + 4] & 63;
@@ -147,18 +194,18 @@ __device__ __forceinline__ void ScaleMinK4(int j, const uint8_t* s, int* sc, int
 
 // Group g (elements 8g .. 8g+7) of the block at `b`.
 template <GgmlType kType>
-__device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
+__host__ __device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
                                                   const DequantTables& t, float* y) {
   if constexpr (kType == GgmlType::kQ8_0) {
     const float d = LoadF16(b);
     const uint8_t* qs = b + 2 + 8 * g;
-#pragma unroll
+    STEPSERVE_DEQUANT_UNROLL
     for (int j = 0; j < 8; ++j) y[j] = Mul(static_cast<float>(static_cast<int8_t>(qs[j])), d);
   } else if constexpr (kType == GgmlType::kIQ4_NL) {
     const float d = LoadF16(b);
     const uint8_t* qs = b + 2 + 8 * (g & 1);
     const int shift = 4 * (g >> 1);
-#pragma unroll
+    STEPSERVE_DEQUANT_UNROLL
     for (int j = 0; j < 8; ++j) {
       y[j] = Mul(d, static_cast<float>(t.iq4nl_values[(qs[j] >> shift) & 15]));
     }
@@ -168,7 +215,7 @@ __device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
     const float dl = Mul(LoadF16(b + 80), static_cast<float>(sc & 15));
     const float ml = Mul(LoadF16(b + 82), static_cast<float>(sc >> 4));
     const uint8_t* q = b + 16 + 32 * p.h + 16 * p.half + p.l16;
-#pragma unroll
+    STEPSERVE_DEQUANT_UNROLL
     for (int j = 0; j < 8; ++j) y[j] = MulSub(dl, static_cast<float>((q[j] >> (2 * p.k)) & 3), ml);
   } else if constexpr (kType == GgmlType::kQ3_K) {
     const KPos p = KPosition(g);
@@ -180,7 +227,7 @@ __device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
     const uint8_t* q = b + 32 + 32 * p.h + 16 * p.half + p.l16;
     const uint8_t* hm = b + 16 * p.half + p.l16;
     const int hbit_shift = 4 * p.h + p.k;
-#pragma unroll
+    STEPSERVE_DEQUANT_UNROLL
     for (int j = 0; j < 8; ++j) {
       // A set hmask bit means "no offset" (spec B.5, Q3_K).
       const int q3 = ((q[j] >> (2 * p.k)) & 3) - (((hm[j] >> hbit_shift) & 1) ? 0 : 4);
@@ -196,12 +243,12 @@ __device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
     const int shift = 4 * (sub & 1);
     if constexpr (kType == GgmlType::kQ4_K) {
       const uint8_t* q = b + 16 + 32 * (sub / 2) + l0;
-#pragma unroll
+      STEPSERVE_DEQUANT_UNROLL
       for (int j = 0; j < 8; ++j) y[j] = MulSub(d1, static_cast<float>((q[j] >> shift) & 15), m1);
     } else {
       const uint8_t* qh = b + 16 + l0;
       const uint8_t* q = b + 48 + 32 * (sub / 2) + l0;
-#pragma unroll
+      STEPSERVE_DEQUANT_UNROLL
       for (int j = 0; j < 8; ++j) {
         const int q5 = ((q[j] >> shift) & 15) | (((qh[j] >> sub) & 1) << 4);
         y[j] = MulSub(d1, static_cast<float>(q5), m1);
@@ -216,7 +263,7 @@ __device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
     const uint8_t* low = b + 64 * p.h + 32 * (p.k % 2) + p.l32;
     const int low_shift = p.k < 2 ? 0 : 4;
     const uint8_t* qh = b + 128 + 32 * p.h + p.l32;
-#pragma unroll
+    STEPSERVE_DEQUANT_UNROLL
     for (int j = 0; j < 8; ++j) {
       const int q = (((low[j] >> low_shift) & 15) | (((qh[j] >> (2 * p.k)) & 3) << 4)) - 32;
       y[j] = Mul(dl, static_cast<float>(q));
@@ -265,7 +312,7 @@ __device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
     const float dl = Mul(LoadF16(b), static_cast<float>(ls - 32));
     const uint8_t* q = b + 8 + 16 * ib + 8 * (sub & 1);
     const int shift = 4 * (sub >> 1);
-#pragma unroll
+    STEPSERVE_DEQUANT_UNROLL
     for (int j = 0; j < 8; ++j) {
       y[j] = Mul(dl, static_cast<float>(t.iq4nl_values[(q[j] >> shift) & 15]));
     }
@@ -278,12 +325,12 @@ __device__ __forceinline__ void DequantBlockGroup(const uint8_t* b, int g,
 // F16, BF16) may end mid-group: elements at or past `cols` come back as 0. Quantized types have
 // whole blocks (cols is a multiple of the block size).
 template <GgmlType kType>
-__device__ __forceinline__ void DequantGroup(const uint8_t* row, int64_t group, int64_t cols,
+__host__ __device__ __forceinline__ void DequantGroup(const uint8_t* row, int64_t group, int64_t cols,
                                              const DequantTables& t, float* y) {
   constexpr BlockGeometry kGeo = Geometry(kType);
   if constexpr (kGeo.elems == 1) {
     const int64_t e0 = 8 * group;
-#pragma unroll
+    STEPSERVE_DEQUANT_UNROLL
     for (int j = 0; j < 8; ++j) {
       const int64_t e = e0 + j;
       float v = 0.0f;
@@ -291,10 +338,9 @@ __device__ __forceinline__ void DequantGroup(const uint8_t* row, int64_t group, 
         if constexpr (kType == GgmlType::kF32) {
           v = reinterpret_cast<const float*>(row)[e];
         } else if constexpr (kType == GgmlType::kF16) {
-          v = __half2float(reinterpret_cast<const __half*>(row)[e]);
+          v = LoadF16(row + 2 * e);
         } else {  // BF16: the top half of a float32
-          v = __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[e])
-                              << 16);
+          v = BitsToFloat(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[e]) << 16);
         }
       }
       y[j] = v;
