@@ -348,18 +348,9 @@ TEST_F(AttentionCudaTest, RejectsBadBatches) {
 
 // ---- Kernel level: forced split counts against PagedAttentionRef. ----
 
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    if (cudaMalloc(&ptr, std::max<size_t>(bytes, 16)) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-};
-
 TEST(PagedAttentionCudaKernelTest, ForcedSplitsMatchReference) {
-  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << kNoDeviceMessage;
+  std::unique_ptr<Backend> cuda = CudaBackendOrNull();
+  if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
   std::mt19937 rng(7);
   const int64_t dh = 64, kv_heads = 2, group = 5, heads = kv_heads * group, block = 16;
   const std::vector<int64_t> contexts = {1, 31, 33, 700, 1500};
@@ -404,37 +395,37 @@ TEST(PagedAttentionCudaKernelTest, ForcedSplitsMatchReference) {
   kernels::PagedAttentionCudaBatch batch;
   ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);
 
-  DeviceBuffer dk(k.size() * 4), dv(v.size() * 4), dq(q.size() * 4), dout(q.size() * 4);
-  DeviceBuffer dwords(batch.words.size() * 4);
-  ASSERT_EQ(cudaMemcpy(dk.ptr, k.data(), k.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dv.ptr, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dq.ptr, q.data(), q.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(
-      cudaMemcpy(dwords.ptr, batch.words.data(), batch.words.size() * 4, cudaMemcpyHostToDevice),
-      cudaSuccess);
+  BackendBuffer dk = UploadBytes(*cuda, k.data(), k.size() * 4);
+  BackendBuffer dv = UploadBytes(*cuda, v.data(), v.size() * 4);
+  BackendBuffer dq = UploadBytes(*cuda, q.data(), q.size() * 4);
+  BackendBuffer dout = UploadBytes(*cuda, q.data(), q.size() * 4);
+  BackendBuffer dwords = UploadBytes(*cuda, batch.words.data(), batch.words.size() * 4);
+  // The kernel runs on the legacy default stream below, which does not wait for the backend's.
+  ASSERT_TRUE(cuda->Synchronize().ok());
   for (int64_t splits : {1, 2, 7, 64}) {
     SCOPED_TRACE(splits);
-    ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, q.size() * 4), cudaSuccess);  // NaN
+    ASSERT_EQ(cudaMemset(dout.data(), 0xFF, q.size() * 4), cudaSuccess);  // NaN
     kernels::PagedAttentionCudaArgs a;
-    a.q = static_cast<const float*>(dq.ptr);
+    a.q = static_cast<const float*>(dq.data());
     a.q_stride = heads * dh;
-    a.out = static_cast<float*>(dout.ptr);
+    a.out = static_cast<float*>(dout.data());
     a.out_stride = heads * dh;
-    a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.ptr);
+    a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.data());
     a.n_rows = batch.n_rows;
-    a.block_tables = static_cast<const int32_t*>(dwords.ptr) + batch.tables_offset;
+    a.block_tables = static_cast<const int32_t*>(dwords.data()) + batch.tables_offset;
     a.heads = heads;
     a.scale = host.scale;
     a.kv = host.kv;
-    a.kv.k = dk.ptr;
-    a.kv.v = dv.ptr;
+    a.kv.k = dk.data();
+    a.kv.v = dv.data();
     a.splits = splits;
     a.scratch_bytes = kernels::PagedAttentionCudaScratchBytes(rows, heads, dh, splits);
-    DeviceBuffer scratch(a.scratch_bytes);
-    a.scratch = scratch.ptr;
+    absl::StatusOr<BackendBuffer> scratch = cuda->Allocate(std::max<int64_t>(a.scratch_bytes, 1));
+    ASSERT_TRUE(scratch.ok());
+    a.scratch = scratch->data();
     ASSERT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kOk);
     std::vector<float> got(q.size());
-    ASSERT_EQ(cudaMemcpy(got.data(), dout.ptr, got.size() * 4, cudaMemcpyDeviceToHost),
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.data(), got.size() * 4, cudaMemcpyDeviceToHost),
               cudaSuccess);
     EXPECT_LE(RelError(got, want), kMaxRelErrorF32Cache);
   }
