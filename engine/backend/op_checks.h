@@ -17,6 +17,8 @@
 #include "engine/base/status_macros.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/embed/embed.h"
+#include "kernels/matmul/matmul.h"
 #include "kernels/moe/moe.h"
 #include "kernels/rms_norm/rms_norm.h"
 
@@ -289,6 +291,104 @@ inline absl::StatusOr<kernels::PagedAttentionArgs> AttentionOpArgs(
   a.window = params.window;
   a.scale = params.scale;
   a.kv = cache;
+  return a;
+}
+
+// x: [in, T], w: ne = [in, out] (2-D), y: [out, T]. The kernels check the type and block sizes.
+inline absl::StatusOr<kernels::MatmulArgs> MatmulOpArgs(const TensorView& x, const WeightView& w,
+                                                        const TensorView& y) {
+  RETURN_IF_ERROR(CheckF32(x, "Matmul", "x"));
+  RETURN_IF_ERROR(CheckF32(y, "Matmul", "y"));
+  if (w.ne[0] != x.cols() || w.ne[2] != 1 || w.ne[3] != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Matmul: weight ne [%d, %d, %d] does not take x with %d columns", w.ne[0],
+                        w.ne[1], w.ne[2], x.cols()));
+  }
+  RETURN_IF_ERROR(CheckShape(y, w.ne[1], x.rows(), "Matmul", "y"));
+  kernels::MatmulArgs a;
+  a.type = w.type;
+  a.w = w.data;
+  a.w_row_bytes = w.row_bytes();
+  a.in = w.ne[0];
+  a.out = w.ne[1];
+  a.x = x.f32();
+  a.x_stride = x.stride_floats();
+  a.rows = x.rows();
+  a.y = y.f32();
+  a.y_stride = y.stride_floats();
+  return a;
+}
+
+// out: [d, ids.size()] for a table ne = [d, n_vocab]; the ids' values are checked by the caller
+// (CUDA) or the kernel (CPU).
+inline absl::StatusOr<kernels::EmbedArgs> EmbedOpArgs(const WeightView& table,
+                                                      std::span<const int32_t> ids,
+                                                      const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32(out, "Embed", "out"));
+  RETURN_IF_ERROR(CheckShape(out, table.ne[0], static_cast<int64_t>(ids.size()), "Embed", "out"));
+  kernels::EmbedArgs a;
+  a.type = table.type;
+  a.table = table.data;
+  a.row_bytes = table.row_bytes();
+  a.n_vocab = table.ne[1];
+  a.dim = table.ne[0];
+  a.ids = ids.data();
+  a.n_ids = static_cast<int64_t>(ids.size());
+  a.out = out.f32();
+  a.out_stride = out.stride_floats();
+  return a;
+}
+
+// Shapes of x, y and the three expert tensors, the ids / weights counts; the workspaces are left
+// to the backend.
+inline absl::StatusOr<kernels::MoeExpertsArgs> MoeExpertsOpArgs(
+    const TensorView& x, const ExpertWeights& e, std::span<const int32_t> ids,
+    std::span<const float> weights, int64_t top_k, const TensorView& y) {
+  RETURN_IF_ERROR(CheckF32(x, "MoeExperts", "x"));
+  RETURN_IF_ERROR(CheckF32(y, "MoeExperts", "y"));
+  RETURN_IF_ERROR(CheckShape(y, x.cols(), x.rows(), "MoeExperts", "y"));
+  const int64_t d = x.cols();
+  const int64_t ff = e.gate.ne[1];
+  const int64_t n_exp = e.gate.ne[2];
+  if (e.gate.ne[0] != d || e.up.ne[0] != d || e.up.ne[1] != ff || e.up.ne[2] != n_exp ||
+      e.down.ne[0] != ff || e.down.ne[1] != d || e.down.ne[2] != n_exp) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MoeExperts: expert shapes gate [%d, %d, %d], up [%d, %d, %d], down [%d, %d, %d] do not "
+        "match d = %d",
+        e.gate.ne[0], e.gate.ne[1], e.gate.ne[2], e.up.ne[0], e.up.ne[1], e.up.ne[2],
+        e.down.ne[0], e.down.ne[1], e.down.ne[2], d));
+  }
+  const int64_t pairs = x.rows() * top_k;
+  if (top_k <= 0 || static_cast<int64_t>(ids.size()) != pairs ||
+      static_cast<int64_t>(weights.size()) != pairs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("MoeExperts: ids/weights hold %d/%d entries, need rows %d x top_k %d",
+                        ids.size(), weights.size(), x.rows(), top_k));
+  }
+  auto matrix = [](const WeightView& w) {
+    kernels::ExpertMatrix m;
+    m.type = w.type;
+    m.data = w.data;
+    m.row_bytes = w.row_bytes();
+    m.expert_bytes = m.row_bytes * w.ne[1];
+    return m;
+  };
+  kernels::MoeExpertsArgs a;
+  a.x = x.f32();
+  a.x_stride = x.stride_floats();
+  a.rows = x.rows();
+  a.n_embd = d;
+  a.n_ff = ff;
+  a.n_experts = n_exp;
+  a.ids = ids.data();
+  a.weights = weights.data();
+  a.top_k = top_k;
+  a.gate = matrix(e.gate);
+  a.up = matrix(e.up);
+  a.down = matrix(e.down);
+  a.limit = e.limit;
+  a.y = y.f32();
+  a.y_stride = y.stride_floats();
   return a;
 }
 

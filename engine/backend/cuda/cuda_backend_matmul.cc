@@ -19,6 +19,7 @@
 #include "kernels/embed/embed_cuda.h"
 #include "kernels/matmul/dequant_cuda.h"
 #include "kernels/matmul/gemm_cuda.h"
+#include "kernels/matmul/matmul.h"
 #include "kernels/matmul/matmul_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 
@@ -40,24 +41,10 @@ namespace {
 
 using MatmulState = CudaBackend::MatmulState;
 
-// One product y = x W^T with every pointer in device memory.
-struct DeviceMatmul {
-  GgmlType type = GgmlType::kF32;
-  const void* w = nullptr;
-  int64_t w_row_bytes = 0;
-  int64_t in = 0;
-  int64_t out = 0;
-  const float* x = nullptr;
-  int64_t x_stride = 0;
-  int64_t rows = 0;
-  float* y = nullptr;
-  int64_t y_stride = 0;
-  // Small batches: exact F32 activations instead of the fast GEMV's int8 ones (see MoeExperts).
-  bool exact_activations = false;
-};
-
-absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const DeviceMatmul& m,
-                       const char* op) {
+// y = x W^T with every pointer of `m` in device memory. `exact_activations`: small batches use
+// exact F32 activations instead of the fast GEMV's int8 ones (see MoeExperts).
+absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::MatmulArgs& m,
+                       bool exact_activations, const char* op) {
   if (m.rows == 0) return absl::OkStatus();
   if (m.rows <= kernels::kGemvCudaMaxRows && kernels::GemvCudaSupports(m.type)) {
     kernels::GemvCudaArgs g;
@@ -71,7 +58,7 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const DeviceMat
     g.rows = m.rows;
     g.y = m.y;
     g.y_stride = m.y_stride;
-    if (m.exact_activations) {
+    if (exact_activations) {
       g.activations = kernels::GemvCudaActivations::kF32;
     } else {
       g.activations = kernels::GemvCudaActivations::kQ8;
@@ -136,37 +123,18 @@ WeightView ExpertMatrix(const WeightView& w, int64_t e) {
 }  // namespace
 
 absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const TensorView& y) {
-  RETURN_IF_ERROR(CheckF32(x, "Matmul", "x"));
-  RETURN_IF_ERROR(CheckF32(y, "Matmul", "y"));
-  if (w.ne[0] != x.cols() || w.ne[2] != 1 || w.ne[3] != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("Matmul: weight ne [%d, %d, %d] does not take x with %d columns", w.ne[0],
-                        w.ne[1], w.ne[2], x.cols()));
-  }
-  RETURN_IF_ERROR(CheckShape(y, w.ne[1], x.rows(), "Matmul", "y"));
+  ASSIGN_OR_RETURN(const kernels::MatmulArgs m, MatmulOpArgs(x, w, y));
   RETURN_IF_ERROR(CheckDeviceWeight(w, "Matmul", "weight"));
   if (!matmul_) matmul_ = std::make_shared<MatmulState>();
-  DeviceMatmul m;
-  m.type = w.type;
-  m.w = w.data;
-  m.w_row_bytes = w.row_bytes();
-  m.in = w.ne[0];
-  m.out = w.ne[1];
-  m.x = x.f32();
-  m.x_stride = x.stride_floats();
-  m.rows = x.rows();
-  m.y = y.f32();
-  m.y_stride = y.stride_floats();
-  return RunMatmul(*this, *matmul_, m, "Matmul");
+  return RunMatmul(*this, *matmul_, m, /*exact_activations=*/false, "Matmul");
 }
 
 absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t> ids,
                                 const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32(out, "Embed", "out"));
-  const int64_t n = static_cast<int64_t>(ids.size());
-  RETURN_IF_ERROR(CheckShape(out, table.ne[0], n, "Embed", "out"));
+  ASSIGN_OR_RETURN(const kernels::EmbedArgs args, EmbedOpArgs(table, ids, out));
+  const int64_t n = args.n_ids;
   RETURN_IF_ERROR(CheckDeviceWeight(table, "Embed", "table"));
-  const int64_t n_vocab = table.ne[1] * table.ne[2] * table.ne[3];
+  const int64_t n_vocab = args.n_vocab;
   // The ids are host memory: check them here, before anything is enqueued.
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= n_vocab) {
@@ -180,15 +148,15 @@ absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t
   ASSIGN_OR_RETURN(void* device_ids,
                    StageToDevice(matmul_->embed_ids, ids.data(), ids.size_bytes(), "Embed ids"));
   kernels::EmbedCudaArgs a;
-  a.type = table.type;
-  a.table = table.data;
-  a.row_bytes = table.row_bytes();
+  a.type = args.type;
+  a.table = args.table;
+  a.row_bytes = args.row_bytes;
   a.n_vocab = n_vocab;
-  a.dim = table.ne[0];
+  a.dim = args.dim;
   a.ids = static_cast<const int32_t*>(device_ids);
   a.n_ids = n;
-  a.out = out.f32();
-  a.out_stride = out.stride_floats();
+  a.out = args.out;
+  a.out_stride = args.out_stride;
   return KernelResult(kernels::EmbedCuda(a, stream_), "Embed");
 }
 
@@ -205,29 +173,13 @@ absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t
 absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e,
                                      std::span<const int32_t> ids, std::span<const float> weights,
                                      int64_t top_k, const TensorView& y) {
-  RETURN_IF_ERROR(CheckF32(x, "MoeExperts", "x"));
-  RETURN_IF_ERROR(CheckF32(y, "MoeExperts", "y"));
-  RETURN_IF_ERROR(CheckShape(y, x.cols(), x.rows(), "MoeExperts", "y"));
-  const int64_t d = x.cols();
-  const int64_t ff = e.gate.ne[1];
-  const int64_t n_exp = e.gate.ne[2];
-  if (e.gate.ne[0] != d || e.up.ne[0] != d || e.up.ne[1] != ff || e.up.ne[2] != n_exp ||
-      e.down.ne[0] != ff || e.down.ne[1] != d || e.down.ne[2] != n_exp || e.gate.ne[3] != 1 ||
-      e.up.ne[3] != 1 || e.down.ne[3] != 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "MoeExperts: expert shapes gate [%d, %d, %d], up [%d, %d, %d], down [%d, %d, %d] do not "
-        "match d = %d",
-        e.gate.ne[0], e.gate.ne[1], e.gate.ne[2], e.up.ne[0], e.up.ne[1], e.up.ne[2],
-        e.down.ne[0], e.down.ne[1], e.down.ne[2], d));
-  }
-  const int64_t tokens = x.rows();
+  ASSIGN_OR_RETURN(const kernels::MoeExpertsArgs args,
+                   MoeExpertsOpArgs(x, e, ids, weights, top_k, y));
+  const int64_t d = args.n_embd;
+  const int64_t ff = args.n_ff;
+  const int64_t n_exp = args.n_experts;
+  const int64_t tokens = args.rows;
   const int64_t pairs = tokens * top_k;
-  if (top_k <= 0 || static_cast<int64_t>(ids.size()) != pairs ||
-      static_cast<int64_t>(weights.size()) != pairs) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("MoeExperts: ids/weights hold %d/%d entries, need rows %d x top_k %d",
-                        ids.size(), weights.size(), tokens, top_k));
-  }
   RETURN_IF_ERROR(CheckDeviceWeight(e.gate, "MoeExperts", "gate"));
   RETURN_IF_ERROR(CheckDeviceWeight(e.up, "MoeExperts", "up"));
   RETURN_IF_ERROR(CheckDeviceWeight(e.down, "MoeExperts", "down"));
@@ -274,7 +226,7 @@ absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e
                            float* out_rows, const char* op) {
     const int64_t begin = groups.offsets[expert];
     const WeightView m = ExpertMatrix(w, expert);
-    DeviceMatmul mm;
+    kernels::MatmulArgs mm;
     mm.type = m.type;
     mm.w = m.data;
     mm.w_row_bytes = m.row_bytes();
@@ -285,8 +237,8 @@ absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e
     mm.rows = groups.offsets[expert + 1] - begin;
     mm.y = out_rows + begin * mm.out;
     mm.y_stride = mm.out;
-    mm.exact_activations = true;
-    return RunMatmul(*this, s, mm, op);  // no-op for an expert without tokens
+    // An expert without tokens has rows == 0: a no-op.
+    return RunMatmul(*this, s, mm, /*exact_activations=*/true, op);
   };
   for (int64_t ex = 0; ex < n_exp; ++ex) {
     RETURN_IF_ERROR(expert_matmul(e.gate, ex, xg, gate, "MoeExperts (gate)"));
