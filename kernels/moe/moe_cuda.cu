@@ -1,12 +1,10 @@
 // moe_cuda.h: host grouping of pairs by expert and the element-wise kernels around the
-// per-expert matmuls (gather, clamped SwiGLU, weighted scatter-add). Grid-stride loops, one
+// per-expert matmuls (gather, weighted scatter-add). Grid-stride loops, one
 // thread per element; these are bandwidth-trivial next to the expert matmuls.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "kernels/elementwise/elementwise.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace stepserve::kernels {
@@ -30,24 +28,6 @@ __global__ void GatherRowsKernel(const float* src, int64_t src_stride, const int
     const int64_t s = i / cols;
     const int64_t c = i - s * cols;
     dst[s * dst_stride + c] = src[src_rows[s] * src_stride + c];
-  }
-}
-
-__global__ void SwiGluKernel(const float* g, const float* u, int64_t rows, int64_t cols,
-                             int64_t stride, float limit, bool clamp, float* z) {
-  const int64_t total = rows * cols;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols;
-    const int64_t at = r * stride + (i - r * cols);
-    const float gv = g[at];
-    float uv = u[at];
-    float act = gv / (1.0f + expf(-gv));
-    if (clamp) {
-      uv = fminf(fmaxf(uv, -limit), limit);
-      act = fminf(act, limit);
-    }
-    z[at] = act * uv;
   }
 }
 
@@ -114,18 +94,6 @@ KernelStatus GatherRowsCuda(const float* src, int64_t src_stride, const int32_t*
   }
   GatherRowsKernel<<<Blocks(n * cols), kThreads, 0, stream>>>(src, src_stride, src_rows, n, cols,
                                                                 dst, dst_stride);
-  return LaunchResult();
-}
-
-KernelStatus MoeSwiGluCuda(const float* g, const float* u, int64_t rows, int64_t cols,
-                           int64_t stride, float limit, float* z, cudaStream_t stream) {
-  if (rows < 0 || cols <= 0 || stride < cols || std::isnan(limit)) {
-    return KernelStatus::kInvalidArgument;
-  }
-  if (rows == 0) return KernelStatus::kOk;
-  if (g == nullptr || u == nullptr || z == nullptr) return KernelStatus::kInvalidArgument;
-  SwiGluKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(
-      g, u, rows, cols, stride, limit, limit > kSwiGluClampThreshold, z);
   return LaunchResult();
 }
 

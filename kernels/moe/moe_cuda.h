@@ -2,8 +2,9 @@
 // grouped execution: the host groups (token, slot) pairs by expert (PlanMoeGroups), a kernel
 // gathers each pair's token row into a contiguous per-expert block (GatherRowsCuda), the backend
 // runs gate/up per expert with its matmul, the clamped SwiGLU runs over all pairs at once
-// (MoeSwiGluCuda), down runs per expert, and a kernel adds the weighted pair results back into
-// each token's row (MoeScatterAddCuda). Device pointers, work enqueued on `stream`.
+// (SwiGluCuda, kernels/elementwise/elementwise_cuda.h), down runs per expert, and a kernel adds
+// the weighted pair results back into each token's row (MoeScatterAddCuda). Device pointers, work
+// enqueued on `stream`.
 #ifndef STEPSERVE_KERNELS_MOE_MOE_CUDA_H_
 #define STEPSERVE_KERNELS_MOE_MOE_CUDA_H_
 
@@ -34,12 +35,6 @@ KernelStatus PlanMoeGroups(const int32_t* ids, int64_t tokens, int64_t top_k, in
 KernelStatus GatherRowsCuda(const float* src, int64_t src_stride, const int32_t* src_rows,
                             int64_t n, int64_t cols, float* dst, int64_t dst_stride,
                             cudaStream_t stream);
-
-// z = clamped SwiGLU(g, u) over `rows` rows of `cols` floats (spec 4.5, the formula of
-// SwiGluRef: act = g * sigmoid(g); if limit > kSwiGluClampThreshold, u is clamped to
-// [-limit, limit] and act to <= limit; z = act * u), computed in F32. z may equal g or u.
-KernelStatus MoeSwiGluCuda(const float* g, const float* u, int64_t rows, int64_t cols,
-                           int64_t stride, float limit, float* z, cudaStream_t stream);
 
 // y[t] += sum_k weights[t * top_k + k] * pair_rows[pair_slot[t * top_k + k]] for t < tokens
 // (rows of `cols` floats, summed in k order in F32). pair_slot and weights: device, trusted.

@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
+#include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/embed/embed_cuda.h"
 #include "kernels/matmul/dequant_cuda.h"
 #include "kernels/matmul/gemm_cuda.h"
@@ -244,9 +245,17 @@ absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e
     RETURN_IF_ERROR(expert_matmul(e.gate, ex, xg, gate, "MoeExperts (gate)"));
     RETURN_IF_ERROR(expert_matmul(e.up, ex, xg, up, "MoeExperts (up)"));
   }
-  RETURN_IF_ERROR(KernelResult(
-      kernels::MoeSwiGluCuda(gate, up, pairs, ff, ff, e.limit, gate, stream_),
-      "MoeExperts (swiglu)"));
+  kernels::SwiGluArgs swiglu;  // z written over the gate outputs
+  swiglu.g = gate;
+  swiglu.g_stride = ff;
+  swiglu.u = up;
+  swiglu.u_stride = ff;
+  swiglu.z = gate;
+  swiglu.z_stride = ff;
+  swiglu.rows = pairs;
+  swiglu.n = ff;
+  swiglu.limit = e.limit;
+  RETURN_IF_ERROR(KernelResult(kernels::SwiGluCuda(swiglu, stream_), "MoeExperts (swiglu)"));
   for (int64_t ex = 0; ex < n_exp; ++ex) {
     RETURN_IF_ERROR(expert_matmul(e.down, ex, gate, down, "MoeExperts (down)"));
   }
