@@ -58,6 +58,8 @@ struct Engine::Impl {
   // Engine-thread state.
   absl::flat_hash_map<scheduler::SeqId, std::unique_ptr<RequestState>> live;
   model::ForwardOutput forward_out;
+  // Prompt tokens of started requests, and those of them the prefix cache held.
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
 
   // Shared state, guarded by mu.
   mutable std::mutex mu;
@@ -163,7 +165,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   sc.kv = {.block_size = config.block_size,
            .sliding_window = has_swa ? hp.sliding_window : 0,
            .rollback_slack = 0,
-           .has_full_layers = has_full};
+           .has_full_layers = has_full,
+           .prefix_cache = config.prefix_cache};
   sc.full_blocks = sizing.full_blocks;
   sc.swa_blocks = sizing.swa_blocks;
   impl->scheduler = std::make_unique<scheduler::Scheduler>(sc);
@@ -187,7 +190,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
 absl::Status Engine::Impl::WarmUp() {
   // One token at position 0 in block 0 of each pool: this touches every weight and kernel once.
   // The page's contents are garbage afterwards, which is harmless: a sequence only ever reads
-  // positions it has written itself.
+  // positions it has written itself, or that the prefix cache published after a sequence with
+  // the same tokens wrote them (never this page: it is not published).
   const int32_t token = std::max(tokenizer->bos_id(), 0);
   const int32_t page = 0;
   model::BatchSequence seq;
@@ -417,6 +421,8 @@ void Engine::Impl::Publish() {
           : (swa.capacity() > 0 ? static_cast<double>(swa.num_used()) / swa.capacity() : 0.0);
   load.kv_capacity_tokens = static_cast<int64_t>(full.capacity()) * sched_config.kv.block_size;
   load.waiting_prompt_tokens = scheduler->waiting_prompt_tokens();
+  load.prefix_cache_hit_rate =
+      prefix_query_tokens > 0 ? static_cast<double>(prefix_hit_tokens) / prefix_query_tokens : 0;
   load.draining = draining;
   load.healthy = health.ok();
   blocks = {.full_free = full.num_free(),
@@ -540,8 +546,13 @@ void Engine::Impl::RunStep() {
     RequestState& state = *live.at(p.id);
     if (!state.first_scheduled.has_value()) {
       state.first_scheduled = scheduled;
+      // The first scheduled step is the admission step, which reports the prefix-cache hit.
+      state.cached_tokens = static_cast<int32_t>(
+          std::min<int64_t>(p.cached_tokens, state.prompt_tokens));
+      prefix_query_tokens += state.prompt_tokens;
+      prefix_hit_tokens += state.cached_tokens;
       StartedEvent started{.prompt_tokens = state.prompt_tokens,
-                           .cached_tokens = 0,
+                           .cached_tokens = state.cached_tokens,
                            .queue_seconds = Seconds(scheduled - state.submitted)};
       state.sink->OnStarted(started);
       if (observer) observer->OnRequestStarted(started);

@@ -81,6 +81,8 @@ struct EngineConfig {
   int32_t max_running = 64;
   int32_t max_step_tokens = 512;
   int32_t max_queue = 256;
+  // Share the full KV blocks of identical prompt prefixes between requests (prefix caching).
+  bool prefix_cache = true;
   // Metrics hooks (engine_observer.h); may be null.
   std::shared_ptr<EngineObserver> observer;
 };
@@ -92,7 +94,7 @@ struct LoadReport {
   double kv_usage = 0;  // used / capacity of the full-attention pool
   int64_t kv_capacity_tokens = 0;
   int64_t waiting_prompt_tokens = 0;
-  double prefix_cache_hit_rate = 0;
+  double prefix_cache_hit_rate = 0;  // cached / prompt tokens of all started requests
   double spec_acceptance_rate = 0;
   bool draining = false;
   bool healthy = true;

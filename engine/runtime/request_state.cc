@@ -77,8 +77,9 @@ FinishedEvent RequestState::MakeFinished(Clock::time_point now, absl::Status err
   event.reason = finish.value_or(FinishReason::kError);
   event.matched_token_id = matched_token_id;
   event.matched_stop = stop.matched();
-  event.usage = {
-      .prompt_tokens = prompt_tokens, .completion_tokens = completion_tokens, .cached_tokens = 0};
+  event.usage = {.prompt_tokens = prompt_tokens,
+                 .completion_tokens = completion_tokens,
+                 .cached_tokens = cached_tokens};
   Timings& t = event.timings;
   t.e2e_s = Seconds(now - submitted);
   t.queue_s = Seconds(first_scheduled.value_or(now) - submitted);

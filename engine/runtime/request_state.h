@@ -38,6 +38,7 @@ struct RequestState {
   int64_t max_new_tokens;  // effective: never past the context
   int64_t ctx_size;
   int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens the prefix cache held when first scheduled
   int32_t completion_tokens = 0;
 
   // Finish state, set by AppendToken or the engine.
