@@ -19,6 +19,7 @@
 #include "engine/backend/backend.h"
 #include "engine/quant/ggml_type.h"
 #include "gtest/gtest.h"
+#include "kernels/moe/moe_cuda.h"
 #include "tests/gpu/backend_test_util.h"
 #include "tests/gpu/weight_test_util.h"
 
@@ -161,6 +162,25 @@ TEST(MoeExpertsCudaErrorsTest, OutOfRangeExpertIdIsNamed) {
   EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
   EXPECT_NE(std::string(status.message()).find("expert id 16"), std::string::npos) << status;
   for (float v : DownloadMat(*cuda, dy)) ASSERT_EQ(v, 0.0f);  // y untouched
+}
+
+// The host-side grouping runs everywhere (no device needed).
+TEST(PlanMoeGroupsTest, GroupsPairsByExpertInPairOrder) {
+  // 3 tokens, top_k 2, 4 experts (expert 1 unused).
+  const std::vector<int32_t> ids = {2, 0, 2, 3, 0, 2};
+  kernels::MoeGroups g;
+  ASSERT_EQ(kernels::PlanMoeGroups(ids.data(), 3, 2, 4, &g), kernels::KernelStatus::kOk);
+  EXPECT_EQ(g.offsets, (std::vector<int32_t>{0, 2, 2, 5, 6}));
+  EXPECT_EQ(g.slot_token, (std::vector<int32_t>{0, 2, 0, 1, 2, 1}));
+  EXPECT_EQ(g.pair_slot, (std::vector<int32_t>{2, 0, 3, 5, 1, 4}));
+  EXPECT_EQ(g.bad_pair, -1);
+
+  const std::vector<int32_t> bad = {0, 4, -1, 1};
+  EXPECT_EQ(kernels::PlanMoeGroups(bad.data(), 2, 2, 4, &g), kernels::KernelStatus::kOutOfRange);
+  EXPECT_EQ(g.bad_pair, 1);
+  EXPECT_EQ(kernels::PlanMoeGroups(bad.data() + 2, 1, 2, 4, &g),
+            kernels::KernelStatus::kOutOfRange);
+  EXPECT_EQ(g.bad_pair, 0);
 }
 
 }  // namespace
