@@ -35,7 +35,7 @@ namespace stepserve::kernels {
 struct PagedAttentionCudaRow {
   int32_t q_row = 0;         // row of Q / out
   int32_t position = 0;      // absolute position of the query
-  int32_t table_offset = 0;  // where its sequence's block table starts in the concatenated tables
+  int32_t table_offset = 0;  // its sequence's table: block_tables + table_offset
   int32_t reserved = 0;
 };
 static_assert(sizeof(PagedAttentionCudaRow) == 16);

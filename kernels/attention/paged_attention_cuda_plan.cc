@@ -48,7 +48,8 @@ KernelStatus FlattenPagedAttentionBatch(const PagedAttentionArgs& a,
       batch->max_visible = std::max(batch->max_visible, p - first + 1);
       row_words[0] = static_cast<int32_t>(r);
       row_words[1] = static_cast<int32_t>(p);
-      row_words[2] = static_cast<int32_t>(table_at);
+      // Relative to the first table entry: callers pass block_tables = words + tables_offset.
+      row_words[2] = static_cast<int32_t>(table_at - batch->tables_offset);
       row_words[3] = 0;
       row_words += 4;
     }

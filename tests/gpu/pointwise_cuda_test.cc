@@ -309,7 +309,8 @@ TEST_F(PointwiseCudaTest, QkNormRopeMatchesCpu) {
     DevMat dq = ToDevice(*cuda_, q);
     DevMat dk;
     if (c.k_heads > 0) dk = ToDevice(*cuda_, k);
-    ASSERT_TRUE(cuda_->QkNormRope(dq.view, dk.view, params, positions).ok());
+    const absl::Status status = cuda_->QkNormRope(dq.view, dk.view, params, positions);
+    ASSERT_TRUE(status.ok()) << status;
     EXPECT_LE(RelError(FromDevice(*cuda_, dq, cq), cq), kNormBound) << "q";
     if (c.k_heads > 0) {
       EXPECT_LE(RelError(FromDevice(*cuda_, dk, ck), ck), kNormBound) << "k";

@@ -53,7 +53,9 @@ absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
   a.n_rot = p.n_rot;
   a.base = p.base;
   a.freq_factors = p.freq_factors.empty() ? nullptr : p.freq_factors.data();
-  // Checked before the positions are staged, so a rejected call enqueues nothing.
+  // Checked before the positions are staged, so a rejected call enqueues nothing. The host
+  // pointer stands in for the device copy (validation only checks it is set).
+  a.positions = positions.data();
   if (KernelStatus s = kernels::ValidateQkNormRopeCuda(a); s != KernelStatus::kOk) {
     return KernelResult(s, "QkNormRope");
   }
