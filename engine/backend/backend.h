@@ -178,6 +178,10 @@ struct BackendMemoryInfo {
 struct BackendOptions {
   int num_threads = 0;  // CPU worker threads including the caller; 0 = hardware concurrency
   int device = 0;       // device index for accelerator backends
+  // Accelerators: quantized matmuls on few rows keep activations in F32 (exact up to summation
+  // order) instead of rounding them to int8 per 32 values (~5e-3 relative per product, ~1e-2
+  // through an expert FFN). Slower; for accuracy tests and debugging. CPU: always exact.
+  bool exact_activations = false;
 };
 
 class Backend {

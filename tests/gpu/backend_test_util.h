@@ -24,10 +24,12 @@ namespace stepserve::gpu_testing {
 
 inline constexpr const char* kNoDeviceMessage = "no CUDA device visible; GPU test skipped";
 
-// The CUDA backend on device 0, or null when no device is visible.
-inline std::unique_ptr<Backend> CudaBackendOrNull() {
+// The CUDA backend on device 0, or null when no device is visible. `exact_activations`: see
+// BackendOptions (tests with float-rounding bounds want it; the fast int8 paths have their own).
+inline std::unique_ptr<Backend> CudaBackendOrNull(bool exact_activations = false) {
   if (kernels::CudaDeviceCount() == 0) return nullptr;
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend("cuda", {.device = 0});
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      CreateBackend("cuda", {.device = 0, .exact_activations = exact_activations});
   STEPSERVE_CHECK(backend.ok());
   return *std::move(backend);
 }

@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   backend->device_ = options.device;
+  backend->exact_activations_ = options.exact_activations;
   RETURN_IF_ERROR(backend->CudaResult(cudaSetDevice(options.device), "cudaSetDevice"));
   RETURN_IF_ERROR(backend->CudaResult(
       cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));

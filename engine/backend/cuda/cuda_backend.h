@@ -104,8 +104,13 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend() = default;
+  // MoeExperts at decode sizes without a host round trip (cuda_backend_matmul.cc).
+  absl::Status MoeExpertsOnDevice(const TensorView& x, const ExpertWeights& e,
+                                  std::span<const int32_t> ids, std::span<const float> weights,
+                                  int64_t top_k, const TensorView& y);
 
   int device_ = 0;
+  bool exact_activations_ = false;  // BackendOptions::exact_activations
   cudaStream_t stream_ = nullptr;
   std::mutex placed_mu_;
   std::vector<void*> placed_;  // PlaceWeight copies, freed in the destructor

@@ -22,20 +22,22 @@
 #include "kernels/matmul/gemm_cuda.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul/moe_gemv_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace stepserve {
 
 struct CudaBackend::MatmulState {
   kernels::CublasGemm cublas;
-  Scratch gemv_q8;    // int8 activations of the fast GEMV
-  Scratch gemm;       // F16 copy of X + one dequantized weight tile
-  Scratch embed_ids;  // token ids uploaded for Embed
-  Scratch moe_rows;   // per grouped pair: gathered x, gate (then z), up, down output
-  Scratch moe_index;  // slot -> token row, pair -> slot
-  std::vector<int32_t> moe_ids;    // host copy of the router's ids
+  Scratch gemv_q8;               // int8 activations of the fast GEMV
+  Scratch gemm;                  // F16 copy of X + one dequantized weight tile
+  Scratch embed_ids;             // token ids uploaded for Embed
+  Scratch moe_rows;              // per grouped pair: gathered x, gate (then z), up, down output
+  Scratch moe_index;             // slot -> token row, pair -> slot
+  std::vector<int32_t> moe_ids;  // host copy of the router's ids
   std::vector<int32_t> moe_index_host;
   kernels::MoeGroups moe_groups;
+  Scratch moe_gemv_workspace;  // MoeGemvCuda's intermediates (fast decode path)
 };
 
 namespace {
@@ -99,9 +101,10 @@ absl::Status CheckDeviceWeight(const WeightView& w, const char* op, const char* 
     return absl::InvalidArgumentError(absl::StrFormat("%s: %s has no data", op, operand));
   }
   if (!kernels::DequantCudaSupports(w.type)) {
-    return absl::UnimplementedError(absl::StrFormat("%s: %s has type %s, which the cuda backend "
-                                                    "cannot dequantize",
-                                                    op, operand, GgmlTypeName(w.type)));
+    return absl::UnimplementedError(
+        absl::StrFormat("%s: %s has type %s, which the cuda backend "
+                        "cannot dequantize",
+                        op, operand, GgmlTypeName(w.type)));
   }
   const int64_t need = RowBytes(w.type, w.ne[0]);
   if (need < 0 || w.row_bytes() < need) {
@@ -127,7 +130,7 @@ absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const
   ASSIGN_OR_RETURN(const kernels::MatmulArgs m, MatmulOpArgs(x, w, y));
   RETURN_IF_ERROR(CheckDeviceWeight(w, "Matmul", "weight"));
   if (!matmul_) matmul_ = std::make_shared<MatmulState>();
-  return RunMatmul(*this, *matmul_, m, /*exact_activations=*/false, "Matmul");
+  return RunMatmul(*this, *matmul_, m, exact_activations_, "Matmul");
 }
 
 absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t> ids,
@@ -139,9 +142,9 @@ absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t
   // The ids are host memory: check them here, before anything is enqueued.
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= n_vocab) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "Embed: token id %d (position %d) is outside the vocabulary [0, %d)", ids[i], i,
-          n_vocab));
+      return absl::OutOfRangeError(
+          absl::StrFormat("Embed: token id %d (position %d) is outside the vocabulary [0, %d)",
+                          ids[i], i, n_vocab));
     }
   }
   if (n == 0) return absl::OkStatus();
@@ -159,6 +162,41 @@ absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t
   a.out = args.out;
   a.out_stride = args.out_stride;
   return KernelResult(kernels::EmbedCuda(a, stream_), "Embed");
+}
+
+// Decode sizes (fast mode): MoeGemvCuda reads the router's ids on the device - six launches, no
+// host round trip, capturable in a CUDA graph. Ids come from RouterTopK on this device and are
+// always in range; an id that is not would give a zero contribution (the kernel's guard), which
+// is why the host path below, not this one, is what exact mode and the tests of bad ids use.
+absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWeights& e,
+                                             std::span<const int32_t> ids,
+                                             std::span<const float> weights, int64_t top_k,
+                                             const TensorView& y) {
+  MatmulState& s = *matmul_;
+  kernels::MoeGemvCudaArgs a;
+  a.x = x.f32();
+  a.x_stride = x.stride_floats();
+  a.tokens = x.rows();
+  a.n_embd = x.cols();
+  a.n_ff = e.gate.ne[1];
+  a.n_experts = e.gate.ne[2];
+  a.ids = ids.data();
+  a.weights = weights.data();
+  a.top_k = top_k;
+  const auto matrix = [](const WeightView& w) {
+    return kernels::ExpertMatrixCuda{w.type, w.data, w.row_bytes(), w.row_bytes() * w.ne[1]};
+  };
+  a.gate = matrix(e.gate);
+  a.up = matrix(e.up);
+  a.down = matrix(e.down);
+  a.limit = e.limit;
+  a.y = y.f32();
+  a.y_stride = y.stride_floats();
+  a.workspace_bytes = kernels::MoeGemvCudaWorkspaceBytes(a.tokens, top_k, a.n_embd, a.n_ff);
+  ASSIGN_OR_RETURN(a.workspace,
+                   EnsureScratch(s.moe_gemv_workspace, static_cast<size_t>(a.workspace_bytes),
+                                 "MoeExperts workspace"));
+  return KernelResult(kernels::MoeGemvCuda(a, stream_), "MoeExperts (device)");
 }
 
 // Expert matmuls of up to 16 rows use exact F32 activations: the fast GEMV's int8 activations
@@ -187,6 +225,10 @@ absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e
   if (tokens == 0) return absl::OkStatus();
   if (!matmul_) matmul_ = std::make_shared<MatmulState>();
   MatmulState& s = *matmul_;
+  if (!exact_activations_ && tokens <= kernels::kMoeGemvMaxTokens &&
+      kernels::MoeGemvCudaSupports(e.gate.type, e.down.type) && e.up.type == e.gate.type) {
+    return MoeExpertsOnDevice(x, e, ids, weights, top_k, y);
+  }
 
   // 1. Ids to the host (waits for the router), validated and grouped by expert.
   s.moe_ids.resize(pairs);
@@ -202,8 +244,7 @@ absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e
   }
   RETURN_IF_ERROR(KernelResult(planned, "MoeExperts (grouping)"));
   s.moe_index_host.assign(groups.slot_token.begin(), groups.slot_token.end());
-  s.moe_index_host.insert(s.moe_index_host.end(), groups.pair_slot.begin(),
-                          groups.pair_slot.end());
+  s.moe_index_host.insert(s.moe_index_host.end(), groups.pair_slot.begin(), groups.pair_slot.end());
   ASSIGN_OR_RETURN(void* index_dev,
                    StageToDevice(s.moe_index, s.moe_index_host.data(),
                                  s.moe_index_host.size() * sizeof(int32_t), "MoeExperts index"));
@@ -212,16 +253,16 @@ absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e
 
   // 2. Per grouped slot: gathered x [d], gate -> z [ff], up [ff], down output [d].
   const int64_t row_floats = 2 * d + 2 * ff;
-  ASSIGN_OR_RETURN(void* rows_dev, EnsureScratch(s.moe_rows,
-                                                 static_cast<size_t>(pairs * row_floats) * 4,
-                                                 "MoeExperts rows"));
+  ASSIGN_OR_RETURN(
+      void* rows_dev,
+      EnsureScratch(s.moe_rows, static_cast<size_t>(pairs * row_floats) * 4, "MoeExperts rows"));
   float* xg = static_cast<float*>(rows_dev);
   float* gate = xg + pairs * d;
   float* up = gate + pairs * ff;
   float* down = up + pairs * ff;
-  RETURN_IF_ERROR(KernelResult(kernels::GatherRowsCuda(x.f32(), x.stride_floats(), slot_token,
-                                                       pairs, d, xg, d, stream_),
-                               "MoeExperts (gather)"));
+  RETURN_IF_ERROR(KernelResult(
+      kernels::GatherRowsCuda(x.f32(), x.stride_floats(), slot_token, pairs, d, xg, d, stream_),
+      "MoeExperts (gather)"));
 
   auto expert_matmul = [&](const WeightView& w, int64_t expert, const float* in_rows,
                            float* out_rows, const char* op) {
