@@ -40,7 +40,7 @@ struct Timing {
 absl::StatusOr<Timing> RunOnce(model::Step35Model& model, const Config& c, uint64_t seed) {
   const int32_t B = static_cast<int32_t>(c.batch);
   ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
-                   runner::KvContext::Create(model.hparams(),
+                   runner::KvContext::Create(model.backend(), model.hparams(),
                                              {.max_sequences = B,
                                               .ctx_size = c.prompt_tokens + c.decode_tokens + 1,
                                               .max_chunk = static_cast<int32_t>(c.prompt_tokens)}));

@@ -92,7 +92,7 @@ int Main(int argc, char** argv) {
   model::Step35Model& m = **loaded;
   const model::Hparams& hp = m.hparams();
   absl::StatusOr<std::unique_ptr<runner::KvContext>> kv = runner::KvContext::Create(
-      hp, {.max_sequences = 1, .ctx_size = context + steps + 1, .max_chunk = 256});
+      m.backend(), hp, {.max_sequences = 1, .ctx_size = context + steps + 1, .max_chunk = 256});
   if (!kv.ok()) {
     std::fprintf(stderr, "KV: %s\n", kv.status().ToString().c_str());
     return 1;

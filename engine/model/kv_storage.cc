@@ -1,9 +1,8 @@
 #include "engine/model/kv_storage.h"
 
-#include <new>
-
 #include "absl/strings/str_format.h"
 #include "engine/base/check.h"
+#include "engine/base/status_macros.h"
 
 namespace stepserve::model {
 
@@ -16,7 +15,8 @@ uint64_t KvStorage::BytesPerPosition(const Hparams& hp, bool swa, int first_laye
   return bytes;
 }
 
-absl::StatusOr<KvStorage> KvStorage::Create(const Hparams& hp, const KvStorageOptions& options) {
+absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
+                                            const KvStorageOptions& options) {
   KvStorage storage;
   storage.options_ = options;
   if (storage.options_.end_layer < 0) storage.options_.end_layer = hp.n_layer_all;
@@ -41,15 +41,26 @@ absl::StatusOr<KvStorage> KvStorage::Create(const Hparams& hp, const KvStorageOp
     view.block_size = options.block_size;
     view.kv_heads = l.n_head_kv;
     view.head_dim = l.head_dim_k;
-    try {
-      storage.buffers_.emplace_back(floats, 0.0f);
-      storage.buffers_.emplace_back(floats, 0.0f);
-    } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("KV storage: cannot allocate %d bytes for layer %d", floats * 8, il));
+    for (int part = 0; part < 2; ++part) {  // K, then V
+      const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+      absl::StatusOr<BackendBuffer> buffer = backend.Allocate(bytes);
+      if (!buffer.ok()) {
+        const BackendMemoryInfo info = backend.memory_info();
+        const uint64_t wanted = (BytesPerPosition(hp, false, first, end) * options.full_blocks +
+                                 BytesPerPosition(hp, true, first, end) * options.swa_blocks) *
+                                options.block_size;
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "KV storage: %d bytes wanted for layers [%d, %d) (%d full, %d sliding blocks of %d), "
+            "%d already allocated; the %s backend reports %d bytes free of %d (layer %d: %s)",
+            wanted, first, end, options.full_blocks, options.swa_blocks, options.block_size,
+            storage.bytes_, backend.name(), info.free_bytes, info.total_bytes, il,
+            buffer.status().message()));
+      }
+      RETURN_IF_ERROR(backend.Zero(buffer->data(), bytes));
+      storage.buffers_.push_back(*std::move(buffer));
     }
-    view.k = storage.buffers_[storage.buffers_.size() - 2].data();
-    view.v = storage.buffers_.back().data();
+    view.k = storage.buffers_[storage.buffers_.size() - 2].f32();
+    view.v = storage.buffers_.back().f32();
     storage.views_.push_back(view);
     storage.bytes_ += floats * 8;
   }

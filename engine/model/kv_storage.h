@@ -1,7 +1,8 @@
-// Host memory for the paged KV cache of a range of layers: per layer a K and a V array of
+// Backend memory for the paged KV cache of a range of layers: per layer a K and a V array of
 // `num_blocks` pages (layout in kernels/attention/paged_attention.h). Full-attention layers draw
 // pages from the full pool's ids, sliding-window layers (MTP layers included) from the sliding
-// pool's ids, so one pair of block tables per sequence addresses every layer.
+// pool's ids, so one pair of block tables per sequence addresses every layer. The pages come from
+// the backend the model runs on (Step35Model::backend()); the storage must not outlive it.
 #ifndef STEPSERVE_ENGINE_MODEL_KV_STORAGE_H_
 #define STEPSERVE_ENGINE_MODEL_KV_STORAGE_H_
 
@@ -24,8 +25,10 @@ struct KvStorageOptions {
 
 class KvStorage {
  public:
-  // Allocates and zero-fills; ResourceExhausted with the byte count if allocation fails.
-  static absl::StatusOr<KvStorage> Create(const Hparams& hparams, const KvStorageOptions& options);
+  // Allocates on `backend` and zero-fills; ResourceExhausted naming the bytes wanted and the
+  // bytes the backend reports free when the pages do not fit.
+  static absl::StatusOr<KvStorage> Create(Backend& backend, const Hparams& hparams,
+                                          const KvStorageOptions& options);
 
   // The cache view of layer `il` (which must be in the range).
   KvCacheView layer(int il);
@@ -37,8 +40,8 @@ class KvStorage {
 
  private:
   KvStorageOptions options_;
-  std::vector<KvCacheView> views_;  // indexed by il - first_layer
-  std::vector<std::vector<float>> buffers_;
+  std::vector<KvCacheView> views_;      // indexed by il - first_layer
+  std::vector<BackendBuffer> buffers_;  // K and V of each layer
   uint64_t bytes_ = 0;
 };
 

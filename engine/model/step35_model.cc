@@ -1,36 +1,29 @@
 #include "engine/model/step35_model.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "engine/base/check.h"
 #include "engine/base/status_macros.h"
 
 namespace stepserve::model {
 namespace {
 
-WeightView View(Tensor t) {
-  WeightView w;
-  if (t == nullptr) return w;
-  w.data = t->data;
-  w.type = t->type;
-  for (int i = 0; i < 4; ++i) w.ne[i] = t->ne[i];
-  return w;
-}
-
-// A packed F32 activation matrix of `rows` rows of `cols`, backed by `buffer` (resized).
-TensorView Mat(std::vector<float>& buffer, int64_t cols, int64_t rows) {
-  buffer.resize(static_cast<size_t>(cols * rows));
-  return TensorView::F32(buffer.data(), cols, rows);
-}
-
-std::span<const float> F32Span(Tensor t) {
+std::span<const float> HostF32(Tensor t) {
   if (t == nullptr) return {};
   return {static_cast<const float*>(static_cast<const void*>(t->data)),
           static_cast<size_t>(t->n_elements())};
 }
+
+// One activation matrix of scratch: backend memory for Rows::capacity rows of `width` 4-byte
+// elements (0: unused by this model, never allocated).
+struct Slot {
+  BackendBuffer buffer;
+  int64_t width = 0;
+};
 
 }  // namespace
 
@@ -39,9 +32,20 @@ struct Step35Model::Rows {
   std::vector<int32_t> ids;
   std::vector<int32_t> positions;
   std::vector<SequenceSlice> full_seqs, swa_seqs;
-  std::vector<float> h, a, q, k, v, o, gate, tmp, f, y, ff_g, ff_u, router, cat;
-  std::vector<int32_t> expert_ids;
-  std::vector<float> expert_weights;
+  int64_t capacity = 0;  // rows every slot holds
+  Slot h, a, q, k, v, o, gate, tmp, f, y, ff_g, ff_u, router, cat, expert_ids, expert_weights;
+  // Non-host-visible backends only: logits before they are downloaded, grow-only.
+  BackendBuffer logits;
+
+  std::array<Slot*, 16> slots() {
+    return {&h, &a, &q,    &k,    &v,      &o,   &gate,       &tmp,
+            &f, &y, &ff_g, &ff_u, &router, &cat, &expert_ids, &expert_weights};
+  }
+  // A packed F32 matrix of `rows_count` rows of `cols` in `slot` (sized by EnsureRowCapacity).
+  TensorView Mat(const Slot& slot, int64_t cols, int64_t rows_count) const {
+    STEPSERVE_CHECK(cols <= slot.width && rows_count <= capacity, "activation scratch too small");
+    return TensorView::F32(slot.buffer.f32(), cols, rows_count);
+  }
 };
 
 Step35Model::Step35Model() : rows_(std::make_unique<Rows>()) {}
@@ -65,17 +69,70 @@ absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::FromFile(
   // Step-5 files carry sparse-indexer tensors; until that path exists they run the dense
   // attention fallback (spec 6.3), which Summary() reports.
   if (model->weights_.has_sparse_indexer) model->hparams_.step5_dense_fallback = true;
-  ASSIGN_OR_RETURN(model->backend_,
-                   CreateBackend(options.backend, {.num_threads = options.num_threads}));
-  std::span<const float> freqs = F32Span(model->weights_.rope_freqs);
-  model->rope_freqs_.assign(freqs.begin(), freqs.end());
-  for (float factor : model->rope_freqs_) {
+  for (float factor : HostF32(model->weights_.rope_freqs)) {
     if (!(factor > 0) || !std::isfinite(factor)) {
       return absl::InvalidArgumentError(
           "tensor rope_freqs.weight holds a non-positive or non-finite factor");
     }
   }
+  ASSIGN_OR_RETURN(model->backend_,
+                   CreateBackend(options.backend,
+                                 {.num_threads = options.num_threads, .device = options.device}));
+  ASSIGN_OR_RETURN(model->placed_, PlacedWeights::Place(*model->backend_, *model->file_,
+                                                        model->weights_, options.progress));
+  model->rope_freqs_ = model->placed_.F32(model->weights_.rope_freqs);
+  model->SizeScratch();
   return model;
+}
+
+void Step35Model::SizeScratch() {
+  Rows& rows = *rows_;
+  const int64_t d = hparams_.n_embd;
+  for (Slot* slot : {&rows.h, &rows.a, &rows.tmp, &rows.f, &rows.y}) slot->width = d;
+  for (int il = 0; il < hparams_.n_layer_all; ++il) {
+    const LayerWeights& w = weights_.layers[il];
+    if (!w.is_bound()) continue;
+    const LayerHparams& l = hparams_.layers[il];
+    rows.q.width = std::max<int64_t>(rows.q.width, l.q_dim());
+    rows.k.width = std::max<int64_t>(rows.k.width, l.kv_dim_k());
+    rows.v.width = std::max<int64_t>(rows.v.width, l.kv_dim_v());
+    rows.o.width = std::max(rows.o.width, int64_t{l.n_head} * l.head_dim_v);
+    if (w.attn_gate != nullptr) rows.gate.width = std::max<int64_t>(rows.gate.width, l.n_head);
+    for (Tensor gate : {w.ffn_gate, w.ffn_gate_shexp}) {
+      if (gate == nullptr) continue;
+      rows.ff_g.width = std::max(rows.ff_g.width, gate->ne[1]);
+      rows.ff_u.width = rows.ff_g.width;
+    }
+    if (w.is_moe()) {
+      rows.router.width = hparams_.n_expert;
+      rows.expert_ids.width = hparams_.n_expert_used;
+      rows.expert_weights.width = hparams_.n_expert_used;
+    }
+    if (w.nextn_eh_proj != nullptr) rows.cat.width = 2 * d;
+  }
+}
+
+absl::Status Step35Model::EnsureRowCapacity(int64_t n, Rows& rows) {
+  if (n <= rows.capacity) return absl::OkStatus();
+  // Doubling keeps the number of reallocations logarithmic while prefill chunk sizes climb.
+  const int64_t capacity = std::max(n, 2 * rows.capacity);
+  // Earlier steps may still be reading the old buffers on an asynchronous backend.
+  if (rows.capacity > 0) RETURN_IF_ERROR(backend_->Synchronize());
+  rows.capacity = 0;
+  for (Slot* slot : rows.slots()) slot->buffer.Reset();  // free first: lower peak memory
+  for (Slot* slot : rows.slots()) {
+    if (slot->width == 0) continue;
+    const size_t bytes = static_cast<size_t>(capacity * slot->width) * 4;
+    absl::StatusOr<BackendBuffer> buffer = backend_->Allocate(bytes);
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(),
+                          absl::StrFormat("activation buffers for %d rows: %s", capacity,
+                                          buffer.status().message()));
+    }
+    slot->buffer = *std::move(buffer);
+  }
+  rows.capacity = capacity;
+  return absl::OkStatus();
 }
 
 absl::Status Step35Model::PrepareRows(std::span<const BatchSequence> batch, Rows& rows) {
@@ -116,7 +173,7 @@ absl::Status Step35Model::PrepareRows(std::span<const BatchSequence> batch, Rows
     rows.swa_seqs.push_back(slice);
     rows.n += count;
   }
-  return absl::OkStatus();
+  return EnsureRowCapacity(rows.n, rows);
 }
 
 absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
@@ -124,19 +181,19 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   const LayerWeights& w = weights_.layers[il];
   Backend& ops = *backend_;
   const int64_t d = hparams_.n_embd, n = rows.n;
-  TensorView h = TensorView::F32(rows.h.data(), d, n);
-  TensorView a = Mat(rows.a, d, n);
-  RETURN_IF_ERROR(ops.RmsNorm(h, View(w.attn_norm), hparams_.rms_eps, a));
-  TensorView q = Mat(rows.q, l.q_dim(), n);
-  TensorView k = Mat(rows.k, l.kv_dim_k(), n);
-  TensorView v = Mat(rows.v, l.kv_dim_v(), n);
-  RETURN_IF_ERROR(ops.Matmul(a, View(w.attn_q), q));
-  RETURN_IF_ERROR(ops.Matmul(a, View(w.attn_k), k));
-  RETURN_IF_ERROR(ops.Matmul(a, View(w.attn_v), v));
+  TensorView h = rows.Mat(rows.h, d, n);
+  TensorView a = rows.Mat(rows.a, d, n);
+  RETURN_IF_ERROR(ops.RmsNorm(h, placed_[w.attn_norm], hparams_.rms_eps, a));
+  TensorView q = rows.Mat(rows.q, l.q_dim(), n);
+  TensorView k = rows.Mat(rows.k, l.kv_dim_k(), n);
+  TensorView v = rows.Mat(rows.v, l.kv_dim_v(), n);
+  RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_q], q));
+  RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_k], k));
+  RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_v], v));
   QkNormRopeParams rope;
   rope.head_dim = l.head_dim_k;
-  rope.q_norm = View(w.attn_q_norm);
-  rope.k_norm = View(w.attn_k_norm);
+  rope.q_norm = placed_[w.attn_q_norm];
+  rope.k_norm = placed_[w.attn_k_norm];
   rope.eps = hparams_.rms_eps;
   rope.n_rot = l.n_rot;
   rope.base = l.rope_base;
@@ -145,17 +202,17 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   AttentionBatch batch{rows.positions, l.is_swa ? rows.swa_seqs : rows.full_seqs};
   const KvCacheView cache = kv.layer(il);
   RETURN_IF_ERROR(ops.AppendKv(k, v, batch, cache));
-  TensorView o = Mat(rows.o, int64_t{l.n_head} * l.head_dim_v, n);
+  TensorView o = rows.Mat(rows.o, int64_t{l.n_head} * l.head_dim_v, n);
   AttentionParams params{.window = l.is_swa ? hparams_.sliding_window : 0,
                          .scale = 1.0f / std::sqrt(static_cast<float>(l.head_dim_k))};
   RETURN_IF_ERROR(ops.Attention(q, batch, cache, params, o));
   if (w.attn_gate != nullptr) {
-    TensorView gate = Mat(rows.gate, l.n_head, n);
-    RETURN_IF_ERROR(ops.Matmul(a, View(w.attn_gate), gate));
+    TensorView gate = rows.Mat(rows.gate, l.n_head, n);
+    RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_gate], gate));
     RETURN_IF_ERROR(ops.HeadGate(o, gate, l.head_dim_v));
   }
-  TensorView out = Mat(rows.tmp, d, n);
-  RETURN_IF_ERROR(ops.Matmul(o, View(w.attn_output), out));
+  TensorView out = rows.Mat(rows.tmp, d, n);
+  RETURN_IF_ERROR(ops.Matmul(o, placed_[w.attn_output], out));
   return ops.Add(h, out, h);
 }
 
@@ -164,40 +221,43 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
   const LayerWeights& w = weights_.layers[il];
   Backend& ops = *backend_;
   const int64_t d = hparams_.n_embd, n = rows.n;
-  TensorView h = TensorView::F32(rows.h.data(), d, n);
-  TensorView f = Mat(rows.f, d, n);
-  RETURN_IF_ERROR(ops.RmsNorm(h, View(w.ffn_norm), hparams_.rms_eps, f));
+  TensorView h = rows.Mat(rows.h, d, n);
+  TensorView f = rows.Mat(rows.f, d, n);
+  RETURN_IF_ERROR(ops.RmsNorm(h, placed_[w.ffn_norm], hparams_.rms_eps, f));
   // Clamped SwiGLU FFN with weights (gate, up, down) and limit; result added into `acc`.
   auto swiglu_ffn = [&](Tensor gate_w, Tensor up_w, Tensor down_w, float limit,
                         const TensorView& acc) -> absl::Status {
     const int64_t width = gate_w->ne[1];
-    TensorView g = Mat(rows.ff_g, width, n);
-    TensorView u = Mat(rows.ff_u, width, n);
-    RETURN_IF_ERROR(ops.Matmul(f, View(gate_w), g));
-    RETURN_IF_ERROR(ops.Matmul(f, View(up_w), u));
+    TensorView g = rows.Mat(rows.ff_g, width, n);
+    TensorView u = rows.Mat(rows.ff_u, width, n);
+    RETURN_IF_ERROR(ops.Matmul(f, placed_[gate_w], g));
+    RETURN_IF_ERROR(ops.Matmul(f, placed_[up_w], u));
     RETURN_IF_ERROR(ops.SwiGlu(g, u, limit, g));
-    TensorView down = Mat(rows.tmp, d, n);
-    RETURN_IF_ERROR(ops.Matmul(g, View(down_w), down));
+    TensorView down = rows.Mat(rows.tmp, d, n);
+    RETURN_IF_ERROR(ops.Matmul(g, placed_[down_w], down));
     return ops.Add(acc, down, acc);
   };
   if (w.is_moe()) {
-    TensorView y = Mat(rows.y, d, n);
-    std::fill(rows.y.begin(), rows.y.end(), 0.0f);
+    TensorView y = rows.Mat(rows.y, d, n);
+    RETURN_IF_ERROR(ops.Zero(y.data, static_cast<size_t>(d * n) * sizeof(float)));
     const int64_t e = hparams_.n_expert, top_k = hparams_.n_expert_used;
-    TensorView logits = Mat(rows.router, e, n);
-    RETURN_IF_ERROR(ops.Matmul(f, View(w.ffn_gate_inp), logits));
-    rows.expert_ids.resize(static_cast<size_t>(n * top_k));
-    rows.expert_weights.resize(static_cast<size_t>(n * top_k));
+    TensorView logits = rows.Mat(rows.router, e, n);
+    RETURN_IF_ERROR(ops.Matmul(f, placed_[w.ffn_gate_inp], logits));
+    STEPSERVE_CHECK(top_k <= rows.expert_ids.width && n <= rows.capacity);
+    const std::span<int32_t> ids(static_cast<int32_t*>(rows.expert_ids.buffer.data()),
+                                 static_cast<size_t>(n * top_k));
+    const std::span<float> weights(rows.expert_weights.buffer.f32(),
+                                   static_cast<size_t>(n * top_k));
     RouterParams router{
         .top_k = top_k,
         .gating = static_cast<stepserve::GatingFunc>(static_cast<int>(hparams_.gating)),
-        .bias = F32Span(w.exp_probs_b),
+        .bias = placed_.F32(w.exp_probs_b),
         .normalize = hparams_.expert_weights_norm,
         .scale = hparams_.expert_weights_scale};
-    RETURN_IF_ERROR(ops.RouterTopK(logits, router, rows.expert_ids, rows.expert_weights));
-    ExpertWeights experts{View(w.ffn_gate_exps), View(w.ffn_up_exps), View(w.ffn_down_exps),
-                          l.clamp_exp};
-    RETURN_IF_ERROR(ops.MoeExperts(f, experts, rows.expert_ids, rows.expert_weights, top_k, y));
+    RETURN_IF_ERROR(ops.RouterTopK(logits, router, ids, weights));
+    ExpertWeights experts{placed_[w.ffn_gate_exps], placed_[w.ffn_up_exps],
+                          placed_[w.ffn_down_exps], l.clamp_exp};
+    RETURN_IF_ERROR(ops.MoeExperts(f, experts, ids, weights, top_k, y));
     if (w.ffn_gate_shexp != nullptr) {
       RETURN_IF_ERROR(
           swiglu_ffn(w.ffn_gate_shexp, w.ffn_up_shexp, w.ffn_down_shexp, l.clamp_shexp, y));
@@ -208,20 +268,32 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
   return swiglu_ffn(w.ffn_gate, w.ffn_up, w.ffn_down, l.clamp_shexp, h);
 }
 
+absl::Status Step35Model::TimeLayerHalf() {
+  // CPU ops are synchronous; an accelerator's are not, so wait for them before reading the clock.
+  return backend_->host_visible() ? absl::OkStatus() : backend_->Synchronize();
+}
+
 absl::Status Step35Model::RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch,
                                    KvStorage& kv) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point t0 = layer_timer_ ? Clock::now() : Clock::time_point();
+  Clock::time_point t0, t1;
+  if (layer_timer_) {
+    RETURN_IF_ERROR(TimeLayerHalf());
+    t0 = Clock::now();
+  }
   if (absl::Status status = Attention(il, rows, kv); !status.ok()) {
     return absl::Status(status.code(),
                         absl::StrFormat("layer %d attention: %s", il, status.message()));
   }
-  const Clock::time_point t1 = layer_timer_ ? Clock::now() : Clock::time_point();
+  if (layer_timer_) {
+    RETURN_IF_ERROR(TimeLayerHalf());
+    t1 = Clock::now();
+  }
   if (absl::Status status = FeedForward(il, rows); !status.ok()) {
     return absl::Status(status.code(), absl::StrFormat("layer %d FFN: %s", il, status.message()));
   }
   if (layer_timer_) {
-    // The CPU backend's ops are synchronous, so wall-clock time brackets the work.
+    RETURN_IF_ERROR(TimeLayerHalf());
     layer_timer_(il, std::chrono::duration<double>(t1 - t0).count(),
                  std::chrono::duration<double>(Clock::now() - t1).count());
   }
@@ -230,37 +302,79 @@ absl::Status Step35Model::RunLayer(int il, Rows& rows, std::span<const BatchSequ
 
 absl::Status Step35Model::Logits(Rows& rows, std::span<const BatchSequence> batch, Tensor norm,
                                  Tensor head, ForwardOutput* out) {
-  const int64_t d = hparams_.n_embd;
-  int64_t m = 0;
-  for (const BatchSequence& seq : batch) m += seq.logit_rows;
-  out->logits.clear();
-  if (m == 0) return absl::OkStatus();
-  TensorView picked = Mat(rows.a, d, m);
-  int64_t row = 0, dst = 0;
+  const int64_t d = hparams_.n_embd, vocab = weights_.n_vocab;
+  // The requested rows are each sequence's trailing rows. When they form one run of h (a single
+  // sequence, or one row per sequence in decode) the norm reads them in place; otherwise they are
+  // gathered, one copy per sequence.
+  int64_t m = 0, first = -1, row = 0;
+  bool contiguous = true;
   for (const BatchSequence& seq : batch) {
     const int64_t count = static_cast<int64_t>(seq.tokens.size());
-    for (int64_t i = count - seq.logit_rows; i < count; ++i) {
-      std::memcpy(rows.a.data() + (dst++) * d, rows.h.data() + (row + i) * d, d * sizeof(float));
+    if (seq.logit_rows > 0) {
+      const int64_t begin = row + count - seq.logit_rows;
+      if (first < 0) first = begin;
+      contiguous = contiguous && begin == first + m;
+      m += seq.logit_rows;
     }
     row += count;
   }
-  TensorView normed = Mat(rows.f, d, m);
-  RETURN_IF_ERROR(backend_->RmsNorm(picked, View(norm), hparams_.rms_eps, normed));
-  TensorView logits = Mat(out->logits, weights_.n_vocab, m);
-  return backend_->Matmul(normed, View(head), logits);
+  if (m == 0) {
+    out->logits.clear();
+    return absl::OkStatus();
+  }
+  TensorView picked = TensorView::F32(rows.h.buffer.f32() + first * d, d, m);
+  if (!contiguous) {
+    picked = rows.Mat(rows.a, d, m);
+    row = 0;
+    int64_t dst = 0;
+    for (const BatchSequence& seq : batch) {
+      const int64_t count = static_cast<int64_t>(seq.tokens.size());
+      const size_t bytes = static_cast<size_t>(seq.logit_rows * d) * sizeof(float);
+      RETURN_IF_ERROR(backend_->Copy(rows.h.buffer.f32() + (row + count - seq.logit_rows) * d,
+                                     picked.f32() + dst * d, bytes));
+      dst += seq.logit_rows;
+      row += count;
+    }
+  }
+  TensorView normed = rows.Mat(rows.f, d, m);
+  RETURN_IF_ERROR(backend_->RmsNorm(picked, placed_[norm], hparams_.rms_eps, normed));
+  // resize, not assign: no zero-fill of a buffer the matmul overwrites anyway.
+  out->logits.resize(static_cast<size_t>(m * vocab));
+  if (backend_->host_visible()) {
+    return backend_->Matmul(normed, placed_[head], TensorView::F32(out->logits.data(), vocab, m));
+  }
+  const size_t bytes = out->logits.size() * sizeof(float);
+  if (rows.logits.bytes() < bytes) {
+    rows.logits.Reset();
+    ASSIGN_OR_RETURN(rows.logits, backend_->Allocate(bytes));
+  }
+  RETURN_IF_ERROR(
+      backend_->Matmul(normed, placed_[head], TensorView::F32(rows.logits.f32(), vocab, m)));
+  return backend_->Download(rows.logits.data(), out->logits.data(), bytes);
+}
+
+absl::Status Step35Model::DownloadHidden(const Rows& rows, ForwardOutput* out) {
+  out->hidden.resize(static_cast<size_t>(rows.n * hparams_.n_embd));
+  return backend_->Download(rows.h.buffer.data(), out->hidden.data(),
+                            out->hidden.size() * sizeof(float));
 }
 
 absl::Status Step35Model::Forward(std::span<const BatchSequence> batch, KvStorage& kv,
-                                  ForwardOutput* out) {
+                                  ForwardOutput* out, const ForwardOptions& options) {
   if (!weights_.has_trunk) {
     return absl::FailedPreconditionError("this model file holds only MTP heads");
   }
   Rows& rows = *rows_;
   RETURN_IF_ERROR(PrepareRows(batch, rows));
   const int64_t d = hparams_.n_embd;
-  RETURN_IF_ERROR(backend_->Embed(View(weights_.token_embd), rows.ids, Mat(rows.h, d, rows.n)));
+  RETURN_IF_ERROR(
+      backend_->Embed(placed_[weights_.token_embd], rows.ids, rows.Mat(rows.h, d, rows.n)));
   for (int il = 0; il < hparams_.n_layer; ++il) RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
-  out->hidden = rows.h;
+  if (options.want_hidden) {
+    RETURN_IF_ERROR(DownloadHidden(rows, out));
+  } else {
+    out->hidden.clear();
+  }
   return Logits(rows, batch, weights_.output_norm, weights_.output, out);
 }
 
@@ -276,15 +390,6 @@ absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> ba
   RETURN_IF_ERROR(PrepareRows(batch, rows));
   const int64_t d = hparams_.n_embd, n = rows.n;
   Backend& ops = *backend_;
-  // e = RMSNorm(E[x]; enorm), g = RMSNorm(h; hnorm), both written into one [2d, n] matrix.
-  Tensor table = w.nextn_embed_tokens != nullptr ? w.nextn_embed_tokens : weights_.token_embd;
-  TensorView e = Mat(rows.a, d, n);
-  RETURN_IF_ERROR(ops.Embed(View(table), rows.ids, e));
-  rows.cat.resize(static_cast<size_t>(2 * d * n));
-  TensorView cat_e = TensorView::F32(rows.cat.data(), d, n, 2 * d);
-  TensorView cat_g = TensorView::F32(rows.cat.data() + d, d, n, 2 * d);
-  RETURN_IF_ERROR(ops.RmsNorm(e, View(w.nextn_enorm), hparams_.rms_eps, cat_e));
-  TensorView hidden_in = Mat(rows.f, d, n);
   int64_t row = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t count = static_cast<int64_t>(batch[s].tokens.size());
@@ -293,14 +398,32 @@ absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> ba
           absl::StrFormat("MTP batch sequence %d: %d hidden floats for %d tokens of width %d", s,
                           batch[s].mtp_hidden.size(), count, d));
     }
-    std::memcpy(rows.f.data() + row * d, batch[s].mtp_hidden.data(), count * d * sizeof(float));
-    row += count;
   }
-  RETURN_IF_ERROR(ops.RmsNorm(hidden_in, View(w.nextn_hnorm), hparams_.rms_eps, cat_g));
-  TensorView cat = TensorView::F32(rows.cat.data(), 2 * d, n);
-  RETURN_IF_ERROR(ops.Matmul(cat, View(w.nextn_eh_proj), Mat(rows.h, d, n)));
+  // e = RMSNorm(E[x]; enorm), g = RMSNorm(h; hnorm), both written into one [2d, n] matrix.
+  Tensor table = w.nextn_embed_tokens != nullptr ? w.nextn_embed_tokens : weights_.token_embd;
+  TensorView e = rows.Mat(rows.a, d, n);
+  RETURN_IF_ERROR(ops.Embed(placed_[table], rows.ids, e));
+  STEPSERVE_CHECK(rows.cat.width == 2 * d && n <= rows.capacity);
+  TensorView cat_e = TensorView::F32(rows.cat.buffer.f32(), d, n, 2 * d);
+  TensorView cat_g = TensorView::F32(rows.cat.buffer.f32() + d, d, n, 2 * d);
+  RETURN_IF_ERROR(ops.RmsNorm(e, placed_[w.nextn_enorm], hparams_.rms_eps, cat_e));
+  TensorView hidden_in = rows.Mat(rows.f, d, n);
+  if (ops.host_visible() && batch.size() == 1) {
+    // Host memory is backend memory here: the norm reads the caller's rows in place.
+    hidden_in.data = const_cast<float*>(batch[0].mtp_hidden.data());
+  } else {
+    for (const BatchSequence& seq : batch) {
+      const int64_t count = static_cast<int64_t>(seq.tokens.size());
+      RETURN_IF_ERROR(ops.Upload(seq.mtp_hidden.data(), hidden_in.f32() + row * d,
+                                 static_cast<size_t>(count * d) * sizeof(float)));
+      row += count;
+    }
+  }
+  RETURN_IF_ERROR(ops.RmsNorm(hidden_in, placed_[w.nextn_hnorm], hparams_.rms_eps, cat_g));
+  TensorView cat = TensorView::F32(rows.cat.buffer.f32(), 2 * d, n);
+  RETURN_IF_ERROR(ops.Matmul(cat, placed_[w.nextn_eh_proj], rows.Mat(rows.h, d, n)));
   RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
-  out->hidden = rows.h;
+  RETURN_IF_ERROR(DownloadHidden(rows, out));
   Tensor norm = w.nextn_shared_head_norm ? w.nextn_shared_head_norm : weights_.output_norm;
   Tensor head_w = w.nextn_shared_head_head ? w.nextn_shared_head_head : weights_.output;
   if (head_w == nullptr) {

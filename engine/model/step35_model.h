@@ -1,8 +1,8 @@
 // The step35 forward pass (spec: shared/spec/step35-architecture.md sections 4 and 5) over the
 // Backend ops, for a ragged batch of sequences against a paged KV cache.
 //
-//   ASSIGN_OR_RETURN(auto model, Step35Model::Load("model.gguf", {}));
-//   ASSIGN_OR_RETURN(KvStorage kv, KvStorage::Create(model->hparams(), {...}));
+//   ASSIGN_OR_RETURN(auto model, Step35Model::Load("model.gguf", {.backend = "cuda"}));
+//   ASSIGN_OR_RETURN(KvStorage kv, KvStorage::Create(model->backend(), model->hparams(), {...}));
 //   Step35Model::Sequence seq{.tokens = prompt, .start_pos = 0, .full_table = ...,
 //                             .swa_table = ..., .logit_rows = 1};
 //   ForwardOutput out;
@@ -10,6 +10,10 @@
 //
 // The caller (engine, scheduler) owns block tables: they must cover start_pos + tokens.size()
 // positions. The MTP heads (ForwardMtp) run layer n_layer + head with that layer's own cache.
+//
+// Memory: weights are placed on the backend at load, activations live in grow-only backend
+// buffers reused across steps, and only the outputs (logits, hidden on request) come back to the
+// host. On a host-visible backend (CPU) nothing is copied that the ops can read in place.
 #ifndef STEPSERVE_ENGINE_MODEL_STEP35_MODEL_H_
 #define STEPSERVE_ENGINE_MODEL_STEP35_MODEL_H_
 
@@ -25,14 +29,17 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/model/hparams.h"
 #include "engine/model/kv_storage.h"
+#include "engine/model/placed_weights.h"
 #include "engine/model/weights.h"
 
 namespace stepserve::model {
 
 struct LoadOptions {
-  std::string backend = "cpu";
-  int num_threads = 0;  // 0: all cores
+  std::string backend = "cpu";  // a RegisteredBackends() name
+  int device = 0;               // accelerator index (ignored by the CPU backend)
+  int num_threads = 0;          // 0: all cores
   bool load_mtp = true;
+  LoadProgress progress;  // optional: after each weight placed on the backend
 };
 
 // One sequence's rows in a batch.
@@ -52,6 +59,12 @@ struct ForwardOutput {
   std::vector<float> hidden;  // [rows][n_embd] pre-norm final hidden state of every row
 };
 
+struct ForwardOptions {
+  // Also return ForwardOutput::hidden (MTP drafting feeds it to the heads). Off by default: plain
+  // decoding does not need it, and on an accelerator it would cost a transfer every step.
+  bool want_hidden = false;
+};
+
 class Step35Model {
  public:
   static absl::StatusOr<std::unique_ptr<Step35Model>> Load(const std::string& path,
@@ -60,25 +73,31 @@ class Step35Model {
   static absl::StatusOr<std::unique_ptr<Step35Model>> FromFile(std::unique_ptr<gguf::GgufFile> file,
                                                                const LoadOptions& options);
 
-  // Trunk forward: embeds, runs layers [0, n_layer), fills `out.hidden` for every row and
-  // `out.logits` for the requested rows.
-  absl::Status Forward(std::span<const BatchSequence> batch, KvStorage& kv, ForwardOutput* out);
+  // Trunk forward: embeds, runs layers [0, n_layer), fills `out.logits` for the requested rows
+  // and, with options.want_hidden, `out.hidden` for every row (otherwise it is left empty).
+  absl::Status Forward(std::span<const BatchSequence> batch, KvStorage& kv, ForwardOutput* out,
+                       const ForwardOptions& options = {});
 
   // MTP head `head` (layer n_layer + head, spec 5.2): per row e = RMSNorm(E[x]; enorm),
   // g = RMSNorm(h; hnorm), u = W_eh [e; g], then the layer; out.hidden = the head's output o,
-  // out.logits = shared head over RMSNorm(o; shared_head_norm) for the requested rows.
+  // out.logits = shared head over RMSNorm(o; shared_head_norm) for the requested rows. The hidden
+  // output is always returned: the next head of the chain consumes it.
   absl::Status ForwardMtp(int head, std::span<const BatchSequence> batch, KvStorage& kv,
                           ForwardOutput* out);
 
   // Optional per-layer timing for benchmarks (bench/engine/bench_cpu_layers): called after each
   // layer of Forward / ForwardMtp with the wall-clock seconds of its attention and FFN halves.
-  // Unset by default, which costs nothing.
+  // Unset by default, which costs nothing; when set, asynchronous backends are synchronised at
+  // each half so the times bracket the work.
   using LayerTimer = std::function<void(int layer, double attention_seconds, double ffn_seconds)>;
   void set_layer_timer(LayerTimer timer) { layer_timer_ = std::move(timer); }
 
   const Hparams& hparams() const { return hparams_; }
   const ModelWeights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return *file_; }
+  // The backend the model runs on: KvStorage::Create takes it, so the cache lives beside the
+  // weights.
+  Backend& backend() const { return *backend_; }
   int64_t n_vocab() const { return weights_.n_vocab; }
   int num_mtp_heads() const { return weights_.has_mtp ? hparams_.n_nextn : 0; }
 
@@ -86,20 +105,25 @@ class Step35Model {
 
  private:
   Step35Model();
-  struct Rows;  // activations, reused across calls (the model is driven by one thread)
+  struct Rows;         // activations, reused across calls (the model is driven by one thread)
+  void SizeScratch();  // widths of the activation buffers, from the bound layers
   absl::Status PrepareRows(std::span<const BatchSequence> batch, Rows& rows);
+  absl::Status EnsureRowCapacity(int64_t n, Rows& rows);
   absl::Status RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv);
   absl::Status Attention(int il, Rows& rows, KvStorage& kv);
   absl::Status FeedForward(int il, Rows& rows);
   absl::Status Logits(Rows& rows, std::span<const BatchSequence> batch, Tensor norm, Tensor head,
                       ForwardOutput* out);
+  absl::Status DownloadHidden(const Rows& rows, ForwardOutput* out);
+  absl::Status TimeLayerHalf();
 
   std::unique_ptr<gguf::GgufFile> file_;
   std::unique_ptr<Backend> backend_;
   Hparams hparams_;
   ModelWeights weights_;
-  std::vector<float> rope_freqs_;  // n_rot_max / 2 entries, or empty
-  std::unique_ptr<Rows> rows_;     // scratch: no per-step reallocation of activation buffers
+  PlacedWeights placed_;               // weights_ on the backend
+  std::span<const float> rope_freqs_;  // placed; n_rot_max / 2 entries, or empty
+  std::unique_ptr<Rows> rows_;         // scratch: no per-step reallocation of activation buffers
   LayerTimer layer_timer_;
 };
 

@@ -240,7 +240,11 @@ absl::StatusOr<ModelWeights> ModelWeights::Bind(const gguf::GgufFile& file, cons
   }
   w.has_sparse_indexer = b.Has("blk.3.attn_ssmax_s");
   for (const gguf::TensorInfo& info : file.tensors()) {
-    if (!b.Used(info.name)) w.unused_tensors.push_back(info.name);
+    if (b.Used(info.name)) {
+      w.bound_tensors.push_back(&info);
+    } else {
+      w.unused_tensors.push_back(info.name);
+    }
   }
   return w;
 }

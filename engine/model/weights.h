@@ -77,6 +77,7 @@ struct ModelWeights {
   bool has_mtp = false;   // MTP layers bound
   bool has_sparse_indexer = false;  // Step-5 sparse tensors present (ignored: dense fallback)
   std::vector<std::string> unused_tensors;  // present in the file, not used by the engine
+  std::vector<Tensor> bound_tensors;        // every tensor bound above, in file order
 
   static absl::StatusOr<ModelWeights> Bind(const gguf::GgufFile& file, const Hparams& hparams,
                                            const BindOptions& options = {});

@@ -60,7 +60,7 @@ absl::StatusOr<GenerationStats> Generate(model::Step35Model& model, std::span<co
   const int vocab = static_cast<int>(model.n_vocab());
   ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(options.sampling, vocab, prompt));
   ASSIGN_OR_RETURN(std::unique_ptr<KvContext> kv,
-                   KvContext::Create(model.hparams(), {.max_sequences = 1,
+                   KvContext::Create(model.backend(), model.hparams(), {.max_sequences = 1,
                                                        .ctx_size = options.ctx_size,
                                                        .block_size = options.block_size,
                                                        .max_chunk = options.prefill_chunk}));

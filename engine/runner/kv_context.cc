@@ -13,7 +13,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<KvContext>> KvContext::Create(const model::Hparams& hparams,
+absl::StatusOr<std::unique_ptr<KvContext>> KvContext::Create(Backend& backend,
+                                                             const model::Hparams& hparams,
                                                              const KvContextOptions& options) {
   if (options.max_sequences < 1 || options.ctx_size < 1 || options.block_size < 1 ||
       options.max_chunk < 1 || options.rollback_slack < 0) {
@@ -59,7 +60,7 @@ absl::StatusOr<std::unique_ptr<KvContext>> KvContext::Create(const model::Hparam
   }
   ASSIGN_OR_RETURN(
       model::KvStorage storage,
-      model::KvStorage::Create(hparams, {.block_size = options.block_size,
+      model::KvStorage::Create(backend, hparams, {.block_size = options.block_size,
                                          .full_blocks = static_cast<int32_t>(full_blocks),
                                          .swa_blocks = static_cast<int32_t>(swa_blocks),
                                          .first_layer = 0,

@@ -1,9 +1,10 @@
-// KV cache for a fixed set of sequences without a scheduler: host KvStorage plus the block pools
-// and per-sequence block tables (engine/kv) sized so that every sequence can reach `ctx_size`
-// positions at once. Used by `stepserve generate`, `stepserve eval` and the CPU benchmarks.
+// KV cache for a fixed set of sequences without a scheduler: KvStorage on the model's backend plus
+// the block pools and per-sequence block tables (engine/kv) sized so that every sequence can
+// reach `ctx_size` positions at once. Used by `stepserve generate`, `stepserve eval` and the CPU
+// benchmarks.
 //
-//   ASSIGN_OR_RETURN(auto kv, KvContext::Create(model.hparams(), {.max_sequences = 1,
-//                                                                 .ctx_size = 4096}));
+//   ASSIGN_OR_RETURN(auto kv, KvContext::Create(model.backend(), model.hparams(),
+//                                               {.max_sequences = 1, .ctx_size = 4096}));
 //   ASSIGN_OR_RETURN(BatchSequence seq, kv->Append(0, tokens, /*logit_rows=*/1));
 //   RETURN_IF_ERROR(model.Forward({&seq, 1}, kv->storage(), &out));
 #ifndef STEPSERVE_ENGINE_RUNNER_KV_CONTEXT_H_
@@ -36,7 +37,9 @@ struct KvContextOptions {
 
 class KvContext {
  public:
-  static absl::StatusOr<std::unique_ptr<KvContext>> Create(const model::Hparams& hparams,
+  // The pages come from `backend` (the model's), which must outlive the context.
+  static absl::StatusOr<std::unique_ptr<KvContext>> Create(Backend& backend,
+                                                           const model::Hparams& hparams,
                                                            const KvContextOptions& options);
   KvContext(const KvContext&) = delete;
   KvContext& operator=(const KvContext&) = delete;

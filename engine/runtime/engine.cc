@@ -114,9 +114,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   model::LoadOptions load_options;
   load_options.backend = config.backend;
   load_options.num_threads = config.threads;
+  load_options.device = config.device;
   load_options.load_mtp = false;  // no speculation yet: the MTP heads would only take memory
+  load_options.progress = [&](uint64_t done, uint64_t total, std::string_view) {
+    report("loading model", done, total);
+  };
   ASSIGN_OR_RETURN(impl->model, model::Step35Model::Load(config.model_path, load_options));
-  report("loading model", ec ? 0 : file_bytes, ec ? 0 : file_bytes);
   const model::Hparams& hp = impl->model->hparams();
 
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
@@ -145,7 +148,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   ASSIGN_OR_RETURN(KvSizing sizing, SizeKvCache(hp, sizing_in));
   report("allocating kv cache", 0, sizing.bytes);
   ASSIGN_OR_RETURN(model::KvStorage kv,
-                   model::KvStorage::Create(hp, {.block_size = config.block_size,
+                   model::KvStorage::Create(impl->model->backend(), hp,
+                                            {.block_size = config.block_size,
                                                  .full_blocks = sizing.full_blocks,
                                                  .swa_blocks = sizing.swa_blocks,
                                                  .first_layer = 0,

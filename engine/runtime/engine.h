@@ -72,7 +72,8 @@ struct GenerationRequest {
 struct EngineConfig {
   std::string model_path;
   std::string draft_path;  // separate MTP file (not used yet: speculation is not implemented)
-  std::string backend = "cpu";
+  std::string backend = "cpu";  // "cpu" or "cuda" (RegisteredBackends())
+  int device = 0;               // accelerator index for non-CPU backends
   int threads = 0;              // 0: all cores
   int64_t ctx_size = 0;         // 0: min(model context, 8192)
   double kv_cache_gib = 0;      // KV memory budget (full + sliding pools) in GiB

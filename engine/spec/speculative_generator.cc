@@ -120,15 +120,17 @@ absl::StatusOr<GenerationResult> SpeculativeGenerator::Generate(std::span<const 
   const bool heads_in_target = drafter_ != nullptr && draft_ == nullptr;
   ASSIGN_OR_RETURN(
       model::KvStorage target_kv,
-      model::KvStorage::Create(hp, {.block_size = bs,
+      model::KvStorage::Create(target_->backend(), hp,
+                               {.block_size = bs,
                                     .full_blocks = blocks,
                                     .swa_blocks = blocks,
                                     .end_layer = heads_in_target ? hp.n_layer_all : hp.n_layer}));
   std::optional<model::KvStorage> draft_kv;
   if (drafter_ != nullptr && draft_ != nullptr) {
-    ASSIGN_OR_RETURN(draft_kv, model::KvStorage::Create(
-                                   draft_->hparams(), MtpDrafter::DraftKvOptions(
-                                                          draft_->hparams(), bs, blocks, blocks)));
+    ASSIGN_OR_RETURN(draft_kv,
+                     model::KvStorage::Create(
+                         draft_->backend(), draft_->hparams(),
+                         MtpDrafter::DraftKvOptions(draft_->hparams(), bs, blocks, blocks)));
   }
   model::KvStorage& heads_kv = draft_kv.has_value() ? *draft_kv : target_kv;
   kv::BlockPool full_pool(blocks), swa_pool(blocks);
@@ -158,6 +160,8 @@ absl::StatusOr<GenerationResult> SpeculativeGenerator::Generate(std::span<const 
 
   // Prefill in chunks; each chunk's rows are caught up on the heads right away (spec 5.4).
   ForwardOutput fwd;
+  // The heads consume the trunk's hidden rows.
+  const model::ForwardOptions forward_options{.want_hidden = drafter_ != nullptr};
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   for (int64_t pos = 0; pos < n_prompt; pos += options_.prefill_chunk) {
     const int64_t count = std::min<int64_t>(options_.prefill_chunk, n_prompt - pos);
@@ -169,7 +173,7 @@ absl::StatusOr<GenerationResult> SpeculativeGenerator::Generate(std::span<const 
                       .full_table = seq_blocks.full_table(),
                       .swa_table = seq_blocks.swa_table(),
                       .logit_rows = last ? 1 : 0};
-    RETURN_IF_ERROR(target_->Forward({&seq, 1}, target_kv, &fwd));
+    RETURN_IF_ERROR(target_->Forward({&seq, 1}, target_kv, &fwd, forward_options));
     ++result.stats.target_forwards;
     if (drafter_ != nullptr) RETURN_IF_ERROR(catch_up(chunk, fwd.hidden));
   }
@@ -218,7 +222,7 @@ absl::StatusOr<GenerationResult> SpeculativeGenerator::Generate(std::span<const 
                       .full_table = seq_blocks.full_table(),
                       .swa_table = seq_blocks.swa_table(),
                       .logit_rows = k + 1};
-    RETURN_IF_ERROR(target_->Forward({&seq, 1}, target_kv, &fwd));
+    RETURN_IF_ERROR(target_->Forward({&seq, 1}, target_kv, &fwd, forward_options));
     ++result.stats.target_forwards;
     const std::span<const int32_t> draft_span(rows.data() + 1, k);
     emitted.assign(k + 1, SampleResult{});

@@ -18,6 +18,7 @@
 #include "engine/tokenizer/jinja_value.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/args.h"
+#include "server/cli/backend_flags.h"
 #include "server/subcommand.h"
 
 namespace stepserve::cli {
@@ -34,6 +35,7 @@ constexpr char kDescription[] =
 struct Flags {
   std::string model, text, save_logits, kld_against;
   int64_t ctx = 512, chunks = 0, batch_rows = 0, threads = 0;
+  BackendFlags backend;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -58,9 +60,16 @@ absl::Status RunEval(const Flags& flags) {
   if (flags.chunks < 0 || flags.batch_rows < 0 || flags.threads < 0) {
     return absl::InvalidArgumentError("--chunks, --batch-rows and --threads must be >= 0");
   }
+  if (std::string error = ValidateBackendFlags(flags.backend); !error.empty()) {
+    return absl::InvalidArgumentError(error);
+  }
   ASSIGN_OR_RETURN(std::string text, ReadFile(flags.text));
-  absl::StatusOr<std::unique_ptr<model::Step35Model>> loaded = model::Step35Model::Load(
-      flags.model, {.num_threads = static_cast<int>(flags.threads), .load_mtp = false});
+  absl::StatusOr<std::unique_ptr<model::Step35Model>> loaded =
+      model::Step35Model::Load(flags.model, {.backend = flags.backend.backend,
+                                             .device = static_cast<int>(flags.backend.device),
+                                             .num_threads = static_cast<int>(flags.threads),
+                                             .load_mtp = false,
+                                             .progress = StderrLoadProgress()});
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
                         absl::StrFormat("%s: %s", flags.model, loaded.status().message()));
@@ -88,7 +97,7 @@ absl::Status RunEval(const Flags& flags) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<runner::KvContext> kv,
       runner::KvContext::Create(
-          model.hparams(),
+          model.backend(), model.hparams(),
           {.max_sequences = 1, .ctx_size = flags.ctx, .max_chunk = static_cast<int32_t>(rows)}));
   const int64_t n_vocab = model.n_vocab();
   model::ForwardOutput out;
@@ -162,6 +171,7 @@ int Run(int argc, char** argv) {
   parser.AddString("kld-against", &f.kld_against,
                    "compare with log-probabilities saved by --save-logits");
   parser.AddInt("threads", &f.threads, "CPU threads (0 = all cores)");
+  AddBackendFlags(parser, &f.backend);
   int exit_code = 0;
   if (!ParseOrExit(parser, argc, argv, &exit_code)) return exit_code;
   if (absl::Status status = RunEval(f); !status.ok()) {

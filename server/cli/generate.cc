@@ -25,6 +25,7 @@
 #include "engine/tokenizer/streaming_decoder.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/args.h"
+#include "server/cli/backend_flags.h"
 #include "server/subcommand.h"
 
 namespace stepserve::cli {
@@ -51,6 +52,7 @@ struct Flags {
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
   double presence_penalty = 0.0, frequency_penalty = 0.0;
   bool no_bos = false, parse_special = false, show_special = false;
+  BackendFlags backend;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -228,9 +230,17 @@ absl::Status RunGenerate(const Flags& flags) {
     return absl::InvalidArgumentError(
         "--threads and --ctx-size must be >= 0 and --prefill-chunk >= 1");
   }
+  if (std::string error = ValidateBackendFlags(flags.backend); !error.empty()) {
+    return absl::InvalidArgumentError(error);
+  }
   const bool self_draft = !flags.draft.empty() && flags.draft == flags.model;
-  absl::StatusOr<std::unique_ptr<model::Step35Model>> model = model::Step35Model::Load(
-      flags.model, {.num_threads = static_cast<int>(flags.threads), .load_mtp = self_draft});
+  const model::LoadOptions load{.backend = flags.backend.backend,
+                                .device = static_cast<int>(flags.backend.device),
+                                .num_threads = static_cast<int>(flags.threads),
+                                .load_mtp = self_draft,
+                                .progress = StderrLoadProgress()};
+  absl::StatusOr<std::unique_ptr<model::Step35Model>> model =
+      model::Step35Model::Load(flags.model, load);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrFormat("%s: %s", flags.model, model.status().message()));
@@ -276,8 +286,10 @@ absl::Status RunGenerate(const Flags& flags) {
   if (!flags.draft.empty()) {
     std::unique_ptr<model::Step35Model> draft;
     if (!self_draft) {
-      absl::StatusOr<std::unique_ptr<model::Step35Model>> loaded = model::Step35Model::Load(
-          flags.draft, {.num_threads = static_cast<int>(flags.threads), .load_mtp = true});
+      model::LoadOptions draft_load = load;
+      draft_load.load_mtp = true;
+      absl::StatusOr<std::unique_ptr<model::Step35Model>> loaded =
+          model::Step35Model::Load(flags.draft, draft_load);
       if (!loaded.ok()) {
         return absl::Status(loaded.status().code(), absl::StrFormat("--draft %s: %s", flags.draft,
                                                                     loaded.status().message()));
@@ -370,6 +382,7 @@ int Run(int argc, char** argv) {
   parser.AddDouble("frequency-penalty", &f.frequency_penalty, "frequency penalty (0 = off)");
   parser.AddInt("seed", &f.seed, "sampling seed (-1 = random, printed on stderr)");
   parser.AddInt("threads", &f.threads, "CPU threads (0 = all cores)");
+  AddBackendFlags(parser, &f.backend);
   parser.AddInt("ctx-size", &f.ctx_size, "context positions (0 = min(4096, training context))");
   parser.AddInt("prefill-chunk", &f.prefill_chunk, "prompt tokens per forward pass");
   parser.AddBool("no-bos", &f.no_bos, "do not add BOS even when the vocabulary does");
@@ -393,7 +406,7 @@ int Run(int argc, char** argv) {
 
 }  // namespace
 
-STEPSERVE_SUBCOMMAND("generate", "generate text from a step35 GGUF on the CPU (prompt or chat)",
+STEPSERVE_SUBCOMMAND("generate", "generate text from a step35 GGUF (prompt or chat)",
                      Run);
 
 }  // namespace stepserve::cli

@@ -19,6 +19,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "server/args.h"
 #include "server/auth.h"
+#include "server/cli/backend_flags.h"
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
@@ -74,6 +75,7 @@ struct Flags {
   int64_t max_draft_tokens = -1, drain_timeout_s = 30;
   double kv_cache_gib = 0, gpu_memory_fraction = 0.92, temperature = 1.0, top_p = 1.0, min_p = 0;
   std::string devices, speculative = "auto", log_format = "text";
+  BackendFlags backend;
 };
 
 // Range checks the parser cannot express; the message names the flag.
@@ -100,6 +102,7 @@ std::string Validate(const Flags& f, const ArgParser& p) {
     if (std::string e = positive(name, v); !e.empty()) return e;
   }
   if (p.WasSet("threads") && f.threads < 1) return positive("threads", f.threads);
+  if (std::string e = ValidateBackendFlags(f.backend); !e.empty()) return e;
   if (!(f.gpu_memory_fraction > 0 && f.gpu_memory_fraction <= 1)) {
     return absl::StrFormat("--gpu-memory-fraction must be in (0, 1], got %g",
                            f.gpu_memory_fraction);
@@ -152,6 +155,8 @@ google::protobuf::Struct EffectiveConfig(const Flags& f, const engine::ModelInfo
   m["max_queue"].set_number_value(static_cast<double>(f.max_queue));
   m["threads"].set_number_value(static_cast<double>(f.threads));
   m["devices"].set_string_value(f.devices.empty() ? "cpu" : f.devices);
+  m["backend"].set_string_value(f.backend.backend);
+  m["device"].set_number_value(static_cast<double>(f.backend.device));
   m["temperature"].set_number_value(f.temperature);
   m["top_p"].set_number_value(f.top_p);
   m["top_k"].set_number_value(static_cast<double>(f.top_k));
@@ -190,6 +195,7 @@ int Run(int argc, char** argv) {
   p.AddInt("max-step-tokens", &f.max_step_tokens, "token budget of one engine step");
   p.AddInt("max-queue", &f.max_queue, "maximum waiting requests");
   p.AddInt("threads", &f.threads, "host threads (default: all cores)");
+  AddBackendFlags(p, &f.backend);
   p.AddString("devices", &f.devices, "CUDA device ordinals (0,1,..) or cpu");
   p.AddDouble("gpu-memory-fraction", &f.gpu_memory_fraction, "fraction (0, 1] of device memory");
   p.AddDouble("temperature", &f.temperature, "default temperature (0 = greedy)");
@@ -256,7 +262,8 @@ int Run(int argc, char** argv) {
   engine::EngineConfig ec;
   ec.model_path = f.model;
   ec.draft_path = f.draft;
-  ec.backend = "cpu";
+  ec.backend = f.backend.backend;
+  ec.device = static_cast<int>(f.backend.device);
   ec.threads = static_cast<int>(f.threads);
   ec.ctx_size = f.ctx_size;
   ec.kv_cache_gib = f.kv_cache_gib;

@@ -66,8 +66,9 @@ class Step35ModelTest : public ::testing::TestWithParam<std::string> {
         Step35Model::Load(MakeTiny(GetParam()), {.num_threads = 2});
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *std::move(model);
-    absl::StatusOr<KvStorage> kv = KvStorage::Create(
-        model_->hparams(), {.block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
+    absl::StatusOr<KvStorage> kv =
+        KvStorage::Create(model_->backend(), model_->hparams(),
+                          {.block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
     ASSERT_TRUE(kv.ok()) << kv.status();
     kv_ = std::make_unique<KvStorage>(*std::move(kv));
     reference_ = std::make_unique<ReferenceStep35>(model_->file(), model_->hparams());
@@ -91,7 +92,7 @@ TEST_P(Step35ModelTest, PrefillMatchesReferencePastTheSlidingWindow) {
       .tokens = tokens, .start_pos = 0, .full_table = table, .swa_table = table, .logit_rows = 40};
   ForwardOutput out;
   out.logits.assign(1, NAN);
-  ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &out).ok());
+  ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &out, {.want_hidden = true}).ok());
   const int64_t v = model_->n_vocab(), d = model_->hparams().n_embd;
   ASSERT_EQ(out.logits.size(), static_cast<size_t>(40 * v));
   ASSERT_EQ(out.hidden.size(), static_cast<size_t>(40 * d));
@@ -212,6 +213,70 @@ TEST_P(Step35ModelTest, BadInputsAreClearErrors) {
   EXPECT_NE(status.message().find("outside the vocabulary"), std::string::npos) << status;
   EXPECT_EQ(model_->ForwardMtp(3, {&seq, 1}, *kv_, &out).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(Step35ModelTest, HiddenRowsOnlyWhenAskedAndScratchIsReused) {
+  const int64_t v = model_->n_vocab(), d = model_->hparams().n_embd;
+  const std::vector<int32_t> tokens = RandomTokens(20, v, 7);
+  const std::vector<int32_t> table = Pages(30, 2);
+  BatchSequence seq{.tokens = std::span<const int32_t>(tokens).subspan(0, 12),
+                    .full_table = table,
+                    .swa_table = table,
+                    .logit_rows = 1};
+  ForwardOutput out;
+  out.hidden.assign(3, 1.0f);  // stale rows from an earlier call must not survive
+  ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &out).ok());
+  EXPECT_TRUE(out.hidden.empty());
+  EXPECT_EQ(out.logits.size(), static_cast<size_t>(v));
+  const uint64_t scratch = model_->backend().memory_info().buffer_bytes;
+  for (int pos = 12; pos < 20; ++pos) {
+    BatchSequence step{.tokens = std::span<const int32_t>(tokens).subspan(pos, 1),
+                       .start_pos = pos,
+                       .full_table = table,
+                       .swa_table = table,
+                       .logit_rows = 1};
+    ASSERT_TRUE(model_->Forward({&step, 1}, *kv_, &out, {.want_hidden = pos % 2 == 0}).ok());
+    EXPECT_EQ(out.hidden.size(), pos % 2 == 0 ? static_cast<size_t>(d) : 0u);
+    EXPECT_EQ(model_->backend().memory_info().buffer_bytes, scratch)
+        << "decode steps smaller than the prefill must reuse its activation buffers";
+  }
+}
+
+TEST_P(Step35ModelTest, KvStorageThatCannotFitNamesTheBytes) {
+  // 2^20 blocks of 2^20 positions: far beyond any address space.
+  absl::StatusOr<KvStorage> kv = KvStorage::Create(
+      model_->backend(), model_->hparams(),
+      {.block_size = 1 << 20, .full_blocks = 1 << 20, .swa_blocks = 1 << 20});
+  ASSERT_EQ(kv.status().code(), absl::StatusCode::kResourceExhausted) << kv.status();
+  EXPECT_NE(kv.status().message().find("bytes wanted"), std::string::npos) << kv.status();
+  EXPECT_NE(kv.status().message().find("free of"), std::string::npos) << kv.status();
+}
+
+TEST(Step35ModelLoadTest, ReportsPlacementProgressUpToTheBoundBytes) {
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  uint64_t bound_bytes = 0;
+  absl::StatusOr<std::unique_ptr<Step35Model>> model = Step35Model::Load(
+      MakeTiny("mix"),
+      {.num_threads = 1,
+       .load_mtp = false,
+       .progress = [&](uint64_t done, uint64_t total, std::string_view name) {
+         EXPECT_FALSE(name.empty());
+         calls.emplace_back(done, total);
+       }});
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (Tensor t : (*model)->weights().bound_tensors) bound_bytes += t->nbytes;
+  ASSERT_EQ(calls.size(), (*model)->weights().bound_tensors.size());
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_GT(calls[i].first, calls[i - 1].first);
+  EXPECT_EQ(calls.back().first, bound_bytes);
+  EXPECT_EQ(calls.back().second, bound_bytes);
+  EXPECT_EQ((*model)->backend().name(), "cpu");
+}
+
+TEST(Step35ModelLoadTest, UnknownBackendListsTheKnownOnes) {
+  absl::StatusOr<std::unique_ptr<Step35Model>> model =
+      Step35Model::Load(MakeTiny("f32"), {.backend = "tpu"});
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("cpu"), std::string::npos) << model.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Step35ModelTest, ::testing::Values("f32", "mix"));

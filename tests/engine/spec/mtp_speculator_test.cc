@@ -131,7 +131,7 @@ class MtpSpeculatorTest : public ::testing::Test {
 
   static KvStorage NewKv(const Step35Model& m) {
     absl::StatusOr<KvStorage> kv = KvStorage::Create(
-        m.hparams(),
+        m.backend(), m.hparams(),
         {.block_size = kBlockSize, .full_blocks = 2 * kBlocks, .swa_blocks = 2 * kBlocks});
     STEPSERVE_CHECK(kv.ok());
     return *std::move(kv);
@@ -181,7 +181,7 @@ class MtpSpeculatorTest : public ::testing::Test {
                       .swa_table = swa_table.empty() ? table : swa_table,
                       .logit_rows = 1};
     ForwardOutput fwd;
-    ASSERT_TRUE(m.Forward({&seq, 1}, kv, &fwd).ok());
+    ASSERT_TRUE(m.Forward({&seq, 1}, kv, &fwd, {.want_hidden = true}).ok());
     *hidden = fwd.hidden;
     *next = Argmax(fwd.logits);
   }
@@ -379,7 +379,7 @@ TEST_F(MtpSpeculatorTest, SeparateDraftFileDraftsLikeCombined) {
     std::optional<KvStorage> draft_kv;
     if (draft != nullptr) {
       absl::StatusOr<KvStorage> kv = KvStorage::Create(
-          draft->hparams(),
+          draft->backend(), draft->hparams(),
           MtpDrafter::DraftKvOptions(draft->hparams(), kBlockSize, 2 * kBlocks, 2 * kBlocks));
       EXPECT_TRUE(kv.ok()) << kv.status();
       draft_kv.emplace(*std::move(kv));
@@ -467,7 +467,7 @@ TEST_F(MtpSpeculatorTest, RollbackEqualsRecompute) {
                        .swa_table = blocks.swa_table(),
                        .logit_rows = 4};
   ForwardOutput fwd;
-  ASSERT_TRUE(m.Forward({&verify, 1}, kv, &fwd).ok());
+  ASSERT_TRUE(m.Forward({&verify, 1}, kv, &fwd, {.want_hidden = true}).ok());
   absl::StatusOr<VerifyOutcome> outcome =
       VerifyGreedy(fwd.logits, static_cast<int>(v), {rows.data() + 1, 3});
   ASSERT_TRUE(outcome.ok());
