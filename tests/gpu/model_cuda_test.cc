@@ -1,0 +1,267 @@
+// The whole step35 forward pass on the "cuda" backend against the "cpu" backend: logits of every
+// row of prefills (one block, past a block boundary, past the sliding window, a ragged batch),
+// greedy continuations, and the MTP heads. Runs on the tiny synthetic model ("f32" and "mix"
+// recipes) and on the models listed in STEPSERVE_GPU_TEST_MODELS (colon-separated GGUF paths,
+// e.g. `make-model --preset step-3.5-flash --layers 4`). Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "engine/model/kv_storage.h"
+#include "engine/model/step35_model.h"
+#include "engine/synth/make_model.h"
+#include "kernels/common/cuda_check.h"
+#include "tests/gpu/backend_test_util.h"
+
+namespace stepserve::model {
+namespace {
+
+// Per logits row ||cuda - cpu|| / ||cpu||: F32 activations on both sides, but a different
+// summation order (and, for quantized weights, the CUDA GEMV's int8 activation path).
+constexpr double kRowBound = 2e-3;
+constexpr int kGreedyTokens = 24;
+
+double RelErr(const float* got, const float* want, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double diff = static_cast<double>(got[i]) - want[i];
+    num += diff * diff;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  if (std::isnan(num)) return INFINITY;
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+  return tokens;
+}
+
+std::vector<int32_t> Pages(int32_t first, int32_t count) {
+  std::vector<int32_t> table(count);
+  std::iota(table.begin(), table.end(), first);
+  return table;
+}
+
+int32_t Argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+// Gap between the two largest entries: a greedy mismatch where it is tiny is a near-tie.
+double TopTwoGap(const float* row, int64_t n) {
+  float first = -INFINITY, second = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (row[i] > first) {
+      second = first;
+      first = row[i];
+    } else if (row[i] > second) {
+      second = row[i];
+    }
+  }
+  return first - second;
+}
+
+// One model on one backend with its own KV cache.
+struct Side {
+  std::unique_ptr<Step35Model> model;
+  std::unique_ptr<KvStorage> kv;
+};
+
+constexpr int32_t kBlockSize = 16;
+
+Side Open(const std::string& path, const std::string& backend, int32_t blocks) {
+  Side side;
+  absl::StatusOr<std::unique_ptr<Step35Model>> model =
+      Step35Model::Load(path, {.backend = backend, .device = 0, .load_mtp = true});
+  EXPECT_TRUE(model.ok()) << backend << ": " << model.status();
+  if (!model.ok()) return side;
+  side.model = *std::move(model);
+  absl::StatusOr<KvStorage> kv =
+      KvStorage::Create(side.model->backend(), side.model->hparams(),
+                        {.block_size = kBlockSize, .full_blocks = blocks, .swa_blocks = blocks});
+  EXPECT_TRUE(kv.ok()) << backend << ": " << kv.status();
+  if (kv.ok()) side.kv = std::make_unique<KvStorage>(*std::move(kv));
+  return side;
+}
+
+// Compares the logits rows of one forward pass; returns the worst row error.
+double CompareRows(const std::vector<float>& cuda, const std::vector<float>& cpu, int64_t vocab,
+                   const std::string& what) {
+  EXPECT_EQ(cuda.size(), cpu.size()) << what;
+  double worst = 0;
+  const int64_t rows = static_cast<int64_t>(std::min(cuda.size(), cpu.size())) / vocab;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double err = RelErr(cuda.data() + r * vocab, cpu.data() + r * vocab, vocab);
+    EXPECT_LT(err, kRowBound) << what << ", logits row " << r;
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+// The comparison every model goes through.
+void CompareCudaWithCpu(const std::string& path) {
+  Side cpu = Open(path, "cpu", 256);
+  Side cuda = Open(path, "cuda", 256);
+  ASSERT_TRUE(cpu.kv && cuda.kv);
+  const Hparams& hp = cpu.model->hparams();
+  const int64_t vocab = cpu.model->n_vocab(), d = hp.n_embd;
+  // Prompt lengths: one token, exactly one block, one past a block boundary, and past the
+  // sliding window (plus a partial block).
+  const int64_t window = std::max<int64_t>(hp.sliding_window, 1);
+  const std::vector<int64_t> lengths = {1, kBlockSize, kBlockSize + 1, window + kBlockSize + 5};
+  int32_t next_page = 0;
+  for (size_t p = 0; p < lengths.size(); ++p) {
+    const int64_t n = lengths[p];
+    const std::string what = "prompt of " + std::to_string(n) + " tokens";
+    const std::vector<int32_t> prompt = RandomTokens(n, vocab, 100 + static_cast<uint32_t>(p));
+    const int32_t pages = static_cast<int32_t>((n + kGreedyTokens) / kBlockSize + 2);
+    const std::vector<int32_t> table = Pages(next_page, pages);
+    next_page += pages;
+    ASSERT_LE(next_page, 256);
+    // Prefill with logits for every row; the hidden rows too (MTP drafting needs them).
+    BatchSequence seq{.tokens = prompt,
+                      .start_pos = 0,
+                      .full_table = table,
+                      .swa_table = table,
+                      .logit_rows = static_cast<int32_t>(n)};
+    ForwardOutput want, got;
+    ASSERT_TRUE(cpu.model->Forward({&seq, 1}, *cpu.kv, &want, {.want_hidden = true}).ok());
+    got.logits.assign(want.logits.size(), NAN);
+    const absl::Status status =
+        cuda.model->Forward({&seq, 1}, *cuda.kv, &got, {.want_hidden = true});
+    ASSERT_TRUE(status.ok()) << what << ": " << status;
+    const double worst = CompareRows(got.logits, want.logits, vocab, what + " prefill");
+    ASSERT_EQ(got.hidden.size(), static_cast<size_t>(n * d));
+    EXPECT_LT(RelErr(got.hidden.data(), want.hidden.data(), n * d), kRowBound) << what;
+    ::testing::Test::RecordProperty("prefill_" + std::to_string(n) + "_worst_row_rel_err",
+                                    std::to_string(worst));
+
+    // Greedy continuation, each backend on its own choices.
+    std::vector<int32_t> cpu_tokens, cuda_tokens;
+    int32_t cpu_next = Argmax(want.logits.data() + (n - 1) * vocab, vocab);
+    int32_t cuda_next = Argmax(got.logits.data() + (n - 1) * vocab, vocab);
+    for (int step = 0; step < kGreedyTokens; ++step) {
+      cpu_tokens.push_back(cpu_next);
+      cuda_tokens.push_back(cuda_next);
+      ASSERT_EQ(cuda_next, cpu_next)
+          << what << ", greedy step " << step << "; the CPU's top-two gap there is "
+          << TopTwoGap(step == 0 ? want.logits.data() + (n - 1) * vocab : want.logits.data(),
+                       vocab);
+      BatchSequence one{.tokens = {&cpu_tokens.back(), 1},
+                        .start_pos = n + step,
+                        .full_table = table,
+                        .swa_table = table,
+                        .logit_rows = 1};
+      BatchSequence one_cuda = one;
+      one_cuda.tokens = {&cuda_tokens.back(), 1};
+      ASSERT_TRUE(cpu.model->Forward({&one, 1}, *cpu.kv, &want).ok());
+      ASSERT_TRUE(cuda.model->Forward({&one_cuda, 1}, *cuda.kv, &got).ok());
+      EXPECT_TRUE(got.hidden.empty()) << "hidden rows were not asked for";
+      CompareRows(got.logits, want.logits, vocab, what + ", decode step " + std::to_string(step));
+      cpu_next = Argmax(want.logits.data(), vocab);
+      cuda_next = Argmax(got.logits.data(), vocab);
+    }
+    EXPECT_EQ(cuda_tokens, cpu_tokens) << what;
+  }
+
+  // A ragged batch: three sequences of different lengths in one forward pass, two logit rows
+  // each (gathered from non-adjacent rows).
+  {
+    const std::vector<int32_t> a = RandomTokens(23, vocab, 7), b = RandomTokens(5, vocab, 8),
+                               c = RandomTokens(window + 3, vocab, 9);
+    const int32_t pc = static_cast<int32_t>(c.size() / kBlockSize + 1);
+    const std::vector<int32_t> ta = Pages(next_page, 2), tb = Pages(next_page + 2, 1),
+                               tc = Pages(next_page + 3, pc);
+    next_page += 3 + pc;
+    ASSERT_LE(next_page, 256);
+    const BatchSequence batch[] = {
+        {.tokens = a, .full_table = ta, .swa_table = ta, .logit_rows = 2},
+        {.tokens = b, .full_table = tb, .swa_table = tb, .logit_rows = 2},
+        {.tokens = c, .full_table = tc, .swa_table = tc, .logit_rows = 2},
+    };
+    ForwardOutput want, got;
+    ASSERT_TRUE(cpu.model->Forward(batch, *cpu.kv, &want).ok());
+    const absl::Status status = cuda.model->Forward(batch, *cuda.kv, &got);
+    ASSERT_TRUE(status.ok()) << status;
+    CompareRows(got.logits, want.logits, vocab, "ragged batch");
+  }
+
+  // MTP heads: the same tokens and trunk hidden rows into each head on both backends.
+  const int heads = cpu.model->num_mtp_heads();
+  ASSERT_EQ(cuda.model->num_mtp_heads(), heads);
+  if (heads == 0) return;
+  const int64_t n = std::min<int64_t>(window + 9, 64);
+  const std::vector<int32_t> tokens = RandomTokens(n, vocab, 11);
+  const int32_t pages = static_cast<int32_t>(n / kBlockSize + 1);
+  const std::vector<int32_t> trunk_table = Pages(next_page, pages);
+  BatchSequence trunk{
+      .tokens = tokens, .full_table = trunk_table, .swa_table = trunk_table, .logit_rows = 0};
+  ForwardOutput trunk_out;
+  ASSERT_TRUE(cpu.model->Forward({&trunk, 1}, *cpu.kv, &trunk_out, {.want_hidden = true}).ok());
+  // Row t pairs token t with the hidden of row t - 1 (zeros at position 0).
+  std::vector<float> hidden_in(static_cast<size_t>(n * d), 0.0f);
+  std::copy(trunk_out.hidden.begin(), trunk_out.hidden.end() - d, hidden_in.begin() + d);
+  for (int head = 0; head < heads; ++head) {
+    const std::vector<int32_t> table = Pages(next_page + pages * (head + 1), pages);
+    ASSERT_LE(next_page + pages * (head + 2), 256);
+    BatchSequence seq{.tokens = tokens,
+                      .full_table = table,
+                      .swa_table = table,
+                      .logit_rows = static_cast<int32_t>(n),
+                      .mtp_hidden = hidden_in};
+    ForwardOutput want, got;
+    ASSERT_TRUE(cpu.model->ForwardMtp(head, {&seq, 1}, *cpu.kv, &want).ok());
+    const absl::Status status = cuda.model->ForwardMtp(head, {&seq, 1}, *cuda.kv, &got);
+    ASSERT_TRUE(status.ok()) << "MTP head " << head << ": " << status;
+    CompareRows(got.logits, want.logits, vocab, "MTP head " + std::to_string(head));
+    ASSERT_EQ(got.hidden.size(), want.hidden.size());
+    EXPECT_LT(RelErr(got.hidden.data(), want.hidden.data(), n * d), kRowBound)
+        << "MTP head " << head << " hidden";
+  }
+}
+
+class ModelCudaTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelCudaTest, TinyModelMatchesCpu) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("stepserve_model_cuda_test_" + GetParam() + ".gguf"))
+                               .string();
+  synth::MakeModelOptions options;
+  options.preset = "tiny";
+  options.out = path;
+  options.seed = 11;
+  options.recipe = GetParam();
+  absl::StatusOr<std::vector<synth::WrittenFile>> written = synth::MakeModel(options, nullptr);
+  ASSERT_TRUE(written.ok()) << written.status();
+  CompareCudaWithCpu(path);
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, ModelCudaTest, ::testing::Values("f32", "mix"));
+
+TEST(ModelCudaFilesTest, ModelsFromEnvironmentMatchCpu) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
+  const char* list = std::getenv("STEPSERVE_GPU_TEST_MODELS");
+  if (list == nullptr || list[0] == '\0') {
+    GTEST_SKIP() << "STEPSERVE_GPU_TEST_MODELS is not set (colon-separated GGUF paths)";
+  }
+  for (absl::string_view path : absl::StrSplit(list, ':', absl::SkipEmpty())) {
+    SCOPED_TRACE(std::string(path));
+    CompareCudaWithCpu(std::string(path));
+  }
+}
+
+}  // namespace
+}  // namespace stepserve::model
