@@ -75,9 +75,11 @@ absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::FromFile(
           "tensor rope_freqs.weight holds a non-positive or non-finite factor");
     }
   }
-  ASSIGN_OR_RETURN(model->backend_,
-                   CreateBackend(options.backend,
-                                 {.num_threads = options.num_threads, .device = options.device}));
+  ASSIGN_OR_RETURN(
+      model->backend_,
+      CreateBackend(options.backend, {.num_threads = options.num_threads,
+                                      .device = options.device,
+                                      .exact_activations = options.exact_activations}));
   ASSIGN_OR_RETURN(model->placed_, PlacedWeights::Place(*model->backend_, *model->file_,
                                                         model->weights_, options.progress));
   model->rope_freqs_ = model->placed_.F32(model->weights_.rope_freqs);

@@ -37,7 +37,10 @@ namespace stepserve::model {
 struct LoadOptions {
   std::string backend = "cpu";  // a RegisteredBackends() name
   int device = 0;               // accelerator index (ignored by the CPU backend)
-  int num_threads = 0;          // 0: all cores
+  // Accelerators: F32 activations into quantized matmuls (BackendOptions::exact_activations);
+  // for accuracy comparisons, slower.
+  bool exact_activations = false;
+  int num_threads = 0;  // 0: all cores
   bool load_mtp = true;
   LoadProgress progress;  // optional: after each weight placed on the backend
 };
