@@ -326,6 +326,55 @@ TEST_F(ServeTest, MetricsScrapeMatchesTheContract) {
   EXPECT_EQ(body.find("stepserve_request_generation_tokens_count 0\n"), std::string::npos);
 }
 
+// The value of an unlabelled counter in a Prometheus text scrape (-1 when absent).
+double CounterValue(const std::string& body, const std::string& name) {
+  const std::string line_start = "\n" + name + " ";
+  const size_t at = body.find(line_start);
+  if (at == std::string::npos) return -1;
+  return std::strtod(body.c_str() + at + line_start.size(), nullptr);
+}
+
+TEST_F(ServeTest, RepeatedPromptIsServedFromThePrefixCacheWithTheSameOutput) {
+  auto stub = Stub(server_->target());
+  std::string error;
+  const std::string before = testing::HttpGet(server_->metrics_port(), "/metrics", &error);
+  ASSERT_EQ(error, "");
+  // Long enough for a few 16-token blocks, unique to this test (nothing cached yet).
+  const pb::GenerateRequest req = Greedy(
+      "prefix cache check: a long system prompt that many requests share, repeated word for "
+      "word so that its full blocks are computed once and reused afterwards",
+      8);
+  const StreamResult first = RunStream(stub.get(), req);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_GT(first.final.usage().prompt_tokens(), 17u);
+  EXPECT_EQ(first.final.usage().cached_tokens(), 0u);
+  const StreamResult second = RunStream(stub.get(), req);
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_GT(second.final.usage().cached_tokens(), 0u);
+  EXPECT_LT(second.final.usage().cached_tokens(), second.final.usage().prompt_tokens());
+  EXPECT_EQ(second.ids, first.ids);
+  EXPECT_EQ(second.text, first.text);
+  // The unary call reports it too.
+  grpc::ClientContext ctx;
+  pb::GenerateResult unary;
+  ASSERT_TRUE(stub->Generate(&ctx, req, &unary).ok());
+  EXPECT_EQ(unary.final().usage().cached_tokens(), second.final.usage().cached_tokens());
+  EXPECT_EQ(unary.text(), first.text);
+
+  const std::string after = testing::HttpGet(server_->metrics_port(), "/metrics", &error);
+  ASSERT_EQ(error, "");
+  EXPECT_GE(CounterValue(after, "stepserve_prefix_cache_hits_total") -
+                CounterValue(before, "stepserve_prefix_cache_hits_total"),
+            2.0 * second.final.usage().cached_tokens());
+  EXPECT_GE(CounterValue(after, "stepserve_prefix_cache_queries_total") -
+                CounterValue(before, "stepserve_prefix_cache_queries_total"),
+            3.0 * first.final.usage().prompt_tokens());
+  grpc::ClientContext load_ctx;
+  pb::LoadReport load;
+  ASSERT_TRUE(stub->GetLoad(&load_ctx, pb::GetLoadRequest(), &load).ok());
+  EXPECT_GT(load.prefix_cache_hit_rate(), 0);
+}
+
 TEST(ServeStandaloneTest, QueueOverflowIsResourceExhausted) {
   ServerProcess server;
   ASSERT_TRUE(server.Start({"--model", g_model, "--ctx-size", "96", "--threads", "1",
