@@ -41,12 +41,17 @@ struct ScratchLayout {
   int64_t total() const { return x16_bytes + tile_bytes; }
 };
 
-ScratchLayout Layout(GgmlType type, int64_t in, int64_t out, int64_t rows) {
+// Weights used as stored by cuBLAS (no tile): F32 always, F16 unless exact.
+bool WeightsAsStored(GgmlType type, bool exact) {
+  return type == GgmlType::kF32 || (type == GgmlType::kF16 && !exact);
+}
+
+ScratchLayout Layout(GgmlType type, int64_t in, int64_t out, int64_t rows, bool exact) {
   ScratchLayout s;
-  const bool x_f16 = type != GgmlType::kF32 && type != GgmlType::kBF16;
+  const bool x_f16 = !exact && type != GgmlType::kF32 && type != GgmlType::kBF16;
   if (x_f16) s.x16_bytes = AlignUp(rows * PaddedLd(in) * 2, 256);
-  if (!IsPlainFloat(type) || type == GgmlType::kBF16) {
-    s.tile_elem = type == GgmlType::kBF16 ? 4 : 2;
+  if (!WeightsAsStored(type, exact)) {
+    s.tile_elem = (exact || type == GgmlType::kBF16) ? 4 : 2;
     s.tile_bytes = TileRows(in, out) * PaddedLd(in) * s.tile_elem;
   }
   return s;
@@ -83,9 +88,10 @@ KernelStatus ValidateMatmulCuda(const MatmulCudaArgs& a) {
   return KernelStatus::kOk;
 }
 
-int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows) {
+int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows,
+                               bool exact) {
   if (in <= 0 || out <= 0 || rows <= 0) return 0;
-  return Layout(type, in, out, rows).total();
+  return Layout(type, in, out, rows, exact).total();
 }
 
 CublasGemm::~CublasGemm() {
@@ -94,7 +100,7 @@ CublasGemm::~CublasGemm() {
 
 KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = ValidateMatmulCuda(a); s != KernelStatus::kOk) return s;
-  const ScratchLayout layout = Layout(a.type, a.in, a.out, a.rows);
+  const ScratchLayout layout = Layout(a.type, a.in, a.out, a.rows, a.exact);
   if (layout.total() > 0 &&
       (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 256 != 0 ||
        a.scratch_bytes < layout.total())) {
@@ -136,7 +142,7 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
                         x16, CUDA_R_16F, static_cast<int>(ld), &beta, y, CUDA_R_32F,
                         static_cast<int>(a.y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
-  if (a.type == GgmlType::kF32 || a.type == GgmlType::kF16) {
+  if (WeightsAsStored(a.type, a.exact)) {
     const bool ok = gemm(a.w, static_cast<int>(w_ld), a.type == GgmlType::kF32, 0,
                          static_cast<int>(a.out)) == CUBLAS_STATUS_SUCCESS;
     return ok ? KernelStatus::kOk : KernelStatus::kInvalidArgument;

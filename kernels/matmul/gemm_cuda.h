@@ -43,6 +43,9 @@ struct MatmulCudaArgs {
   // overlapping W, X or Y (holds the F16 copy of X and the dequantized weight tile).
   void* scratch = nullptr;
   int64_t scratch_bytes = 0;
+  // CublasGemm only: F32 throughout (F32 weight tiles, X as is, SGEMM) instead of F16 tiles and
+  // an F16 copy of X (~5e-4 relative). For BackendOptions::exact_activations.
+  bool exact = false;
 };
 
 // Host-side checks shared by both paths (type, pointers, sizes, strides, element alignment of
@@ -53,7 +56,8 @@ KernelStatus ValidateMatmulCuda(const MatmulCudaArgs& args);
 KernelStatus GemvGenericCuda(const MatmulCudaArgs& args, cudaStream_t stream);
 
 // Scratch CublasGemm::Run needs for these sizes (0 for F32 weights).
-int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows);
+int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows,
+                               bool exact = false);
 
 // Owns one cuBLAS handle, created on the current device at the first Run. Not thread-safe: one
 // owner drives it (the backend's engine thread).

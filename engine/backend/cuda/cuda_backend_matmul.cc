@@ -88,7 +88,9 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   if (m.rows <= kernels::kGemvGenericMaxRows) {
     return backend.KernelResult(kernels::GemvGenericCuda(a, backend.stream()), op);
   }
-  const int64_t bytes = kernels::CublasGemmScratchBytes(m.type, m.in, m.out, m.rows);
+  a.exact = exact_activations;
+  const int64_t bytes =
+      kernels::CublasGemmScratchBytes(m.type, m.in, m.out, m.rows, exact_activations);
   if (bytes > 0) {
     ASSIGN_OR_RETURN(a.scratch, backend.EnsureScratch(state.gemm, bytes, op));
     a.scratch_bytes = static_cast<int64_t>(state.gemm.bytes);
@@ -280,7 +282,10 @@ absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e
     mm.y = out_rows + begin * mm.out;
     mm.y_stride = mm.out;
     // An expert without tokens has rows == 0: a no-op.
-    return RunMatmul(*this, s, mm, /*exact_activations=*/true, op);
+    // Small groups: exact GEMV (int8 activations compound through the FFN, see above); large
+    // groups: the GEMM, in F32 only in exact mode.
+    const bool exact = exact_activations_ || mm.rows <= kernels::kGemvCudaMaxRows;
+    return RunMatmul(*this, s, mm, exact, op);
   };
   for (int64_t ex = 0; ex < n_exp; ++ex) {
     RETURN_IF_ERROR(expert_matmul(e.gate, ex, xg, gate, "MoeExperts (gate)"));

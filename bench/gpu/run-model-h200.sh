@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One device call on the H200 host for the CUDA engine: build the GPU tests, the model benchmark
+# and stepserve from the bundled Debian packages (docs/cuda-host.md), run every GPU test, compare
+# a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
+# and prefill. Logs go to $OUT (or ./out-h200).
+# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all] [BUILD_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+build=${2:-build-h200}
+out=${OUT:-out-h200}
+mkdir -p "$out"
+export NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+tests=(gemv_cuda_test pointwise_cuda_test attention_cuda_test matmul_backend_cuda_test
+       moe_cuda_test model_cuda_test)
+start=$(date +%s)
+targets=()
+for t in "${tests[@]}"; do
+  grep -q "NAME $t " tests/gpu/CMakeLists.txt && targets+=("$t")
+done
+extra=(stepserve)
+[[ $what != tests ]] && extra+=(bench_model)
+bash scripts/bundle-deps.sh build "$build" "${targets[@]}" "${extra[@]}" \
+  -- -DCMAKE_BUILD_TYPE=Release >"$out/build.log" 2>&1 ||
+  { grep -E "error|Error" "$out/build.log" | head -30; tail -20 "$out/build.log"; exit 1; }
+echo "build: $(($(date +%s) - start)) s (${targets[*]})"
+source <(bash scripts/bundle-deps.sh env)
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,memory.used \
+  --format=csv,noheader
+models=/tmp/stepserve-models
+mkdir -p "$models"
+if [[ $what == tests || $what == all ]]; then
+  for t in "${targets[@]}"; do
+    [[ $t == model_cuda_test ]] && continue
+    timeout 300 "$build/tests/gpu/$t" >"$out/$t.log" 2>&1
+    echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/$t.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED' "$out/$t.log" | head -10
+  done
+  if [[ " ${targets[*]} " == *" model_cuda_test "* ]]; then
+    [[ -f $models/flash4.gguf ]] ||
+      "$build/server/stepserve" make-model --preset step-3.5-flash --layers 4 --recipe iq4_xs \
+        --out "$models/flash4.gguf" >"$out/make-flash4.log" 2>&1
+    STEPSERVE_GPU_TEST_MODELS=$models/flash4.gguf timeout 400 \
+      "$build/tests/gpu/model_cuda_test" >"$out/model_cuda_test.log" 2>&1
+    echo "model_cuda_test rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' \
+      "$out/model_cuda_test.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|rel|mismatch' "$out/model_cuda_test.log" | head -20
+  fi
+fi
+if [[ $what == bench || $what == all ]]; then
+  timeout 420 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
+    --recipe iq4_xs --batches 1,4,16,64 --prefill 2048,4096 >"$out/bench-iq4xs.jsonl" \
+    2>"$out/bench-iq4xs.err"
+  echo "bench iq4_xs rc=$?"
+  cat "$out/bench-iq4xs.jsonl" | grep -v '"layer"'
+  tail -5 "$out/bench-iq4xs.err"
+fi
+echo "total: $(($(date +%s) - start)) s"
