@@ -370,7 +370,7 @@ absl::StatusOr<std::vector<std::string>> GgufWriter::Write(const std::string& pa
     if (absl::Status st = file->Write(head.data(), head.size()); !st.ok()) return st;
     for (size_t i = shard_begin[s]; i < shard_begin[s + 1]; ++i) {
       const PendingTensor& t = tensors_[i];
-      if (options_.tensor_data_holes) {
+      if (options_.tensor_data_holes && t.nbytes >= WriteOptions::kHoleMinBytes) {
         if (absl::Status st = file->Skip(AlignUp(t.nbytes, alignment)); !st.ok()) return st;
         ++written;
         bytes_so_far += t.nbytes;

@@ -21,11 +21,13 @@ struct WriteOptions {
   // tensor bytes over this many bytes (a shard always holds at least one tensor).
   uint64_t split_max_bytes = 0;
   uint32_t version = 3;
-  // Write headers only and leave every tensor's bytes as a hole (reads as zeros, takes no disk
-  // space on file systems with sparse files). For full-size speed benchmarks that fill the
-  // weights in device memory instead (`stepserve make-model --no-data`); such a file is not a
-  // usable model on its own.
+  // Leave the bytes of every tensor of at least kHoleMinBytes as a hole (reads as zeros, takes no
+  // disk space on file systems with sparse files); smaller ones (norms, rope factors: what a
+  // loader may validate) are written. For full-size speed benchmarks that fill the big weights
+  // in device memory instead (`stepserve make-model --no-data`); such a file is not a usable
+  // model on its own.
   bool tensor_data_holes = false;
+  static constexpr uint64_t kHoleMinBytes = uint64_t{1} << 20;
 };
 
 class GgufWriter {

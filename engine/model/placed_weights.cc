@@ -22,7 +22,8 @@ WeightView HostView(Tensor t) {
 
 absl::StatusOr<PlacedWeights> PlacedWeights::Place(Backend& backend, const gguf::GgufFile& file,
                                                    const ModelWeights& weights,
-                                                   const LoadProgress& progress) {
+                                                   const LoadProgress& progress,
+                                                   const WeightPlacer& placer) {
   PlacedWeights placed;
   const std::vector<gguf::TensorInfo>& tensors = file.tensors();
   placed.first_ = tensors.data();
@@ -32,7 +33,8 @@ absl::StatusOr<PlacedWeights> PlacedWeights::Place(Backend& backend, const gguf:
   for (Tensor t : weights.bound_tensors) {
     const size_t index = static_cast<size_t>(t - placed.first_);
     STEPSERVE_CHECK(index < tensors.size(), "bound tensor outside the file's tensor table");
-    ASSIGN_OR_RETURN(placed.views_[index], backend.PlaceWeight(HostView(t), t->name));
+    ASSIGN_OR_RETURN(placed.views_[index], placer ? placer(backend, HostView(t), t->name)
+                                                  : backend.PlaceWeight(HostView(t), t->name));
     placed.bytes_ += t->nbytes;
     if (progress) progress(placed.bytes_, total, t->name);
   }

@@ -26,6 +26,13 @@ namespace stepserve::model {
 using LoadProgress =
     std::function<void(uint64_t bytes_done, uint64_t bytes_total, std::string_view tensor)>;
 
+// Replaces Backend::PlaceWeight for every tensor when set: gets the backend, the host view (shape,
+// type; its bytes may be a hole of a headers-only file) and the name, and returns a view of
+// memory it owns for the model's lifetime. Benchmarks use it to fill full-size models with random
+// weights on the device (bench/gpu/random_weights.h).
+using WeightPlacer = std::function<absl::StatusOr<WeightView>(
+    Backend& backend, const WeightView& host, std::string_view name)>;
+
 // The host view of a GGUF tensor (an empty view for nullptr).
 WeightView HostView(Tensor t);
 
@@ -35,7 +42,8 @@ class PlacedWeights {
   // PlaceWeight (ResourceExhausted naming the tensor) are returned as they are.
   static absl::StatusOr<PlacedWeights> Place(Backend& backend, const gguf::GgufFile& file,
                                              const ModelWeights& weights,
-                                             const LoadProgress& progress);
+                                             const LoadProgress& progress,
+                                             const WeightPlacer& placer = {});
 
   // The placed view of a bound tensor of this file; an empty view for nullptr.
   const WeightView& operator[](Tensor t) const;

@@ -80,8 +80,9 @@ absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::FromFile(
       CreateBackend(options.backend, {.num_threads = options.num_threads,
                                       .device = options.device,
                                       .exact_activations = options.exact_activations}));
-  ASSIGN_OR_RETURN(model->placed_, PlacedWeights::Place(*model->backend_, *model->file_,
-                                                        model->weights_, options.progress));
+  ASSIGN_OR_RETURN(model->placed_,
+                   PlacedWeights::Place(*model->backend_, *model->file_, model->weights_,
+                                        options.progress, options.placer));
   model->rope_freqs_ = model->placed_.F32(model->weights_.rope_freqs);
   model->SizeScratch();
   return model;

@@ -43,6 +43,7 @@ struct LoadOptions {
   int num_threads = 0;  // 0: all cores
   bool load_mtp = true;
   LoadProgress progress;  // optional: after each weight placed on the backend
+  WeightPlacer placer;    // optional: replaces Backend::PlaceWeight (placed_weights.h)
 };
 
 // One sequence's rows in a batch.

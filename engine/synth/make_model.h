@@ -37,7 +37,7 @@ struct MakeModelOptions {
   int threads = 0;               // fill threads; 0: one per hardware thread
   int bpe_merges = 3000;
   bool write_rope_dims = true;  // false: legacy-converter layout without rope.dimension_count*
-  // Headers only, tensor bytes left as holes (gguf::WriteOptions::tensor_data_holes): seconds and
+  // Big tensors left as holes (gguf::WriteOptions::tensor_data_holes): seconds and
   // no disk space for a full-size file whose weights a benchmark fills in device memory.
   bool no_data = false;
 };

@@ -55,8 +55,8 @@ int Run(int argc, char** argv) {
   parser.AddBool("no-rope-dims", &no_rope_dims,
                  "omit rope.dimension_count[_swa] (legacy converter layout)");
   parser.AddBool("no-data", &no_data,
-                 "headers only, tensor bytes left as a sparse hole (zeros): for full-size speed "
-                 "benchmarks that fill weights on the device (bench_model --random-weights)");
+                 "tensors of 1 MiB or more left as sparse holes (zeros): for full-size speed "
+                 "benchmarks that fill weights on the device (bench_model --synthetic)");
   int exit_code = 0;
   if (!ParseOrExit(parser, argc, argv, &exit_code)) return exit_code;
 
