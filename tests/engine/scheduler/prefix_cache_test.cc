@@ -160,5 +160,26 @@ TEST(PrefixCacheSchedulerTest, AdmissionCountsCachedBlocksAsFree) {
            {{Add(ReqTokens(3, Prompt(13, 700), 1)), 1, "3:0+13*", "3:finished", 0, 0, 4, 3}});
 }
 
+TEST(PrefixCacheSchedulerTest, RejectedDraftsRollBackOnlyPrivateBlocks) {
+  // Speculative rollback on a sequence that started from shared blocks: the drafts land in
+  // private blocks past the hit, and rejecting them never touches a published block.
+  Scheduler scheduler(CachedConfig(32, 16));
+  RunTable(scheduler, {
+                          {Add(Req(1, 9, 1)), 0, "1:0+9*", "1:finished", 0, 0, 16, 2},
+                          {Add(Req(2, 9, 10)), 1, "2:8+1*(c8)", "", 1, 0, 13, 0},
+                      });
+  scheduler.SetDrafts(2, {50, 51});
+  std::vector<Event> events;
+  StepPlan plan = scheduler.Schedule(2, &events);
+  ASSERT_EQ(Describe(plan), "2:9+3*");
+  scheduler.Commit(plan, SampleAll(plan, /*accept_drafts=*/0), &events);  // both rejected
+  EXPECT_EQ(scheduler.tokens(2)->size(), 11u);
+  plan = scheduler.Schedule(3, &events);
+  EXPECT_EQ(Describe(plan), "2:10+1*");
+  scheduler.Commit(plan, SampleAll(plan), &events);
+  EXPECT_TRUE(scheduler.Cancel(2));
+  EXPECT_EQ(scheduler.full_pool().num_free(), 16);
+}
+
 }  // namespace
 }  // namespace stepserve::scheduler
