@@ -77,9 +77,8 @@ std::optional<BlockId> BlockPool::Find(const BlockContent& content) const {
   auto it = by_key_.find(content.key);
   if (it == by_key_.end()) return std::nullopt;
   const Entry& entry = entries_[it->second];
-  if (entry.parent != content.parent ||
-      !std::equal(entry.tokens.begin(), entry.tokens.end(), content.tokens.begin(),
-                  content.tokens.end())) {
+  if (entry.parent != content.parent || !std::equal(entry.tokens.begin(), entry.tokens.end(),
+                                                    content.tokens.begin(), content.tokens.end())) {
     return std::nullopt;  // a hash collision: the key matches, the content does not
   }
   return it->second;

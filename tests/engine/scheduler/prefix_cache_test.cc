@@ -61,18 +61,17 @@ TEST(PrefixCacheSchedulerTest, PartialPrefixHitsUpToTheFirstDifferentBlock) {
                {Add(ReqTokens(1, Concat(system, Prompt(10, 500)), 1)), 0, "1:0+16*", "1:finished",
                 0, 0, 16, 4},
                // Shares 6 tokens: one whole block. The second block differs at its 3rd token.
-               {Add(ReqTokens(2, Concat(system, Prompt(6, 900)), 1)), 1, "2:4+8*(c4)",
-                "2:finished", 0, 0, 16, 6},
+               {Add(ReqTokens(2, Concat(system, Prompt(6, 900)), 1)), 1, "2:4+8*(c4)", "2:finished",
+                0, 0, 16, 6},
            });
 }
 
 TEST(PrefixCacheSchedulerTest, HitWhileTheFirstRequestStillRunsSharesItsBlocks) {
   Scheduler scheduler(CachedConfig(32, 16));
-  RunTable(scheduler,
-           {
-               {Add(Req(1, 12, 10)), 0, "1:0+12*", "", 1, 0, 13, 0},
-               {Add(Req(2, 12, 10)), 1, "1:12+1* 2:8+4*(c8)", "", 2, 0, 11, 0},
-           });
+  RunTable(scheduler, {
+                          {Add(Req(1, 12, 10)), 0, "1:0+12*", "", 1, 0, 13, 0},
+                          {Add(Req(2, 12, 10)), 1, "1:12+1* 2:8+4*(c8)", "", 2, 0, 11, 0},
+                      });
   // Blocks 0 and 1 are held by both.
   const kv::BlockPool& full = scheduler.full_pool();
   EXPECT_EQ(full.ref_count(0), 2);
@@ -92,49 +91,48 @@ TEST(PrefixCacheSchedulerTest, HitWhileTheFirstRequestStillRunsSharesItsBlocks) 
 
 TEST(PrefixCacheSchedulerTest, EvictionUnderPressureTakesTheOldestCachedBlocksFirst) {
   const std::vector<int32_t> a = Prompt(8, 100), b = Prompt(8, 200);
-  RunTable(CachedConfig(32, 8),
-           {
-               {Add(ReqTokens(1, a, 1)), 0, "1:0+8*", "1:finished", 0, 0, 8, 2},
-               {Add(ReqTokens(2, b, 1)), 1, "2:0+8*", "2:finished", 0, 0, 8, 4},
-               // 20 tokens need 5 blocks: the 4 never-used ones, then the oldest cached one:
-               // a's second block (a sequence parks its tail first).
-               {Add(ReqTokens(3, Prompt(20, 300), 1)), 2, "3:0+20*", "3:finished", 0, 0, 8, 8},
-               // a's first block is still cached: a 4-token hit. The 2 new blocks evict b's
-               // blocks (the oldest), not 3's.
-               {Add(ReqTokens(4, Concat(a, Prompt(4, 400)), 1)), 3, "4:4+8*(c4)", "4:finished", 0,
-                0, 8, 8},
-               // b is gone: no hit. Its 3 blocks evict the oldest cached: 3's last three.
-               {Add(ReqTokens(5, Concat(b, Prompt(1, 400)), 1)), 4, "5:0+9*", "5:finished", 0, 0,
-                8, 8},
-               // 3's first two blocks are still there.
-               {Add(ReqTokens(6, Prompt(20, 300), 1)), 5, "6:8+12*(c8)", "6:finished", 0, 0, 8,
-                8},
-           });
+  RunTable(
+      CachedConfig(32, 8),
+      {
+          {Add(ReqTokens(1, a, 1)), 0, "1:0+8*", "1:finished", 0, 0, 8, 2},
+          {Add(ReqTokens(2, b, 1)), 1, "2:0+8*", "2:finished", 0, 0, 8, 4},
+          // 20 tokens need 5 blocks: the 4 never-used ones, then the oldest cached one:
+          // a's second block (a sequence parks its tail first).
+          {Add(ReqTokens(3, Prompt(20, 300), 1)), 2, "3:0+20*", "3:finished", 0, 0, 8, 8},
+          // a's first block is still cached: a 4-token hit. The 2 new blocks evict b's
+          // blocks (the oldest), not 3's.
+          {Add(ReqTokens(4, Concat(a, Prompt(4, 400)), 1)), 3, "4:4+8*(c4)", "4:finished", 0, 0, 8,
+           8},
+          // b is gone: no hit. Its 3 blocks evict the oldest cached: 3's last three.
+          {Add(ReqTokens(5, Concat(b, Prompt(1, 400)), 1)), 4, "5:0+9*", "5:finished", 0, 0, 8, 8},
+          // 3's first two blocks are still there.
+          {Add(ReqTokens(6, Prompt(20, 300), 1)), 5, "6:8+12*(c8)", "6:finished", 0, 0, 8, 8},
+      });
 }
 
 TEST(PrefixCacheSchedulerTest, PreemptedSequenceHoldingSharedBlocksRecomputesFromTheCache) {
   // 5 blocks. 1 runs an 8-token prompt; 2 shares it (+4 tokens) and is preempted when 1 grows.
   const std::vector<int32_t> a = Prompt(8);
-  RunTable(CachedConfig(32, 5),
-           {
-               {Add(ReqTokens(1, a, 8)), 0, "1:0+8*", "", 1, 0, 3, 0},
-               {Add(ReqTokens(2, Concat(a, Prompt(4, 500)), 5)), 1, "1:8+1* 2:8+4*(c8)", "", 2, 0,
-                1, 0},
-               {nullptr, 2, "1:9+1* 2:12+1*", "", 2, 0, 0, 0},
-               {nullptr, 3, "1:10+1* 2:13+1*", "", 2, 0, 0, 0},
-               {nullptr, 4, "1:11+1* 2:14+1*", "", 2, 0, 0, 0},
-               // 1 needs a 4th block: 2 (newest) is preempted; its private block 2 (published)
-               // parks in the cache, block 3 is freed, the shared 0, 1 stay with 1. 2 cannot
-               // come back yet: its 12-token hit leaves 1 block to allocate, and none is free
-               // once its own cached block is taken back.
-               {nullptr, 5, "1:12+1*", "2:preempted", 1, 1, 1, 1},
-               {nullptr, 6, "1:13+1*", "", 1, 1, 1, 1},
-               // 1 reaches 8 tokens; its 3 full blocks park in the cache.
-               {nullptr, 7, "1:14+1*", "1:finished", 0, 1, 5, 4},
-               // 2 recomputes from the cache: prompt + 4 generated = 16 tokens, 12 cached (two
-               // blocks 1 computed, one 2 computed before its preemption).
-               {nullptr, 8, "2:12+4*(c12)", "2:finished", 0, 0, 5, 5},
-           });
+  RunTable(
+      CachedConfig(32, 5),
+      {
+          {Add(ReqTokens(1, a, 8)), 0, "1:0+8*", "", 1, 0, 3, 0},
+          {Add(ReqTokens(2, Concat(a, Prompt(4, 500)), 5)), 1, "1:8+1* 2:8+4*(c8)", "", 2, 0, 1, 0},
+          {nullptr, 2, "1:9+1* 2:12+1*", "", 2, 0, 0, 0},
+          {nullptr, 3, "1:10+1* 2:13+1*", "", 2, 0, 0, 0},
+          {nullptr, 4, "1:11+1* 2:14+1*", "", 2, 0, 0, 0},
+          // 1 needs a 4th block: 2 (newest) is preempted; its private block 2 (published)
+          // parks in the cache, block 3 is freed, the shared 0, 1 stay with 1. 2 cannot
+          // come back yet: its 12-token hit leaves 1 block to allocate, and none is free
+          // once its own cached block is taken back.
+          {nullptr, 5, "1:12+1*", "2:preempted", 1, 1, 1, 1},
+          {nullptr, 6, "1:13+1*", "", 1, 1, 1, 1},
+          // 1 reaches 8 tokens; its 3 full blocks park in the cache.
+          {nullptr, 7, "1:14+1*", "1:finished", 0, 1, 5, 4},
+          // 2 recomputes from the cache: prompt + 4 generated = 16 tokens, 12 cached (two
+          // blocks 1 computed, one 2 computed before its preemption).
+          {nullptr, 8, "2:12+4*(c12)", "2:finished", 0, 0, 5, 5},
+      });
 }
 
 TEST(PrefixCacheSchedulerTest, CancellationReturnsBlocksToTheCache) {

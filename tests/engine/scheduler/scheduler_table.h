@@ -24,7 +24,7 @@ inline std::vector<int32_t> Prompt(int n, int32_t first = 100) {
 }
 
 inline Request Req(SeqId id, int prompt, int64_t max_new = 100, int32_t priority = 0,
-            double deadline = std::numeric_limits<double>::infinity()) {
+                   double deadline = std::numeric_limits<double>::infinity()) {
   return Request{.id = id,
                  .prompt = Prompt(prompt),
                  .max_new_tokens = max_new,
