@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/matmul/cublas_loader.h"
 #include "kernels/matmul/dequant_cuda.h"
 #include "kernels/matmul/gemm_cuda.h"
 
@@ -95,7 +96,7 @@ int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t r
 }
 
 CublasGemm::~CublasGemm() {
-  if (handle_ != nullptr) cublasDestroy(handle_);
+  if (handle_ != nullptr) LoadCublas()->destroy(handle_);
 }
 
 KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
@@ -112,11 +113,13 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
       !FitsInt(a.x_stride) || !FitsInt(a.y_stride) || (IsPlainFloat(a.type) && !FitsInt(w_ld))) {
     return KernelStatus::kTooLarge;
   }
-  if (handle_ == nullptr && cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) {
+  const CublasApi* cublas = LoadCublas();
+  if (cublas == nullptr) return KernelStatus::kUnsupportedType;  // no cuBLAS: no GEMM path
+  if (handle_ == nullptr && cublas->create(&handle_) != CUBLAS_STATUS_SUCCESS) {
     handle_ = nullptr;
     return KernelStatus::kInvalidArgument;
   }
-  if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS) {
+  if (cublas->set_stream(handle_, stream) != CUBLAS_STATUS_SUCCESS) {
     return KernelStatus::kInvalidArgument;
   }
   auto* scratch = static_cast<uint8_t*>(a.scratch);
@@ -134,11 +137,11 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
   auto gemm = [&](const void* w, int w_ldi, bool w_f32, int64_t o0, int m) {
     float* y = a.y + o0;
     if (w_f32) {
-      return cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
+      return cublas->sgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
                          static_cast<const float*>(w), w_ldi, a.x, static_cast<int>(a.x_stride),
                          &beta, y, static_cast<int>(a.y_stride));
     }
-    return cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16F, w_ldi,
+    return cublas->gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16F, w_ldi,
                         x16, CUDA_R_16F, static_cast<int>(ld), &beta, y, CUDA_R_32F,
                         static_cast<int>(a.y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };

@@ -77,14 +77,25 @@ class CudaBackend final : public Backend {
 
   // Shared helpers for the op files.
   // A grow-only device scratch area, freed (cudaFree) when destroyed.
+  // StageToDevice also keeps a pinned host copy (so the upload is truly asynchronous: a pageable
+  // source makes the driver wait for the stream) and the bytes last staged (so an unchanged
+  // batch description, e.g. the positions every layer of a step passes, is uploaded once).
   struct Scratch {
     void* data = nullptr;
     size_t bytes = 0;
+    void* pinned = nullptr;
+    size_t pinned_bytes = 0;
+    cudaEvent_t copied = nullptr;  // recorded after the last copy out of `pinned`
+    std::vector<uint8_t> staged;   // what `data` holds after the last StageToDevice
+    bool staged_valid = false;
     Scratch() = default;
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
     ~Scratch() {
+      if (copied != nullptr) cudaEventSynchronize(copied);
       if (data != nullptr) cudaFree(data);
+      if (pinned != nullptr) cudaFreeHost(pinned);
+      if (copied != nullptr) cudaEventDestroy(copied);
     }
   };
   // Makes `scratch` at least `bytes` large (synchronises the stream before freeing a smaller one).

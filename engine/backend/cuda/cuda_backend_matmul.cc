@@ -10,6 +10,7 @@
 // active expert through the same Matmul paths on contiguous gathered rows.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "engine/base/status_macros.h"
 #include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/embed/embed_cuda.h"
+#include "kernels/matmul/cublas_loader.h"
 #include "kernels/matmul/dequant_cuda.h"
 #include "kernels/matmul/gemm_cuda.h"
 #include "kernels/matmul/matmul.h"
@@ -89,6 +91,12 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
     return backend.KernelResult(kernels::GemvGenericCuda(a, backend.stream()), op);
   }
   a.exact = exact_activations;
+  if (std::string error; kernels::LoadCublas(&error) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: %d rows need the cuBLAS GEMM path: %s (set STEPSERVE_CUBLAS to the "
+                        "library's path)",
+                        op, m.rows, error));
+  }
   const int64_t bytes =
       kernels::CublasGemmScratchBytes(m.type, m.in, m.out, m.rows, exact_activations);
   if (bytes > 0) {
