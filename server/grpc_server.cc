@@ -127,6 +127,14 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
 
 GrpcServer::~GrpcServer() { Shutdown(std::chrono::system_clock::now()); }
 
+void GrpcServer::SetLive(bool live) {
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server == nullptr || server->GetHealthCheckService() == nullptr) continue;
+    server->GetHealthCheckService()->SetServingStatus("", live);
+    server->GetHealthCheckService()->SetServingStatus("liveness", live);
+  }
+}
+
 void GrpcServer::SetReady(bool ready) {
   SetReadiness(server_.get(), ready);
   SetReadiness(health_server_.get(), ready);

@@ -33,6 +33,9 @@ class GrpcServer {
   int health_port() const { return health_port_; }
   // Sets the "readiness" health status on every listener ("" and "liveness" stay SERVING).
   void SetReady(bool ready);
+  // Sets the "liveness" (and "") health status on every listener: false when the engine loop is
+  // wedged (docs/serve-flags.md, Health).
+  void SetLive(bool live);
   // Graceful shutdown: calls in flight get until `deadline` to finish, then are cancelled.
   void Shutdown(std::chrono::system_clock::time_point deadline);
 

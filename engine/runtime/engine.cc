@@ -46,6 +46,7 @@ std::string DominantType(const gguf::GgufFile& file) {
 
 struct Engine::Impl {
   EngineConfig config;
+  int64_t steps_run = 0;  // engine thread only; published in LoadReport::steps
   std::shared_ptr<EngineObserver> observer;  // may be null
   std::unique_ptr<model::Step35Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
@@ -429,6 +430,7 @@ void Engine::Impl::Publish() {
       prefix_query_tokens > 0 ? static_cast<double>(prefix_hit_tokens) / prefix_query_tokens : 0;
   load.draining = draining;
   load.healthy = health.ok();
+  load.steps = steps_run;
   blocks = {.full_free = full.num_free(),
             .full_total = full.capacity(),
             .swa_free = swa.num_free(),
@@ -501,6 +503,7 @@ void Engine::Impl::Loop() {
                            sched_config.kv.block_size});
     }
     RunStep();
+    ++steps_run;
     Publish();
   }
 }

@@ -99,6 +99,7 @@ struct LoadReport {
   double spec_acceptance_rate = 0;
   bool draining = false;
   bool healthy = true;
+  int64_t steps = 0;  // engine steps run since start (the liveness watchdog watches it move)
 };
 
 struct ModelInfo {

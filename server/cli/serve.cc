@@ -23,6 +23,7 @@
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
+#include "server/stall_detector.h"
 #include "server/subcommand.h"
 
 #ifndef STEPSERVE_GIT_SHA
@@ -73,7 +74,7 @@ struct Flags {
   std::string prefix_cache = "on";
   int64_t ctx_size = 0, kv_cache_blocks = 0, block_size = 16, max_running = 256;
   int64_t max_step_tokens = 8192, max_queue = 1024, threads = 0, top_k = 0;
-  int64_t max_draft_tokens = -1, drain_timeout_s = 30;
+  int64_t max_draft_tokens = -1, drain_timeout_s = 30, watchdog_s = 60;
   double kv_cache_gib = 0, gpu_memory_fraction = 0.92, temperature = 1.0, top_p = 1.0, min_p = 0;
   std::string devices, speculative = "auto", log_format = "text";
   BackendFlags backend;
@@ -126,6 +127,7 @@ std::string Validate(const Flags& f, const ArgParser& p) {
   if (f.drain_timeout_s < 0) {
     return absl::StrFormat("--drain-timeout-s must be >= 0, got %d", f.drain_timeout_s);
   }
+  if (f.watchdog_s < 1) return positive("watchdog-s", f.watchdog_s);
   if (f.prefix_cache != "on" && f.prefix_cache != "off") {
     return absl::StrFormat("--prefix-cache must be on or off, got \"%s\"", f.prefix_cache);
   }
@@ -168,6 +170,7 @@ google::protobuf::Struct EffectiveConfig(const Flags& f, const engine::ModelInfo
   m["min_p"].set_number_value(f.min_p);
   m["speculative"].set_string_value(f.speculative);
   m["drain_timeout_s"].set_number_value(static_cast<double>(f.drain_timeout_s));
+  m["watchdog_s"].set_number_value(static_cast<double>(f.watchdog_s));
   return s;
 }
 
@@ -211,6 +214,8 @@ int Run(int argc, char** argv) {
   p.AddString("speculative", &f.speculative, "auto | off | on");
   p.AddInt("max-draft-tokens", &f.max_draft_tokens, "upper bound on draft length per step");
   p.AddInt("drain-timeout-s", &f.drain_timeout_s, "seconds running requests get after SIGTERM");
+  p.AddInt("watchdog-s", &f.watchdog_s,
+           "liveness turns NOT_SERVING when the engine has work but makes no step for this long");
   p.AddString("log-format", &f.log_format, "text | json");
   int exit_code = 0;
   if (!ParseOrExit(p, argc, argv, &exit_code)) return exit_code;
@@ -344,10 +349,25 @@ int Run(int argc, char** argv) {
   m->SetReady(true);
   Log("info", "ready");
 
+  server::StallDetector stall(std::chrono::seconds(f.watchdog_s));
+  bool live = true;
   while (!WaitSignal(signals, std::chrono::milliseconds(1000))) {
     if (!eng->Healthy()) {
       srv.SetReady(false);
       m->SetReady(false);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool stalled = stall.Update(now, !eng->Idle(), eng->GetLoad().steps);
+    if (stalled == live) {  // the state changed
+      live = !stalled;
+      srv.SetLive(live);
+      Log(live ? "info" : "error",
+          live ? "engine loop progressing again: liveness SERVING"
+               : absl::StrFormat("engine loop made no step for %d s with work queued: liveness "
+                                 "NOT_SERVING",
+                                 std::chrono::duration_cast<std::chrono::seconds>(
+                                     stall.stalled_for(now))
+                                     .count()));
     }
   }
   // Drain: readiness goes first so load balancers stop routing before anything is refused.

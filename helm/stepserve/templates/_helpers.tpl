@@ -107,7 +107,7 @@ speak TLS), the gRPC port otherwise. */}}
 {{- if .Values.auth.enabled }}
 - --auth-token-file=/etc/stepserve/auth/{{ .Values.auth.secretKey }}
 {{- end }}
-{{- $ints := list (list "ctx-size" $s.ctxSize) (list "kv-cache-blocks" $s.kvCacheBlocks) (list "block-size" $s.blockSize) (list "max-running" $s.maxRunning) (list "max-step-tokens" $s.maxStepTokens) (list "max-queue" $s.maxQueue) (list "top-k" $s.topK) (list "drain-timeout-s" $s.drainTimeoutSeconds) (list "threads" $s.threads) (list "max-draft-tokens" $s.maxDraftTokens) (list "device" $s.device) }}
+{{- $ints := list (list "ctx-size" $s.ctxSize) (list "kv-cache-blocks" $s.kvCacheBlocks) (list "block-size" $s.blockSize) (list "max-running" $s.maxRunning) (list "max-step-tokens" $s.maxStepTokens) (list "max-queue" $s.maxQueue) (list "top-k" $s.topK) (list "drain-timeout-s" $s.drainTimeoutSeconds) (list "watchdog-s" $s.watchdogSeconds) (list "threads" $s.threads) (list "max-draft-tokens" $s.maxDraftTokens) (list "device" $s.device) }}
 {{- range $ints }}
 {{- if not (kindIs "invalid" (index . 1)) }}
 - --{{ index . 0 }}={{ int64 (index . 1) }}
