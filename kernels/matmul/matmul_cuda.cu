@@ -55,18 +55,31 @@ KernelStatus ValidateGemvCuda(const GemvCudaArgs& a) {
 
 namespace {
 
-void SetIq4nlTable(GemvParams& p) {
+// The parameter block both entry points share: weights, activations, outputs, IQ4_NL table.
+GemvParams BaseParams(const void* w, int64_t w_row_bytes, int64_t in, int64_t out, const float* x,
+                      int64_t x_stride, float* y, int64_t y_stride) {
+  GemvParams p{};
+  p.w = static_cast<const uint8_t*>(w);
+  p.w_row_bytes = w_row_bytes;
+  p.in = in;
+  p.out = out;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.y = y;
+  p.y_stride = y_stride;
   for (int i = 0; i < 16; ++i) {
     p.iq4nl[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(quant::kKvaluesIq4nl[i]))
                       << (8 * (i % 4));
   }
+  return p;
 }
 
 }  // namespace
 
 KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
   if (!GemvCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
-  if (a.w == nullptr || a.y == nullptr || a.ids == nullptr || (!a.x_prequantized && a.x == nullptr)) {
+  if (a.w == nullptr || a.y == nullptr || a.ids == nullptr ||
+      (!a.x_prequantized && a.x == nullptr)) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.in <= 0 || a.out <= 0 || a.n_matrices <= 0 || a.groups < 1 || a.groups > 65535 ||
@@ -95,16 +108,7 @@ KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvIndexedCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p{};
-  p.w = static_cast<const uint8_t*>(a.w);
-  p.w_row_bytes = a.w_row_bytes;
-  p.in = a.in;
-  p.out = a.out;
-  p.x = a.x;
-  p.x_stride = a.x_stride;
-  p.y = a.y;
-  p.y_stride = a.y_stride;
-  SetIq4nlTable(p);
+  GemvParams p = BaseParams(a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
   auto* base = static_cast<uint8_t*>(a.scratch);
   p.xq = reinterpret_cast<int8_t*>(base);
   p.xd = reinterpret_cast<float2*>(base + gemv_internal::Q8ScalesOffset(a.in, a.x_rows));
@@ -134,17 +138,8 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
 KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p{};
-  p.w = static_cast<const uint8_t*>(a.w);
-  p.w_row_bytes = a.w_row_bytes;
-  p.in = a.in;
-  p.out = a.out;
-  p.x = a.x;
-  p.x_stride = a.x_stride;
+  GemvParams p = BaseParams(a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
   p.rows = static_cast<int>(a.rows);
-  p.y = a.y;
-  p.y_stride = a.y_stride;
-  SetIq4nlTable(p);
   cudaError_t err = cudaSuccess;
   if (a.activations == GemvCudaActivations::kF32) {
     err = gemv_internal::LaunchGemvF32x(a.type, p, stream);
