@@ -19,6 +19,10 @@ struct QkNormRopeParams {
   float tau;  // powf(base, -2 / n_rot), evaluated on the host exactly as the CPU kernel does
 };
 
+// Grid: x = token, y = a chunk of kWarpsPerBlock heads (q heads first, then k heads), so a lone
+// decode token of 96 + 8 heads still spreads over 13 blocks instead of one block looping over
+// them. Each block builds its token's cos/sin table (cheap: n_rot/2 entries), then each warp
+// normalises and rotates one head, holding its elements in registers between the two passes.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     QkNormRopeKernel(QkNormRopeParams params) {
   __shared__ float cos_table[kMaxHeadDim / 2];
@@ -40,20 +44,36 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   }
   __syncthreads();
 
+  constexpr int kPerLane = kMaxHeadDim / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   float* head = staged[warp];
-  for (int64_t h = warp; h < a.q_heads + a.k_heads; h += kWarpsPerBlock) {
+  const int64_t heads = a.q_heads + a.k_heads;
+  for (int64_t h = int64_t{blockIdx.y} * kWarpsPerBlock + warp; h < heads;
+       h += int64_t{gridDim.y} * kWarpsPerBlock) {
     const bool is_q = h < a.q_heads;
     float* x = is_q ? a.q + t * a.q_stride + h * dh : a.k + t * a.k_stride + (h - a.q_heads) * dh;
     const float* weight = is_q ? a.q_norm : a.k_norm;
+    float values[kPerLane];
     float sum_sq = 0.0f;
-    for (int i = lane; i < dh; i += kWarpSize) sum_sq += x[i] * x[i];
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m) {
+      const int i = lane + m * kWarpSize;
+      values[m] = i < dh ? x[i] : 0.0f;
+      sum_sq += values[m] * values[m];
+    }
     sum_sq = cuda_reduce::WarpSum(sum_sq);
     const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + a.eps);
-    for (int i = lane; i < dh; i += kWarpSize) head[i] = x[i] * inv * weight[i];
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m) {
+      const int i = lane + m * kWarpSize;
+      if (i < dh) head[i] = values[m] * inv * weight[i];
+    }
     __syncwarp();
-    for (int i = lane; i < dh; i += kWarpSize) {
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m) {
+      const int i = lane + m * kWarpSize;
+      if (i >= dh) break;
       float out = head[i];
       if (i < half) {
         out = head[i] * cos_table[i] - head[i + half] * sin_table[i];
@@ -96,8 +116,11 @@ KernelStatus QkNormRopeCuda(const QkNormRopeCudaArgs& a, cudaStream_t stream) {
   QkNormRopeParams params;
   params.a = a;
   params.tau = std::pow(a.base, -2.0f / static_cast<float>(a.n_rot));  // float overload: powf
-  QkNormRopeKernel<<<static_cast<unsigned>(a.tokens), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-      params);
+  constexpr int64_t kMaxGridY = 65535;  // further head chunks are looped over in the kernel
+  const int64_t head_chunks = (a.q_heads + a.k_heads + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const dim3 grid(static_cast<unsigned>(a.tokens),
+                  static_cast<unsigned>(head_chunks < kMaxGridY ? head_chunks : kMaxGridY));
+  QkNormRopeKernel<<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(params);
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
 }
 
