@@ -1,4 +1,4 @@
-// The warp-per-row router kernel (router_cuda.h).
+// The block-per-row router kernel (router_cuda.h).
 #include <cstdint>
 #include <limits>
 
@@ -11,7 +11,7 @@ namespace {
 using cuda_reduce::kFullMask;
 using cuda_reduce::kWarpSize;
 
-constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxThreads = static_cast<int>(kRouterCudaMaxExperts);
 
 // The selection order: higher score first, then lower expert id (std::stable_sort's order in
 // RouterRef). Scores are never NaN here (see SelectionScore), so this is a total order.
@@ -25,79 +25,101 @@ __device__ __forceinline__ float SelectionScore(float pi, float bias) {
   return isnan(score) ? -INFINITY : score;
 }
 
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) RouterKernel(RouterArgs a) {
-  extern __shared__ float row_state[];  // per warp: pi[n_experts], then score[n_experts]
+// The best of two candidates (id < 0: none) in the selection order.
+struct Candidate {
+  float score;
+  int id;
+  float pi;
+};
+
+__device__ __forceinline__ Candidate Better(const Candidate& a, const Candidate& b) {
+  if (b.id < 0) return a;
+  if (a.id < 0) return b;
+  return RanksBefore(b.score, b.id, a.score, a.id) ? b : a;
+}
+
+__device__ __forceinline__ Candidate WarpBest(Candidate c) {
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    Candidate other;
+    other.score = __shfl_xor_sync(kFullMask, c.score, offset);
+    other.id = __shfl_xor_sync(kFullMask, c.id, offset);
+    other.pi = __shfl_xor_sync(kFullMask, c.pi, offset);
+    c = Better(c, other);
+  }
+  return c;
+}
+
+// Maximum over the block (the shape of cuda_reduce::BlockSum); `scratch` holds 32 floats.
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + warp;
-  if (row >= a.rows) return;  // whole warps leave together
+  v = cuda_reduce::WarpMax(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / kWarpSize) ? scratch[lane] : -INFINITY;
+  return cuda_reduce::WarpMax(v);
+}
+
+// One block per row, one expert per thread (blockDim.x >= n_experts, a multiple of 32), so a
+// lone decode row uses n_experts threads instead of one warp looping. Round k of top_k takes
+// the best expert ranked after pick k-1: warp-wide argmax, the per-warp winners through shared
+// memory (double-buffered, so one __syncthreads per round), then every warp reduces those.
+__global__ void __launch_bounds__(kMaxThreads) RouterKernel(RouterArgs a) {
+  __shared__ float reduce_scratch[kWarpSize];
+  __shared__ Candidate warp_best[2][kWarpSize];
+  __shared__ int picked_id[kRouterCudaMaxTopK];
+  __shared__ float picked_pi[kRouterCudaMaxTopK];
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = static_cast<int>(blockDim.x / kWarpSize);
+  const int64_t row = blockIdx.x;
   const int n = static_cast<int>(a.n_experts);
-  float* pi = row_state + warp * 2 * n;
-  float* score = pi + n;
-  const float* logits = a.logits + row * a.logits_stride;
+  const int e = static_cast<int>(threadIdx.x);
+  const bool owns = e < n;
+  const float logit = owns ? a.logits[row * a.logits_stride + e] : 0.0f;
 
-  float softmax_max = 0.0f;
-  float softmax_inv_sum = 1.0f;
+  float pi = 0.0f;
   if (a.gating == GatingFunc::kSoftmax) {
-    float max = -INFINITY;
-    for (int e = lane; e < n; e += kWarpSize) max = fmaxf(max, logits[e]);
-    softmax_max = cuda_reduce::WarpMax(max);
-    float sum = 0.0f;
-    for (int e = lane; e < n; e += kWarpSize) sum += expf(logits[e] - softmax_max);
-    softmax_inv_sum = 1.0f / cuda_reduce::WarpSum(sum);
+    const float max = BlockMax(owns ? logit : -INFINITY, reduce_scratch);
+    const float shifted_exp = owns ? expf(logit - max) : 0.0f;
+    const float inv_sum = 1.0f / cuda_reduce::BlockSum(shifted_exp, reduce_scratch);
+    pi = shifted_exp * inv_sum;
+  } else {
+    pi = 1.0f / (1.0f + expf(-logit));
   }
-  for (int e = lane; e < n; e += kWarpSize) {
-    const float p = a.gating == GatingFunc::kSigmoid
-                        ? 1.0f / (1.0f + expf(-logits[e]))
-                        : expf(logits[e] - softmax_max) * softmax_inv_sum;
-    pi[e] = p;
-    score[e] = SelectionScore(p, a.bias != nullptr ? a.bias[e] : 0.0f);
-  }
-  __syncwarp();
+  const float score = SelectionScore(pi, owns && a.bias != nullptr ? a.bias[e] : 0.0f);
 
-  // Round k picks the best expert ranked after pick k-1; lane k keeps pick k.
   const int top_k = static_cast<int>(a.top_k);
   float prev_score = INFINITY;
   int prev_id = -1;
-  int my_id = 0;
-  float my_pi = 0.0f;
   for (int k = 0; k < top_k; ++k) {
-    float best_score = -INFINITY;
-    int best_id = -1;  // none yet
-    for (int e = lane; e < n; e += kWarpSize) {
-      const float s = score[e];
-      if (!RanksBefore(prev_score, prev_id, s, e)) continue;  // already picked
-      if (best_id < 0 || RanksBefore(s, e, best_score, best_id)) {
-        best_score = s;
-        best_id = e;
-      }
-    }
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-      const float other_score = __shfl_xor_sync(kFullMask, best_score, offset);
-      const int other_id = __shfl_xor_sync(kFullMask, best_id, offset);
-      if (other_id >= 0 &&
-          (best_id < 0 || RanksBefore(other_score, other_id, best_score, best_id))) {
-        best_score = other_score;
-        best_id = other_id;
-      }
-    }
-    prev_score = best_score;
-    prev_id = best_id;
-    if (lane == k) {
-      my_id = best_id;
-      my_pi = pi[best_id];
+    Candidate mine{score, -1, pi};
+    if (owns && RanksBefore(prev_score, prev_id, score, e)) mine.id = e;  // not yet picked
+    mine = WarpBest(mine);
+    Candidate* slots = warp_best[k & 1];
+    if (lane == 0) slots[warp] = mine;
+    __syncthreads();
+    Candidate best = lane < warps ? slots[lane] : Candidate{-INFINITY, -1, 0.0f};
+    best = WarpBest(best);
+    prev_score = best.score;
+    prev_id = best.id;
+    if (threadIdx.x == 0) {
+      picked_id[k] = best.id;
+      picked_pi[k] = best.pi;
     }
   }
+  __syncthreads();
 
   // The selected gates summed in pick order, as the CPU kernel does.
-  float sum = 0.0f;
-  for (int k = 0; k < top_k; ++k) sum += __shfl_sync(kFullMask, my_pi, k);
-  float factor = 1.0f;
-  if (a.normalize) factor = 1.0f / (sum < kRouterNormFloor ? kRouterNormFloor : sum);
-  if (a.scale != 0.0f && a.scale != 1.0f) factor *= a.scale;
-  if (lane < top_k) {
-    a.ids[row * a.top_k + lane] = my_id;
-    a.weights[row * a.top_k + lane] = my_pi * factor;
+  if (threadIdx.x < static_cast<unsigned>(top_k)) {
+    float sum = 0.0f;
+    for (int k = 0; k < top_k; ++k) sum += picked_pi[k];
+    float factor = 1.0f;
+    if (a.normalize) factor = 1.0f / (sum < kRouterNormFloor ? kRouterNormFloor : sum);
+    if (a.scale != 0.0f && a.scale != 1.0f) factor *= a.scale;
+    a.ids[row * a.top_k + threadIdx.x] = picked_id[threadIdx.x];
+    a.weights[row * a.top_k + threadIdx.x] = picked_pi[threadIdx.x] * factor;
   }
 }
 
@@ -109,11 +131,9 @@ KernelStatus RouterCuda(const RouterArgs& a, cudaStream_t stream) {
     return KernelStatus::kTooLarge;
   }
   if (a.rows == 0) return KernelStatus::kOk;
-  const int64_t blocks = (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (blocks > std::numeric_limits<int32_t>::max()) return KernelStatus::kTooLarge;
-  const size_t shared_bytes = size_t{kWarpsPerBlock} * 2 * a.n_experts * sizeof(float);
-  RouterKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarpSize, shared_bytes, stream>>>(
-      a);
+  if (a.rows > std::numeric_limits<int32_t>::max()) return KernelStatus::kTooLarge;
+  const int threads = static_cast<int>((a.n_experts + kWarpSize - 1) / kWarpSize * kWarpSize);
+  RouterKernel<<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(a);
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
 }
 
