@@ -6,8 +6,8 @@
 // (within 2 ulp of the host's), so ids match the CPU path except between scores that tie to
 // within that rounding.
 //
-// One warp per row: the row's gates and scores are staged in shared memory, then top_k rounds of
-// warp-wide argmax over the experts ranked after the previous pick (no atomics, no sort).
+// One block per row, one expert per thread: top_k rounds of block-wide argmax over the experts
+// ranked after the previous pick (no atomics, no sort).
 #ifndef STEPSERVE_KERNELS_MOE_ROUTER_CUDA_H_
 #define STEPSERVE_KERNELS_MOE_ROUTER_CUDA_H_
 
@@ -20,8 +20,8 @@
 
 namespace stepserve::kernels {
 
-// Limits of the warp-per-row kernel (kTooLarge beyond): one pick per lane, the row in shared
-// memory.
+// Limits of the block-per-row kernel (kTooLarge beyond): one expert per thread of a block, the
+// picks kept by the first warp.
 inline constexpr int64_t kRouterCudaMaxTopK = 32;
 inline constexpr int64_t kRouterCudaMaxExperts = 1024;
 

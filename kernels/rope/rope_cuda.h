@@ -6,8 +6,8 @@
 // phi_j = (p * tau^j as a running F32 product) / ff_j, then F32 cosf/sinf. The device cosf/sinf
 // are within 2 ulp of the host's, so the result matches the CPU backend to float rounding.
 //
-// One block per token: its threads build the token's cos/sin table in shared memory once, then
-// each warp takes one head at a time (norm reduced across the warp, normalised head staged in
+// One block per (token, chunk of 8 heads): its threads build the token's cos/sin table in shared
+// memory, then each warp takes one head (norm reduced across the warp, normalised head staged in
 // shared memory so the rotation can pair dims j and j + n_rot/2).
 #ifndef STEPSERVE_KERNELS_ROPE_ROPE_CUDA_H_
 #define STEPSERVE_KERNELS_ROPE_ROPE_CUDA_H_
