@@ -77,11 +77,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         if (t < p.rows) {
           const float* x = p.x + t * p.x_stride + e0;
           float s = 0.0f;
-          if (n == 8) {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) s += w[j] * x[j];
-          } else {
-            for (int j = 0; j < n; ++j) s += w[j] * x[j];
+          for (int j = 0; j < 8; ++j) {
+            if (j < n) s += w[j] * x[j];  // unrolled with a predicate: w stays in registers
           }
           acc[t] += s;
         }
