@@ -88,13 +88,15 @@ double MicrosPerLaunch(cudaStream_t stream, F&& launch) {
 
 void Print(const char* kernel, const char* shape, int64_t rows, double us, double bytes) {
   if (bytes > 0) {
-    std::printf("{\"bench\":\"row_kernels\",\"kernel\":\"%s\",\"shape\":\"%s\",\"rows\":%lld,"
-                "\"us\":%.3f,\"gbps\":%.1f}\n",
-                kernel, shape, static_cast<long long>(rows), us, bytes / (us * 1e-6) / 1e9);
+    std::printf(
+        "{\"bench\":\"row_kernels\",\"kernel\":\"%s\",\"shape\":\"%s\",\"rows\":%lld,"
+        "\"us\":%.3f,\"gbps\":%.1f}\n",
+        kernel, shape, static_cast<long long>(rows), us, bytes / (us * 1e-6) / 1e9);
   } else {
-    std::printf("{\"bench\":\"row_kernels\",\"kernel\":\"%s\",\"shape\":\"%s\",\"rows\":%lld,"
-                "\"us\":%.3f}\n",
-                kernel, shape, static_cast<long long>(rows), us);
+    std::printf(
+        "{\"bench\":\"row_kernels\",\"kernel\":\"%s\",\"shape\":\"%s\",\"rows\":%lld,"
+        "\"us\":%.3f}\n",
+        kernel, shape, static_cast<long long>(rows), us);
   }
   std::fflush(stdout);
 }
@@ -104,8 +106,15 @@ void BenchRmsNorm(cudaStream_t stream, int64_t rows) {
   float* x = DeviceFloats(rows * kN, 1);
   float* y = DeviceFloats(rows * kN, 2);
   float* weight = DeviceFloats(kN, 3);
-  const RmsNormArgs args{.x = x, .x_stride = kN, .y = y, .y_stride = kN, .rows = rows,
-                         .heads = 1, .n = kN, .weight = weight, .eps = 1e-5f};
+  const RmsNormArgs args{.x = x,
+                         .x_stride = kN,
+                         .y = y,
+                         .y_stride = kN,
+                         .rows = rows,
+                         .heads = 1,
+                         .n = kN,
+                         .weight = weight,
+                         .eps = 1e-5f};
   const double us = MicrosPerLaunch(stream, [&](int) { return RmsNormCuda(args, stream); });
   Print("rms_norm", "4096", rows, us, (2.0 * rows * kN + kN) * sizeof(float));
   cudaFree(x);
@@ -123,8 +132,8 @@ void BenchQkNormRope(cudaStream_t stream, int64_t tokens) {
   for (int64_t t = 0; t < tokens; ++t) host_pos[t] = static_cast<int32_t>(1000 + t);
   int32_t* positions;
   BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&positions), tokens * sizeof(int32_t)));
-  BENCH_CHECK(cudaMemcpy(positions, host_pos.data(), tokens * sizeof(int32_t),
-                         cudaMemcpyHostToDevice));
+  BENCH_CHECK(
+      cudaMemcpy(positions, host_pos.data(), tokens * sizeof(int32_t), cudaMemcpyHostToDevice));
   QkNormRopeCudaArgs args;
   args.q = q;
   args.q_stride = kQHeads * kHeadDim;

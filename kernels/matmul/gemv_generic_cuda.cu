@@ -139,8 +139,8 @@ KernelStatus GemvGenericCuda(const MatmulCudaArgs& a, cudaStream_t stream) {
   p.rows = static_cast<int>(a.rows);
   p.y = a.y;
   p.y_stride = a.y_stride;
-  const bool f32_vec16 = a.type == GgmlType::kF32 &&
-                         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.w_row_bytes % 16 == 0;
+  const bool f32_vec16 = a.type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
+                         a.w_row_bytes % 16 == 0;
   if (f32_vec16) {
     GemvGenericKernel<GgmlType::kF32, true>
         <<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(p, tables);
