@@ -19,7 +19,7 @@ for t in "${tests[@]}"; do
   grep -q "NAME $t " tests/gpu/CMakeLists.txt && targets+=("$t")
 done
 extra=(stepserve)
-[[ $what != tests ]] && extra+=(bench_model)
+[[ $what != tests ]] && extra+=(bench_model bench_row_kernels)
 bash scripts/bundle-deps.sh build "$build" "${targets[@]}" "${extra[@]}" \
   -- -DCMAKE_BUILD_TYPE=Release >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; tail -20 "$out/build.log"; exit 1; }
@@ -48,6 +48,9 @@ if [[ $what == tests || $what == all ]]; then
   fi
 fi
 if [[ $what == bench || $what == all ]]; then
+  timeout 120 "$build/bench/gpu/bench_row_kernels" >"$out/bench-row-kernels.jsonl" 2>&1
+  echo "bench_row_kernels rc=$?"
+  cat "$out/bench-row-kernels.jsonl"
   timeout 420 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
     --recipe iq4_xs --batches 1,4,16,64 --prefill 2048,4096 >"$out/bench-iq4xs.jsonl" \
     2>"$out/bench-iq4xs.err"
