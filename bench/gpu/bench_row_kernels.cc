@@ -52,6 +52,13 @@ float* DeviceFloats(int64_t n, uint32_t seed) {
 // is replayed kReplays times; the median replay counts.
 template <class F>
 double MicrosPerLaunch(cudaStream_t stream, F&& launch) {
+  // One launch outside the capture first: some kernels set up per-device state on first use
+  // (the dequantization tables), which synchronizes and is not allowed while capturing.
+  if (launch(0) != KernelStatus::kOk) {
+    std::fprintf(stderr, "warm-up launch failed\n");
+    std::exit(1);
+  }
+  BENCH_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int i = 0; i < kLaunches; ++i) {
