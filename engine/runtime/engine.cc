@@ -138,8 +138,29 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   if (ctx == 0) ctx = std::min<int64_t>(hp.n_ctx_train, 8192);
 
+  double kv_cache_gib = config.kv_cache_gib;
+  Backend& backend = impl->model->backend();
+  if (kv_cache_gib == 0 && config.kv_cache_blocks == 0 && !backend.host_visible()) {
+    // Auto on a device: what --gpu-memory-fraction leaves after the weights (already placed)
+    // and a reserve for activations and library workspaces.
+    constexpr double kGib = double(uint64_t{1} << 30);
+    constexpr double kActivationReserveBytes = 2.0 * kGib;
+    const BackendMemoryInfo mem = backend.memory_info();
+    const double allowed = config.gpu_memory_fraction * static_cast<double>(mem.total_bytes);
+    const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
+    const double left = allowed - used - kActivationReserveBytes;
+    if (!(config.gpu_memory_fraction > 0 && config.gpu_memory_fraction <= 1) || left <= 0) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "no device memory left for the KV cache: %.2f GiB allowed (gpu_memory_fraction %g of "
+          "%.2f GiB), %.2f GiB in use after loading the weights, %.2f GiB reserved for "
+          "activations; raise --gpu-memory-fraction or set --kv-cache-gib",
+          allowed / kGib, config.gpu_memory_fraction, mem.total_bytes / kGib, used / kGib,
+          kActivationReserveBytes / kGib));
+    }
+    kv_cache_gib = left / kGib;
+  }
   KvSizingInput sizing_in{.ctx_size = ctx,
-                          .kv_cache_gib = config.kv_cache_gib,
+                          .kv_cache_gib = kv_cache_gib,
                           .kv_cache_blocks = config.kv_cache_blocks,
                           .block_size = config.block_size,
                           .max_running = config.max_running,

@@ -78,6 +78,9 @@ struct EngineConfig {
   int64_t ctx_size = 0;         // 0: min(model context, 8192)
   double kv_cache_gib = 0;      // KV memory budget (full + sliding pools) in GiB
   int64_t kv_cache_blocks = 0;  // full-attention blocks; overrides kv_cache_gib
+  // Accelerator backends with neither KV setting: the KV cache gets what is left of this fraction
+  // of device memory after the weights and kActivationReserveBytes.
+  double gpu_memory_fraction = 0.92;
   int32_t block_size = 16;
   int32_t max_running = 64;
   int32_t max_step_tokens = 512;

@@ -278,6 +278,7 @@ int Run(int argc, char** argv) {
   ec.threads = static_cast<int>(f.threads);
   ec.ctx_size = f.ctx_size;
   ec.kv_cache_gib = f.kv_cache_gib;
+  ec.gpu_memory_fraction = f.gpu_memory_fraction;
   ec.kv_cache_blocks = f.kv_cache_blocks;
   ec.block_size = static_cast<int32_t>(f.block_size);
   ec.max_running = static_cast<int32_t>(f.max_running);
