@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu/cuda_bench_util.h"
 #include "engine/quant/ggml_type.h"
 #include "engine/quant/quant.h"
 #include "kernels/bandwidth/copy_cuda.h"
@@ -23,73 +24,15 @@
 namespace stepserve::kernels {
 namespace {
 
-#define BENCH_CHECK(call)                                               \
-  do {                                                                  \
-    const cudaError_t err_ = (call);                                    \
-    if (err_ != cudaSuccess) {                                          \
-      std::fprintf(stderr, "%s\n", CudaErrorText(#call, err_).c_str()); \
-      std::exit(1);                                                     \
-    }                                                                   \
-  } while (0)
-
-// Median milliseconds per replay of `graph` (each replay runs `launches` launches).
-double TimeGraph(cudaGraphExec_t graph, cudaStream_t stream, int replays) {
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  BENCH_CHECK(cudaGraphLaunch(graph, stream));  // warm-up
-  BENCH_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> ms;
-  for (int i = 0; i < replays; ++i) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    BENCH_CHECK(cudaGraphLaunch(graph, stream));
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-template <class F>
-cudaGraphExec_t Capture(cudaStream_t stream, int launches, F&& launch) {
-  cudaGraph_t graph;
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < launches; ++i) {
-    if (!launch(i)) {
-      std::fprintf(stderr, "launch %d failed during capture\n", i);
-      std::exit(1);
-    }
-  }
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaGraphDestroy(graph);
-  return exec;
-}
+using bench::CaptureGraph;
+using bench::GraphMedianMs;
 
 double BenchCopy(cudaStream_t stream, bool use_kernel, int64_t bytes) {
-  void *src, *dst;
-  BENCH_CHECK(cudaMalloc(&src, bytes));
-  BENCH_CHECK(cudaMalloc(&dst, bytes));
-  BENCH_CHECK(cudaMemset(src, 0x5A, bytes));  // not zeros
-  const int launches = 10;
-  cudaGraphExec_t g = Capture(stream, launches, [&](int) {
-    if (use_kernel) return CopyCuda(dst, src, bytes, 0, stream) == KernelStatus::kOk;
-    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess;
-  });
-  const double ms = TimeGraph(g, stream, 7) / launches;
-  const double gbps = 2.0 * bytes / (ms * 1e-3) / 1e9;  // read + write
+  const double gbps = bench::CopyBandwidth(stream, bytes, use_kernel) / 1e9;  // read + write
+  const double ms = 2.0 * bytes / (gbps * 1e9) * 1e3;
   std::printf(
       "{\"bench\":\"hbm_copy\",\"method\":\"%s\",\"bytes\":%lld,\"ms\":%.4f,\"gbps_rw\":%.1f}\n",
       use_kernel ? "kernel" : "cudaMemcpy", static_cast<long long>(bytes), ms, gbps);
-  cudaGraphExecDestroy(g);
-  cudaFree(src);
-  cudaFree(dst);
   return gbps;
 }
 
@@ -151,9 +94,9 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
     if (GemvCuda(a, stream) != KernelStatus::kOk) std::exit(1);
     BENCH_CHECK(cudaStreamSynchronize(stream));
   }
-  cudaGraphExec_t g = Capture(
+  cudaGraphExec_t g = CaptureGraph(
       stream, launches, [&](int i) { return GemvCuda(args(i), stream) == KernelStatus::kOk; });
-  const double ms = TimeGraph(g, stream, 9) / launches;
+  const double ms = GraphMedianMs(g, stream, 9) / launches;
   const double bytes = static_cast<double>(w_bytes) + rows * (in + out) * 4.0;
   const double gbps = bytes / (ms * 1e-3) / 1e9;
   std::printf(
@@ -183,7 +126,7 @@ int Main(bool quick) {
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int64_t copy_bytes = int64_t{2} << 30;
-  const double kernel_gbps = quick ? 1.0 : BenchCopy(stream, true, copy_bytes);
+  const double kernel_gbps = BenchCopy(stream, true, copy_bytes);  // every fraction needs it
   if (quick) {
     BenchGemv(stream, GgmlType::kIQ4_XS, 4096, 12288, 1, Act::kQ8, kernel_gbps);
     BenchGemv(stream, GgmlType::kQ8_0, 4096, 12288, 1, Act::kQ8, kernel_gbps);

@@ -22,12 +22,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/gpu/cuda_bench_util.h"
 #include "bench/gpu/random_weights.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/step35_model.h"
 #include "engine/runner/kv_context.h"
 #include "engine/synth/make_model.h"
-#include "kernels/bandwidth/copy_cuda.h"
 #include "server/args.h"
 
 namespace stepserve::bench {
@@ -39,38 +39,11 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Read + write bytes per second of a 1 GiB device copy kernel: the practical HBM ceiling.
-double MeasureCopyBandwidth() {
-  const int64_t bytes = int64_t{1} << 30;
-  void *a = nullptr, *b = nullptr;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (a) cudaFree(a);
-    return 0;
-  }
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  (void)kernels::CopyCuda(b, a, bytes, 0, nullptr);
-  cudaEventRecord(e0);
-  const int reps = 10;
-  for (int i = 0; i < reps; ++i) (void)kernels::CopyCuda(b, a, bytes, 0, nullptr);
-  cudaEventRecord(e1);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaFree(a);
-  cudaFree(b);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return 2.0 * bytes * reps / (ms * 1e-3);
-}
-
 // Bytes one decode step must read: every trunk weight except the embedding table, with the
 // routed experts counted as the expected number of distinct experts B tokens pick under uniform
 // routing, E * (1 - (1 - k/E)^B), plus each sequence's KV.
 struct StepBytes {
-  double dense = 0;           // attention, shared experts, norms, router, LM head
+  double dense = 0;                  // attention, shared experts, norms, router, LM head
   double experts_per_layer_all = 0;  // all routed experts, summed over MoE layers
   double Weights(const model::Hparams& h, int64_t batch) const {
     if (h.n_expert == 0) return dense;
@@ -162,10 +135,11 @@ absl::StatusOr<double> TimeDecode(model::Step35Model& m, int64_t batch, int64_t 
 // One sequence, `prompt` tokens in chunks of `chunk`; seconds (best of repeats).
 absl::StatusOr<double> TimePrefill(model::Step35Model& m, int64_t prompt, int64_t chunk,
                                    int64_t repeats) {
-  ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
-                   runner::KvContext::Create(m.backend(), m.hparams(),
-                                             {.max_sequences = 1, .ctx_size = prompt + 1,
-                                              .max_chunk = static_cast<int32_t>(chunk)}));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<runner::KvContext> kv,
+      runner::KvContext::Create(
+          m.backend(), m.hparams(),
+          {.max_sequences = 1, .ctx_size = prompt + 1, .max_chunk = static_cast<int32_t>(chunk)}));
   std::vector<int32_t> tokens(static_cast<size_t>(prompt));
   for (int64_t i = 0; i < prompt; ++i) tokens[i] = static_cast<int32_t>((i * 7919) % m.n_vocab());
   model::ForwardOutput out;
@@ -230,8 +204,9 @@ int Main(int argc, char** argv) {
         resolved.ok() ? synth::MakeModel(mo, nullptr)
                       : absl::StatusOr<std::vector<synth::WrittenFile>>(resolved.status());
     absl::StatusOr<synth::ModelPlan> plan =
-        made.ok() ? synth::BuildPlan(resolved->config, resolved->recipe, synth::FilePart::kTrunkOnly)
-                  : absl::StatusOr<synth::ModelPlan>(made.status());
+        made.ok()
+            ? synth::BuildPlan(resolved->config, resolved->recipe, synth::FilePart::kTrunkOnly)
+            : absl::StatusOr<synth::ModelPlan>(made.status());
     if (!plan.ok()) {
       std::fprintf(stderr, "synthetic model: %s\n", plan.status().ToString().c_str());
       return 1;
@@ -241,7 +216,13 @@ int Main(int argc, char** argv) {
   }
   int rc = 0;
   {
-    const double bandwidth = a.backend == "cuda" ? MeasureCopyBandwidth() : 0;
+    double bandwidth = 0;
+    if (a.backend == "cuda") {
+      cudaStream_t stream;  // graph capture needs a non-default stream
+      BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      bandwidth = CopyBandwidth(stream, int64_t{1} << 30, /*use_kernel=*/true);
+      cudaStreamDestroy(stream);
+    }
     std::printf("{\"bench\":\"hbm_copy\",\"gbps\":%.1f}\n", bandwidth / 1e9);
     model::LoadOptions lo;
     lo.backend = a.backend;
@@ -295,8 +276,8 @@ int Main(int argc, char** argv) {
       }
       for (int64_t prompt : ParseList(a.prefill)) {
         if (rc != 0) break;
-        absl::StatusOr<double> s = TimePrefill(m, prompt, std::min<int64_t>(prompt, 2048),
-                                               a.repeats);
+        absl::StatusOr<double> s =
+            TimePrefill(m, prompt, std::min<int64_t>(prompt, 2048), a.repeats);
         if (!s.ok()) {
           std::fprintf(stderr, "prefill %ld: %s\n", static_cast<long>(prompt),
                        s.status().ToString().c_str());
@@ -304,9 +285,10 @@ int Main(int argc, char** argv) {
           break;
         }
         min_free = std::min(min_free, m.backend().memory_info().free_bytes);
-        std::printf("{\"bench\":\"prefill\",\"prompt_tokens\":%ld,\"seconds\":%.4f,"
-                    "\"tokens_per_s\":%.1f}\n",
-                    static_cast<long>(prompt), *s, prompt / *s);
+        std::printf(
+            "{\"bench\":\"prefill\",\"prompt_tokens\":%ld,\"seconds\":%.4f,"
+            "\"tokens_per_s\":%.1f}\n",
+            static_cast<long>(prompt), *s, prompt / *s);
         std::fflush(stdout);
       }
       if (rc == 0 && a.layer_times) {
@@ -321,17 +303,18 @@ int Main(int argc, char** argv) {
         m.set_layer_timer({});
         if (s.ok()) {
           for (int il = 0; il < h.n_layer; ++il) {
-            std::printf("{\"bench\":\"layer\",\"batch\":1,\"layer\":%d,\"swa\":%s,"
-                        "\"attention_us\":%.1f,\"ffn_us\":%.1f}\n",
-                        il, h.layers[il].is_swa ? "true" : "false", attn[il] * 1e6,
-                        ffn[il] * 1e6);
+            std::printf(
+                "{\"bench\":\"layer\",\"batch\":1,\"layer\":%d,\"swa\":%s,"
+                "\"attention_us\":%.1f,\"ffn_us\":%.1f}\n",
+                il, h.layers[il].is_swa ? "true" : "false", attn[il] * 1e6, ffn[il] * 1e6);
           }
         }
       }
       const BackendMemoryInfo end = m.backend().memory_info();
-      std::printf("{\"bench\":\"memory\",\"peak_used_bytes\":%llu,\"weight_bytes\":%llu}\n",
-                  static_cast<unsigned long long>(end.total_bytes - std::min(min_free, end.free_bytes)),
-                  static_cast<unsigned long long>(placer ? placer->bytes() : end.weight_bytes));
+      std::printf(
+          "{\"bench\":\"memory\",\"peak_used_bytes\":%llu,\"weight_bytes\":%llu}\n",
+          static_cast<unsigned long long>(end.total_bytes - std::min(min_free, end.free_bytes)),
+          static_cast<unsigned long long>(placer ? placer->bytes() : end.weight_bytes));
     }
   }
   placer.reset();

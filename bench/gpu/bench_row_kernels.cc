@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/gpu/cuda_bench_util.h"
 #include "engine/quant/ggml_type.h"
 #include "engine/quant/quant.h"
 #include "kernels/common/cuda_check.h"
@@ -22,15 +23,6 @@
 
 namespace stepserve::kernels {
 namespace {
-
-#define BENCH_CHECK(call)                                               \
-  do {                                                                  \
-    const cudaError_t err_ = (call);                                    \
-    if (err_ != cudaSuccess) {                                          \
-      std::fprintf(stderr, "%s\n", CudaErrorText(#call, err_).c_str()); \
-      std::exit(1);                                                     \
-    }                                                                   \
-  } while (0)
 
 constexpr int kLaunches = 200;  // per captured graph
 constexpr int kReplays = 9;
@@ -59,38 +51,11 @@ double MicrosPerLaunch(cudaStream_t stream, F&& launch) {
     std::exit(1);
   }
   BENCH_CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kLaunches; ++i) {
-    if (launch(i) != KernelStatus::kOk) {
-      std::fprintf(stderr, "launch %d failed during capture\n", i);
-      std::exit(1);
-    }
-  }
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaGraphDestroy(graph);
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  BENCH_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-  BENCH_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> ms;
-  for (int r = 0; r < kReplays; ++r) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    BENCH_CHECK(cudaGraphLaunch(exec, stream));
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  cudaGraphExec_t exec =
+      bench::CaptureGraph(stream, kLaunches, [&](int i) { return launch(i) == KernelStatus::kOk; });
+  const double ms = bench::GraphMedianMs(exec, stream, kReplays);
   cudaGraphExecDestroy(exec);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e3 / kLaunches;
+  return ms * 1e3 / kLaunches;
 }
 
 void Print(const char* kernel, const char* shape, int64_t rows, double us, double bytes) {

@@ -3,10 +3,8 @@
 // Shape checks are shared with the CPU backend (op_checks.h). The batch description (positions,
 // sequences, block tables) is host memory: it is validated on the host, flattened (slots for
 // AppendKv; rows and concatenated block tables for Attention) and uploaded in one copy. Every
-// layer of a step sees the same batch, so an upload whose bytes equal the previous call's is
-// skipped: the device copy is still in this state's scratch (only these ops write it). That keeps
-// the per-layer cost at one comparison instead of a host-to-device copy from pageable memory,
-// which waits for the stream.
+// layer of a step sees the same batch; StageToDevice skips an upload whose bytes equal the previous
+// one into the same scratch, so the per-layer cost is one comparison.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -17,40 +15,13 @@
 #include "kernels/attention/paged_attention_cuda.h"
 
 namespace stepserve {
-namespace {
-
-// One host-to-device upload that is skipped when its bytes repeat the previous one.
-struct CachedUpload {
-  CudaBackend::Scratch device;
-  std::vector<uint8_t> uploaded;  // what `device` holds when `valid`
-  bool valid = false;
-};
-
-// Uploads `bytes` (> 0) bytes from `host` into `cache` unless it already holds them; returns the
-// device copy.
-absl::StatusOr<const void*> UploadIfChanged(CudaBackend& backend, CachedUpload& cache,
-                                            const void* host, size_t bytes, const char* what) {
-  if (cache.valid && cache.device.data != nullptr && cache.uploaded.size() == bytes &&
-      std::memcmp(cache.uploaded.data(), host, bytes) == 0) {
-    return static_cast<const void*>(cache.device.data);
-  }
-  cache.valid = false;
-  ASSIGN_OR_RETURN(void* device, backend.StageToDevice(cache.device, host, bytes, what));
-  const uint8_t* begin = static_cast<const uint8_t*>(host);
-  cache.uploaded.assign(begin, begin + bytes);
-  cache.valid = true;
-  return static_cast<const void*>(device);
-}
-
-}  // namespace
-
 struct CudaBackend::AttentionState {
   int sm_count = 0;
   std::vector<int64_t> slots;  // AppendKv: cache slot per row (-1: no sequence)
-  CachedUpload slots_upload;
+  Scratch slots_upload;
   std::vector<kernels::AttentionSeq> seqs;
   kernels::PagedAttentionCudaBatch batch;
-  CachedUpload batch_upload;
+  Scratch batch_upload;
   Scratch partials;  // split-K partial results
 };
 
@@ -65,8 +36,8 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
   }
   if (a.tokens == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const void* device_slots,
-                   UploadIfChanged(*this, state.slots_upload, state.slots.data(),
-                                   state.slots.size() * sizeof(int64_t), "AppendKv slots"));
+                   StageToDevice(state.slots_upload, state.slots.data(),
+                                 state.slots.size() * sizeof(int64_t), "AppendKv slots"));
   a.slots = static_cast<const int64_t*>(device_slots);
   return KernelResult(kernels::KvAppendCuda(a, stream()), "AppendKv");
 }
@@ -107,8 +78,8 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
                      EnsureScratch(state.partials, a.scratch_bytes, "Attention split-K partials"));
   }
   ASSIGN_OR_RETURN(const void* device_words,
-                   UploadIfChanged(*this, state.batch_upload, state.batch.words.data(),
-                                   state.batch.words.size() * sizeof(int32_t), "Attention batch"));
+                   StageToDevice(state.batch_upload, state.batch.words.data(),
+                                 state.batch.words.size() * sizeof(int32_t), "Attention batch"));
   const int32_t* words = static_cast<const int32_t*>(device_words);
   a.rows = reinterpret_cast<const kernels::PagedAttentionCudaRow*>(words);
   a.block_tables = words + state.batch.tables_offset;
