@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/gpu/cuda_bench_util.h"
 #include "bench/gpu/random_weights.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/step35_model.h"
 #include "engine/runner/kv_context.h"
@@ -87,8 +88,26 @@ std::vector<int64_t> ParseList(const std::string& text) {
 }
 
 // Fills `batch` sequences with `context` tokens (chunks of at most `chunk`), then times
-// `steps` decode steps of one token per sequence. Returns seconds per step (best of repeats).
-absl::StatusOr<double> TimeDecode(model::Step35Model& m, int64_t batch, int64_t context,
+// `steps` decode steps of one token per sequence. Returns seconds per step (best of repeats) and
+// the share of that time the host spent blocked on the device (near 1: device-bound; near 0: the
+// host's enqueueing is the limit).
+struct DecodeTiming {
+  double seconds_per_step = 1e300;
+  double host_blocked_fraction = 0;
+  double replayed_fraction = 0;  // timed steps replayed from a recorded graph
+};
+
+uint64_t ReplayedSteps(model::Step35Model& m) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&m.backend());
+  return cuda != nullptr ? cuda->replayed_steps() : 0;
+}
+
+double HostBlockedSeconds(model::Step35Model& m) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&m.backend());
+  return cuda != nullptr ? cuda->host_blocked_seconds() : 0.0;
+}
+
+absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, int64_t batch, int64_t context,
                                   int64_t steps, int64_t repeats, int64_t chunk) {
   ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
                    runner::KvContext::Create(m.backend(), m.hparams(),
@@ -116,9 +135,11 @@ absl::StatusOr<double> TimeDecode(model::Step35Model& m, int64_t batch, int64_t 
   RETURN_IF_ERROR(m.backend().Synchronize());
   std::vector<int32_t> step_tokens(static_cast<size_t>(batch));
   seqs.resize(static_cast<size_t>(batch));
-  double best = 1e300;
+  DecodeTiming best;
   for (int64_t r = 0; r < repeats; ++r) {
     const auto start = Clock::now();
+    const double blocked_before = HostBlockedSeconds(m);
+    const uint64_t replayed_before = ReplayedSteps(m);
     for (int64_t step = 0; step < steps; ++step) {
       for (int64_t s = 0; s < batch; ++s) {
         step_tokens[s] = next_token();
@@ -127,7 +148,13 @@ absl::StatusOr<double> TimeDecode(model::Step35Model& m, int64_t batch, int64_t 
       RETURN_IF_ERROR(m.Forward(seqs, kv->storage(), &out));  // logits come back: a real step
     }
     RETURN_IF_ERROR(m.backend().Synchronize());
-    best = std::min(best, Since(start) / static_cast<double>(steps));
+    const double seconds = Since(start);
+    if (seconds / static_cast<double>(steps) < best.seconds_per_step) {
+      best.seconds_per_step = seconds / static_cast<double>(steps);
+      best.host_blocked_fraction = (HostBlockedSeconds(m) - blocked_before) / seconds;
+      best.replayed_fraction =
+          static_cast<double>(ReplayedSteps(m) - replayed_before) / static_cast<double>(steps);
+    }
   }
   return best;
 }
@@ -255,7 +282,7 @@ int Main(int argc, char** argv) {
       const int64_t chunk = 512;
       uint64_t min_free = mem.free_bytes;
       for (int64_t batch : ParseList(a.batches)) {
-        absl::StatusOr<double> s =
+        absl::StatusOr<DecodeTiming> s =
             TimeDecode(m, batch, a.context, a.decode_steps, a.repeats, chunk);
         if (!s.ok()) {
           std::fprintf(stderr, "decode batch %ld: %s\n", static_cast<long>(batch),
@@ -264,14 +291,17 @@ int Main(int argc, char** argv) {
           break;
         }
         min_free = std::min(min_free, m.backend().memory_info().free_bytes);
+        const double sec = s->seconds_per_step;
         const double bytes = step_bytes.Weights(h, batch);
         const double roofline = bandwidth > 0 ? batch * bandwidth / bytes : 0;
         std::printf(
             "{\"bench\":\"decode\",\"batch\":%ld,\"context\":%ld,\"ms_per_step\":%.3f,"
             "\"tokens_per_s\":%.1f,\"weight_bytes_per_step\":%.0f,\"roofline_tokens_per_s\":%.1f,"
-            "\"fraction_of_roofline\":%.3f}\n",
-            static_cast<long>(batch), static_cast<long>(a.context), *s * 1e3, batch / *s, bytes,
-            roofline, roofline > 0 ? (batch / *s) / roofline : 0.0);
+            "\"fraction_of_roofline\":%.3f,\"host_blocked_fraction\":%.3f,"
+            "\"replayed_fraction\":%.2f}\n",
+            static_cast<long>(batch), static_cast<long>(a.context), sec * 1e3, batch / sec, bytes,
+            roofline, roofline > 0 ? (batch / sec) / roofline : 0.0, s->host_blocked_fraction,
+            s->replayed_fraction);
         std::fflush(stdout);
       }
       for (int64_t prompt : ParseList(a.prefill)) {
@@ -299,7 +329,7 @@ int Main(int argc, char** argv) {
             ffn[il] = std::min(ffn[il], f_s);
           }
         });
-        absl::StatusOr<double> s = TimeDecode(m, 1, a.context, 4, 1, chunk);
+        absl::StatusOr<DecodeTiming> s = TimeDecode(m, 1, a.context, 4, 1, chunk);
         m.set_layer_timer({});
         if (s.ok()) {
           for (int il = 0; il < h.n_layer; ++il) {

@@ -184,6 +184,24 @@ struct BackendOptions {
   bool exact_activations = false;
 };
 
+// One step's host-side batch description, handed to BeginStep before the step's ops so an
+// accelerator can record the ops once and replay them on later steps of the same shape. `key`
+// identifies everything else the ops' launch shapes depend on (row counts, buffers, which outputs);
+// the ops of a recorded step must take their ids, positions and sequence lists from these spans.
+struct StepDescription {
+  uint64_t key = 0;
+  std::span<const int32_t> ids;        // Embed's token ids
+  std::span<const int32_t> positions;  // QkNormRope's positions and AttentionBatch::positions
+  std::span<const SequenceSlice> seq_lists[2];  // the AttentionBatch::seqs lists the step uses
+};
+
+// How the ops of a step are run (BeginStep).
+enum class StepMode {
+  kEager,     // enqueue the ops as usual, then call EndStep
+  kRecord,    // enqueue the ops (they are recorded, not run), then call EndStep, which runs them
+  kReplayed,  // the step has been enqueued from an earlier recording: enqueue no ops, no EndStep
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -211,6 +229,23 @@ class Backend {
   // `name` and the missing bytes when it does not fit.
   virtual absl::StatusOr<WeightView> PlaceWeight(const WeightView& host, std::string_view name) = 0;
   virtual BackendMemoryInfo memory_info() const = 0;
+
+  // ---- Step recording (optional; the CPU runs every step eagerly). ----
+  // Called before a step's first op. On kReplayed the backend has uploaded the step's inputs and
+  // enqueued the recorded ops: the caller goes straight to its downloads. Errors are the ops'
+  // own (a bad position or block table), as the eager step would give them.
+  virtual absl::StatusOr<StepMode> BeginStep(const StepDescription& step) {
+    (void)step;
+    return StepMode::kEager;
+  }
+  // Ends a kEager or kRecord step; `enqueued_all` is false when an op failed. After kRecord it runs
+  // the recording. When a kRecord step's op failed or EndStep returns Unavailable, nothing of the
+  // step ran: the caller enqueues the ops again (eagerly: later BeginSteps with that key return
+  // kEager), which also reports a genuine input error as the eager step does.
+  virtual absl::Status EndStep(bool enqueued_all) {
+    (void)enqueued_all;
+    return absl::OkStatus();
+  }
 
   // ---- Ops. ----
   // Where operands live: TensorView / WeightView data, RouterParams::bias,

@@ -303,33 +303,41 @@ absl::Status Step35Model::RunLayer(int il, Rows& rows, std::span<const BatchSequ
   return absl::OkStatus();
 }
 
-absl::Status Step35Model::Logits(Rows& rows, std::span<const BatchSequence> batch, Tensor norm,
-                                 Tensor head, ForwardOutput* out) {
-  const int64_t d = hparams_.n_embd, vocab = weights_.n_vocab;
+absl::StatusOr<Step35Model::LogitPlan> Step35Model::PlanLogits(
+    Rows& rows, std::span<const BatchSequence> batch) {
   // The requested rows are each sequence's trailing rows. When they form one run of h (a single
   // sequence, or one row per sequence in decode) the norm reads them in place; otherwise they are
   // gathered, one copy per sequence.
-  int64_t m = 0, first = -1, row = 0;
-  bool contiguous = true;
+  LogitPlan plan;
+  int64_t row = 0;
   for (const BatchSequence& seq : batch) {
     const int64_t count = static_cast<int64_t>(seq.tokens.size());
     if (seq.logit_rows > 0) {
       const int64_t begin = row + count - seq.logit_rows;
-      if (first < 0) first = begin;
-      contiguous = contiguous && begin == first + m;
-      m += seq.logit_rows;
+      if (plan.first < 0) plan.first = begin;
+      plan.contiguous = plan.contiguous && begin == plan.first + plan.m;
+      plan.m += seq.logit_rows;
     }
     row += count;
   }
-  if (m == 0) {
-    out->logits.clear();
-    return absl::OkStatus();
+  // Logits are computed into backend memory first (grow-only) unless the backend is the host.
+  const size_t bytes = static_cast<size_t>(plan.m * weights_.n_vocab) * sizeof(float);
+  if (!backend_->host_visible() && rows.logits.bytes() < bytes) {
+    rows.logits.Reset();
+    ASSIGN_OR_RETURN(rows.logits, backend_->Allocate(bytes));
   }
-  TensorView picked = TensorView::F32(rows.h.buffer.f32() + first * d, d, m);
-  if (!contiguous) {
+  return plan;
+}
+
+absl::Status Step35Model::EnqueueLogits(Rows& rows, std::span<const BatchSequence> batch,
+                                        const LogitPlan& plan, Tensor norm, Tensor head,
+                                        ForwardOutput* out) {
+  const int64_t d = hparams_.n_embd, vocab = weights_.n_vocab, m = plan.m;
+  if (m == 0) return absl::OkStatus();
+  TensorView picked = TensorView::F32(rows.h.buffer.f32() + plan.first * d, d, m);
+  if (!plan.contiguous) {
     picked = rows.Mat(rows.a, d, m);
-    row = 0;
-    int64_t dst = 0;
+    int64_t row = 0, dst = 0;
     for (const BatchSequence& seq : batch) {
       const int64_t count = static_cast<int64_t>(seq.tokens.size());
       const size_t bytes = static_cast<size_t>(seq.logit_rows * d) * sizeof(float);
@@ -341,19 +349,71 @@ absl::Status Step35Model::Logits(Rows& rows, std::span<const BatchSequence> batc
   }
   TensorView normed = rows.Mat(rows.f, d, m);
   RETURN_IF_ERROR(backend_->RmsNorm(picked, placed_[norm], hparams_.rms_eps, normed));
-  // resize, not assign: no zero-fill of a buffer the matmul overwrites anyway.
-  out->logits.resize(static_cast<size_t>(m * vocab));
   if (backend_->host_visible()) {
+    // resize, not assign: no zero-fill of a buffer the matmul overwrites anyway.
+    out->logits.resize(static_cast<size_t>(m * vocab));
     return backend_->Matmul(normed, placed_[head], TensorView::F32(out->logits.data(), vocab, m));
   }
-  const size_t bytes = out->logits.size() * sizeof(float);
-  if (rows.logits.bytes() < bytes) {
-    rows.logits.Reset();
-    ASSIGN_OR_RETURN(rows.logits, backend_->Allocate(bytes));
+  return backend_->Matmul(normed, placed_[head], TensorView::F32(rows.logits.f32(), vocab, m));
+}
+
+absl::Status Step35Model::DownloadLogits(const Rows& rows, const LogitPlan& plan,
+                                         ForwardOutput* out) {
+  if (plan.m == 0) {
+    out->logits.clear();
+    return absl::OkStatus();
   }
-  RETURN_IF_ERROR(
-      backend_->Matmul(normed, placed_[head], TensorView::F32(rows.logits.f32(), vocab, m)));
-  return backend_->Download(rows.logits.data(), out->logits.data(), bytes);
+  if (backend_->host_visible()) return absl::OkStatus();  // EnqueueLogits wrote them in place
+  out->logits.resize(static_cast<size_t>(plan.m * weights_.n_vocab));
+  return backend_->Download(rows.logits.data(), out->logits.data(),
+                            out->logits.size() * sizeof(float));
+}
+
+absl::Status Step35Model::RunStep(Rows& rows, std::span<const BatchSequence> batch,
+                                  KvStorage& kv, const LogitPlan& plan, Tensor norm,
+                                  Tensor head, ForwardOutput* out,
+                                  const std::function<absl::Status()>& body) {
+  // A decode step (one row per sequence, few sequences) may be recorded and replayed by the
+  // backend (Backend::BeginStep). Its key names everything the ops' launch shapes depend on
+  // beyond the step's ids, positions and sequence lists: rows, buffers, the KV pages, the head.
+  bool decode = rows.n <= kMaxRecordedRows && !layer_timer_;
+  for (const BatchSequence& seq : batch) decode = decode && seq.tokens.size() == 1;
+  StepMode mode = StepMode::kEager;
+  if (decode) {
+    uint64_t key = 1469598103934665603ull;
+    auto mix = [&key](uint64_t value) { key = (key ^ value) * 1099511628211ull; };
+    mix(static_cast<uint64_t>(rows.n));
+    mix(static_cast<uint64_t>(rows.capacity));
+    mix(static_cast<uint64_t>(plan.m));
+    mix(static_cast<uint64_t>(plan.first));
+    mix(plan.contiguous ? 1 : 0);
+    mix(reinterpret_cast<uintptr_t>(rows.logits.data()));
+    mix(reinterpret_cast<uintptr_t>(placed_[head].data));
+    mix(reinterpret_cast<uintptr_t>(placed_[norm].data));
+    mix(reinterpret_cast<uintptr_t>(kv.layer(0).k));
+    mix(reinterpret_cast<uintptr_t>(kv.layer(hparams_.n_layer - 1).k));
+    StepDescription step;
+    step.key = key;
+    step.ids = rows.ids;
+    step.positions = rows.positions;
+    step.seq_lists[0] = rows.full_seqs;
+    step.seq_lists[1] = rows.swa_seqs;
+    ASSIGN_OR_RETURN(mode, backend_->BeginStep(step));
+  }
+  if (mode == StepMode::kReplayed) return absl::OkStatus();
+  auto enqueue = [&]() -> absl::Status {
+    RETURN_IF_ERROR(body());
+    return EnqueueLogits(rows, batch, plan, norm, head, out);
+  };
+  absl::Status status = enqueue();
+  absl::Status end = backend_->EndStep(status.ok());
+  if (mode == StepMode::kRecord && (!status.ok() || !end.ok())) {
+    // Nothing of a failed recording ran: run the step eagerly (it reports a real input error).
+    status = enqueue();
+    end = backend_->EndStep(status.ok());
+  }
+  RETURN_IF_ERROR(status);
+  return end;
 }
 
 absl::Status Step35Model::DownloadHidden(const Rows& rows, ForwardOutput* out) {
@@ -369,16 +429,23 @@ absl::Status Step35Model::Forward(std::span<const BatchSequence> batch, KvStorag
   }
   Rows& rows = *rows_;
   RETURN_IF_ERROR(PrepareRows(batch, rows));
+  ASSIGN_OR_RETURN(const LogitPlan plan, PlanLogits(rows, batch));
   const int64_t d = hparams_.n_embd;
-  RETURN_IF_ERROR(
-      backend_->Embed(placed_[weights_.token_embd], rows.ids, rows.Mat(rows.h, d, rows.n)));
-  for (int il = 0; il < hparams_.n_layer; ++il) RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
+  RETURN_IF_ERROR(RunStep(rows, batch, kv, plan, weights_.output_norm, weights_.output, out,
+                          [&]() -> absl::Status {
+                            RETURN_IF_ERROR(backend_->Embed(placed_[weights_.token_embd], rows.ids,
+                                                            rows.Mat(rows.h, d, rows.n)));
+                            for (int il = 0; il < hparams_.n_layer; ++il) {
+                              RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
+                            }
+                            return absl::OkStatus();
+                          }));
   if (options.want_hidden) {
     RETURN_IF_ERROR(DownloadHidden(rows, out));
   } else {
     out->hidden.clear();
   }
-  return Logits(rows, batch, weights_.output_norm, weights_.output, out);
+  return DownloadLogits(rows, plan, out);
 }
 
 absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> batch, KvStorage& kv,
@@ -433,7 +500,9 @@ absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> ba
     return absl::FailedPreconditionError(absl::StrFormat(
         "MTP head %d has no shared_head_head and the file has no output.weight", head));
   }
-  return Logits(rows, batch, norm, head_w, out);
+  ASSIGN_OR_RETURN(const LogitPlan plan, PlanLogits(rows, batch));
+  RETURN_IF_ERROR(EnqueueLogits(rows, batch, plan, norm, head_w, out));
+  return DownloadLogits(rows, plan, out);
 }
 
 }  // namespace stepserve::model

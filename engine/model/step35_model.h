@@ -116,8 +116,24 @@ class Step35Model {
   absl::Status RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv);
   absl::Status Attention(int il, Rows& rows, KvStorage& kv);
   absl::Status FeedForward(int il, Rows& rows);
-  absl::Status Logits(Rows& rows, std::span<const BatchSequence> batch, Tensor norm, Tensor head,
-                      ForwardOutput* out);
+  // Which rows get logits: m rows starting at row `first` of h, or gathered when not contiguous.
+  struct LogitPlan {
+    int64_t m = 0;
+    int64_t first = -1;
+    bool contiguous = true;
+  };
+  // Decode steps up to this many rows may be recorded and replayed (Backend::BeginStep); it is the
+  // CUDA MoE's on-device limit, beyond which the experts are grouped on the host.
+  static constexpr int64_t kMaxRecordedRows = 64;
+  absl::StatusOr<LogitPlan> PlanLogits(Rows& rows, std::span<const BatchSequence> batch);
+  absl::Status EnqueueLogits(Rows& rows, std::span<const BatchSequence> batch,
+                             const LogitPlan& plan, Tensor norm, Tensor head, ForwardOutput* out);
+  absl::Status DownloadLogits(const Rows& rows, const LogitPlan& plan, ForwardOutput* out);
+  // Runs `body` (the step's ops) then the logits, through the backend's step recording when the
+  // step is a decode step.
+  absl::Status RunStep(Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv,
+                       const LogitPlan& plan, Tensor norm, Tensor head, ForwardOutput* out,
+                       const std::function<absl::Status()>& body);
   absl::Status DownloadHidden(const Rows& rows, ForwardOutput* out);
   absl::Status TimeLayerHalf();
 

@@ -137,6 +137,18 @@ struct PieceQ4_K {
     const uint4* p = reinterpret_cast<const uint4*>(blk);
     return Raw{__ldcs(p), __ldcs(p + 1 + c)};
   }
+  // The scale and min terms of the lane's two sub-blocks (shared with Q5_K's header layout).
+  static __device__ __forceinline__ void SetScales(uint4 h, int c, W* w) {
+    const int pair = c >> 1;
+    uint32_t sc0, m0, sc1, m1;
+    ScaleMinK4(h, 2 * pair, &sc0, &m0);
+    ScaleMinK4(h, 2 * pair + 1, &sc1, &m1);
+    const float d = F16Bits(h.x), dmin = (c & 1) ? 0.f : F16Bits(h.x >> 16);
+    w->dl0 = d * static_cast<float>(sc0);
+    w->dl1 = d * static_cast<float>(sc1);
+    w->ml0 = dmin * static_cast<float>(m0);
+    w->ml1 = dmin * static_cast<float>(m1);
+  }
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
     const uint4 h = raw.h, q4 = raw.q;
     const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
@@ -146,15 +158,7 @@ struct PieceQ4_K {
       w.lo[i] = q[i] & 0x0F0F0F0Fu;
       w.hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
     }
-    const int pair = c >> 1;
-    uint32_t sc0, m0, sc1, m1;
-    ScaleMinK4(h, 2 * pair, &sc0, &m0);
-    ScaleMinK4(h, 2 * pair + 1, &sc1, &m1);
-    const float d = F16Bits(h.x), dmin = (c & 1) ? 0.f : F16Bits(h.x >> 16);
-    w.dl0 = d * static_cast<float>(sc0);
-    w.dl1 = d * static_cast<float>(sc1);
-    w.ml0 = dmin * static_cast<float>(m0);
-    w.ml1 = dmin * static_cast<float>(m1);
+    SetScales(h, c, &w);
     return w;
   }
   static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
@@ -178,6 +182,36 @@ struct PieceQ4_K {
     // Odd lanes carry ml0 = ml1 = 0: each sub-block's min term counts once.
     return (w.dl0 * x.ds.x) * IntToFloat(s0) + (w.dl1 * x.ds.z) * IntToFloat(s1) -
            (w.ml0 * x.ds.y + w.ml1 * x.ds.w);
+  }
+};
+
+// ---- Q5_K: 176-byte blocks (16-byte aligned), the Q4_K layout plus one high bit per element. ----
+// Bytes 0..15 hold d, dmin and the same 12 scale/min bytes as Q4_K, 16..47 the high bits qh[32],
+// 48..175 the nibbles. Lane c takes qs piece c exactly as in Q4_K; the high bits of its 16
+// positions l = 16 (c & 1) + i are bit 2*pair (low nibbles) and 2*pair+1 (high nibbles) of qh[l].
+// Elements 0..31 as bytes dot with the int8 activations the same way; X, LoadX and Dot are Q4_K's.
+struct PieceQ5_K : PieceQ4_K {
+  static constexpr int kBytes = 176;
+  struct Raw {
+    uint4 h, qh, q;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
+    const uint4* p = reinterpret_cast<const uint4*>(blk);
+    return Raw{__ldcs(p), __ldcs(p + 1 + (c & 1)), __ldcs(p + 3 + c)};
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
+    const uint4 h = raw.h, q4 = raw.q, h4 = raw.qh;
+    const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
+    const uint32_t qh[4] = {h4.x, h4.y, h4.z, h4.w};
+    const int pair = c >> 1;
+    W w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w.lo[i] = (q[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * pair)) & 0x01010101u) << 4);
+      w.hi[i] = ((q[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * pair + 1)) & 0x01010101u) << 4);
+    }
+    SetScales(h, c, &w);
+    return w;
   }
 };
 
@@ -517,6 +551,8 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
       return LaunchRows<PieceQ8_0>(p, overlap_previous, stream);
     case GgmlType::kQ4_K:
       return LaunchRows<PieceQ4_K>(p, overlap_previous, stream);
+    case GgmlType::kQ5_K:
+      return LaunchRows<PieceQ5_K>(p, overlap_previous, stream);
     case GgmlType::kQ6_K:
       return LaunchRows<PieceQ6_K>(p, overlap_previous, stream);
     case GgmlType::kIQ4_XS:
@@ -536,6 +572,8 @@ cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t gro
       return Launch<PieceQ8_0, 1, 1, PieceQ8_0::kDepth1, true>(p, overlap_previous, stream, groups);
     case GgmlType::kQ4_K:
       return Launch<PieceQ4_K, 1, 1, PieceQ4_K::kDepth1, true>(p, overlap_previous, stream, groups);
+    case GgmlType::kQ5_K:
+      return Launch<PieceQ5_K, 1, 1, PieceQ5_K::kDepth1, true>(p, overlap_previous, stream, groups);
     case GgmlType::kQ6_K:
       return Launch<PieceQ6_K, 1, 1, PieceQ6_K::kDepth1, true>(p, overlap_previous, stream, groups);
     case GgmlType::kIQ4_XS:

@@ -12,8 +12,8 @@ using gemv_internal::GemvParams;
 using gemv_internal::kWarpsPerBlock;
 
 bool GemvCudaSupports(GgmlType type) {
-  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ||
-         type == GgmlType::kIQ4_XS;
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
+         type == GgmlType::kQ6_K || type == GgmlType::kIQ4_XS;
 }
 
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
@@ -26,6 +26,8 @@ KernelStatus ValidateGemvCuda(const GemvCudaArgs& a) {
   if (!GemvCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
   const bool q8 = a.activations == GemvCudaActivations::kQ8;
   if (!q8 && a.activations != GemvCudaActivations::kF32) return KernelStatus::kInvalidArgument;
+  // The exact F32 kernels have no Q5_K piece (callers take the generic GEMV for it).
+  if (!q8 && a.type == GgmlType::kQ5_K) return KernelStatus::kUnsupportedType;
   const bool needs_x = !(q8 && a.x_prequantized);
   if (a.w == nullptr || a.y == nullptr || (needs_x && a.x == nullptr)) {
     return KernelStatus::kInvalidArgument;

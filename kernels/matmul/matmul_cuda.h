@@ -4,7 +4,7 @@
 // row-major with their own strides), with every pointer in device memory and the work enqueued on
 // `stream` (asynchronous: errors from the kernel itself surface at the next synchronization).
 //
-// Supported types: Q8_0, Q4_K, Q6_K, IQ4_XS. Alignment: `w` and `w_row_bytes` must be multiples of
+// Supported types: Q8_0, Q4_K, Q5_K (kQ8 only), Q6_K, IQ4_XS. Alignment: `w` and `w_row_bytes` must be multiples of
 // 16 bytes, so every weight row starts on a 16-byte boundary and the kernels can use wide loads.
 // GGUF rows whose byte size is not a multiple of 16 (e.g. IQ4_XS with in = 256: 136 bytes) are
 // padded on upload (cudaMemcpy2D with a padded pitch).
@@ -59,6 +59,7 @@ struct GemvCudaArgs {
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 
+// Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS (Q5_K with kQ8 activations only).
 bool GemvCudaSupports(GgmlType type);
 
 // Checks sizes, strides, alignment and type (host-side only; pointers are not dereferenced).

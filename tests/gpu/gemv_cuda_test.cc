@@ -300,5 +300,15 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(1, 3, 8, 16),
                        ::testing::Values(GemvCudaActivations::kQ8, GemvCudaActivations::kF32)));
 
+// Q5_K has the int8 path only (the exact F32 mode takes the generic GEMV).
+INSTANTIATE_TEST_SUITE_P(
+    Q5K, GemvCudaTest,
+    ::testing::Combine(::testing::Values(GgmlType::kQ5_K),
+                       ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
+                                         std::pair<int64_t, int64_t>{33, 4096},
+                                         std::pair<int64_t, int64_t>{4095, 768}),
+                       ::testing::Values(1, 3, 8, 16),
+                       ::testing::Values(GemvCudaActivations::kQ8)));
+
 }  // namespace
 }  // namespace stepserve::kernels

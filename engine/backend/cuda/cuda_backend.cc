@@ -2,7 +2,10 @@
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_format.h"
 #include "engine/base/status_macros.h"
@@ -28,6 +31,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   std::unique_ptr<CudaBackend> backend(new CudaBackend());
   backend->device_ = options.device;
   backend->exact_activations_ = options.exact_activations;
+  if (const char* env = std::getenv("STEPSERVE_CUDA_GRAPHS"); env != nullptr) {
+    backend->graphs_enabled_ = std::string_view(env) != "0";
+  }
   RETURN_IF_ERROR(backend->CudaResult(cudaSetDevice(options.device), "cudaSetDevice"));
   RETURN_IF_ERROR(backend->CudaResult(
       cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -75,6 +81,7 @@ absl::StatusOr<void*> CudaBackend::EnsureScratch(Scratch& scratch, size_t bytes,
                                                  const char* what) {
   if (scratch.bytes >= bytes && scratch.data != nullptr) return scratch.data;
   scratch.staged_valid = false;
+  ++scratch_epoch_;
   if (scratch.data != nullptr) {
     RETURN_IF_ERROR(CudaResult(cudaStreamSynchronize(stream_), what));
     cudaFree(scratch.data);
@@ -94,6 +101,9 @@ absl::StatusOr<void*> CudaBackend::EnsureScratch(Scratch& scratch, size_t bytes,
 
 absl::StatusOr<void*> CudaBackend::StageToDevice(Scratch& scratch, const void* host, size_t bytes,
                                                  const char* what) {
+  if (recording_step()) {
+    return AbandonRecording(absl::StrFormat("%s is not part of the step description", what));
+  }
   if (scratch.staged_valid && scratch.data != nullptr && scratch.staged.size() == bytes &&
       (bytes == 0 || std::memcmp(scratch.staged.data(), host, bytes) == 0)) {
     return scratch.data;  // the device copy already holds these bytes
@@ -103,7 +113,7 @@ absl::StatusOr<void*> CudaBackend::StageToDevice(Scratch& scratch, const void* h
   if (host == nullptr) return absl::InvalidArgumentError(absl::StrFormat("%s: null source", what));
   if (scratch.copied != nullptr) {
     // The previous copy out of the pinned buffer must have left it before it is overwritten.
-    RETURN_IF_ERROR(CudaResult(cudaEventSynchronize(scratch.copied), what));
+    RETURN_IF_ERROR(CudaResult(TimedWait(nullptr, scratch.copied), what));
   } else {
     RETURN_IF_ERROR(
         CudaResult(cudaEventCreateWithFlags(&scratch.copied, cudaEventDisableTiming), what));
@@ -148,6 +158,7 @@ absl::StatusOr<BackendBuffer> CudaBackend::Allocate(size_t bytes) {
 absl::Status CudaBackend::Upload(const void* host, void* dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (host == nullptr || dst == nullptr) return absl::InvalidArgumentError("Upload: null pointer");
+  if (recording_step()) return AbandonRecording("Upload inside a recorded step");
   // Pageable source: the runtime stages it before returning, so `host` may be reused at once.
   return CudaResult(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "Upload");
 }
@@ -157,9 +168,12 @@ absl::Status CudaBackend::Download(const void* src, void* host, size_t bytes) {
   if (host == nullptr || src == nullptr) {
     return absl::InvalidArgumentError("Download: null pointer");
   }
+  if (recording_step()) return AbandonRecording("Download inside a recorded step");
+  // Wait first so the wait is counted (a copy into pageable memory would block inside the call).
+  RETURN_IF_ERROR(CudaResult(TimedWait(stream_, nullptr), "Download (kernels before it)"));
   RETURN_IF_ERROR(
       CudaResult(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "Download"));
-  return CudaResult(cudaStreamSynchronize(stream_), "Download (kernels before it)");
+  return CudaResult(cudaStreamSynchronize(stream_), "Download");
 }
 
 absl::Status CudaBackend::Copy(const void* src, void* dst, size_t bytes) {
@@ -175,7 +189,17 @@ absl::Status CudaBackend::Zero(void* dst, size_t bytes) {
 }
 
 absl::Status CudaBackend::Synchronize() {
-  return CudaResult(cudaStreamSynchronize(stream_), "Synchronize (an earlier kernel failed)");
+  if (recording_step()) return AbandonRecording("Synchronize inside a recorded step");
+  return CudaResult(TimedWait(stream_, nullptr), "Synchronize (an earlier kernel failed)");
+}
+
+cudaError_t CudaBackend::TimedWait(cudaStream_t stream, cudaEvent_t event) {
+  const auto start = std::chrono::steady_clock::now();
+  const cudaError_t err =
+      event != nullptr ? cudaEventSynchronize(event) : cudaStreamSynchronize(stream);
+  host_blocked_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return err;
 }
 
 absl::StatusOr<WeightView> CudaBackend::PlaceWeight(const WeightView& host,

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,12 @@ class CudaBackend final : public Backend {
   absl::StatusOr<WeightView> PlaceWeight(const WeightView& host, std::string_view name) override;
   BackendMemoryInfo memory_info() const override;
 
+  // Step graphs (cuda_backend_graph.cc): a decode step is run eagerly the first time its key is
+  // seen, recorded as a CUDA graph the second time and replayed after that; its batch inputs go
+  // up in one copy before the graph. STEPSERVE_CUDA_GRAPHS=0 in the environment turns this off.
+  absl::StatusOr<StepMode> BeginStep(const StepDescription& step) override;
+  absl::Status EndStep(bool enqueued_all) override;
+
   absl::Status Embed(const WeightView& table, std::span<const int32_t> ids,
                      const TensorView& out) override;
   absl::Status RmsNorm(const TensorView& x, const WeightView& weight, float eps,
@@ -74,6 +81,12 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
+  // Seconds the host has spent blocked waiting for the device (Download, Synchronize, staging
+  // waits) since creation: a decode step whose wall time is mostly not this is host-bound.
+  double host_blocked_seconds() const { return host_blocked_seconds_; }
+  // Steps recorded as graphs and steps replayed from them since creation.
+  uint64_t recorded_steps() const { return recorded_steps_; }
+  uint64_t replayed_steps() const { return replayed_steps_; }
 
   // Shared helpers for the op files.
   // A grow-only device scratch area, freed (cudaFree) when destroyed.
@@ -109,6 +122,21 @@ class CudaBackend final : public Backend {
   absl::Status KernelResult(kernels::KernelStatus status, const char* op);
   absl::Status CudaResult(cudaError_t err, const char* what);
 
+  // Step recording. While a step is recorded the ops take their batch inputs from the step's
+  // description (StepSeqList says which list a batch's seqs are; -1: not the step's) and stage
+  // them with StageStepInput: the bytes go to the step's input area under `key` (one copy per key
+  // per step) and `recipe` rebuilds them from a later step's description before a replay; a recipe
+  // returns Aborted when the recorded launch shapes do not fit the new step (it is re-recorded).
+  using StepInputRecipe =
+      std::function<absl::Status(const StepDescription&, std::vector<uint8_t>*)>;
+  bool recording_step() const { return recording_ != nullptr; }
+  int StepSeqList(std::span<const SequenceSlice> seqs) const;
+  const StepDescription& recording_description() const { return recording_step_; }
+  absl::StatusOr<void*> StageStepInput(const std::string& key, const void* host, size_t bytes,
+                                       const char* what, StepInputRecipe recipe);
+  // The recipe of the step's positions (each must be >= 0).
+  static absl::Status StepPositionsRecipe(const StepDescription& step, std::vector<uint8_t>* bytes);
+
   struct PointwiseState;   // cuda_backend_pointwise.cc
   struct AttentionState;   // cuda_backend_attention.cc
   struct MatmulState;      // cuda_backend_matmul.cc
@@ -120,7 +148,24 @@ class CudaBackend final : public Backend {
                                   std::span<const int32_t> ids, std::span<const float> weights,
                                   int64_t top_k, const TensorView& y);
 
+  // Runs cudaStreamSynchronize / cudaEventSynchronize and adds the wait to host_blocked_seconds_.
+  cudaError_t TimedWait(cudaStream_t stream, cudaEvent_t event);
+
+  struct StepGraphs;  // cuda_backend_graph.cc
+  struct StepGraph;
+  // Ends a failed recording: discards the capture, marks the key as not recordable.
+  absl::Status AbandonRecording(const std::string& why);
+
   int device_ = 0;
+  double host_blocked_seconds_ = 0;
+  bool graphs_enabled_ = true;
+  // Bumped whenever a scratch area moves: recorded graphs hold its old address.
+  uint64_t scratch_epoch_ = 0;
+  uint64_t recorded_steps_ = 0;
+  uint64_t replayed_steps_ = 0;
+  std::shared_ptr<StepGraphs> graphs_;
+  StepGraph* recording_ = nullptr;
+  StepDescription recording_step_;
   bool exact_activations_ = false;  // BackendOptions::exact_activations
   cudaStream_t stream_ = nullptr;
   std::mutex placed_mu_;

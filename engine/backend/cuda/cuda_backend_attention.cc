@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
@@ -35,9 +36,35 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
     return KernelResult(s, "AppendKv");
   }
   if (a.tokens == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const void* device_slots,
-                   StageToDevice(state.slots_upload, state.slots.data(),
-                                 state.slots.size() * sizeof(int64_t), "AppendKv slots"));
+  const void* device_slots = nullptr;
+  if (recording_step()) {
+    const int list = StepSeqList(batch.seqs);
+    if (list < 0 || batch.positions.data() != recording_description().positions.data()) {
+      return AbandonRecording("AppendKv batch is not the step's");
+    }
+    // The slots depend on the sequence list and the cache's page geometry only.
+    auto recipe = [k, v, cache, list](const StepDescription& next, std::vector<uint8_t>* bytes) {
+      std::vector<int64_t> slots;
+      const AttentionBatch next_batch{next.positions, next.seq_lists[list]};
+      ASSIGN_OR_RETURN(const kernels::KvAppendArgs args,
+                       AppendKvOpArgs(k, v, next_batch, cache, &slots));
+      if (kernels::ValidateKvAppend(args) != kernels::KernelStatus::kOk) {
+        return absl::OutOfRangeError("AppendKv: a slot of the step is outside the cache");
+      }
+      const auto* begin = reinterpret_cast<const uint8_t*>(slots.data());
+      bytes->assign(begin, begin + slots.size() * sizeof(int64_t));
+      return absl::OkStatus();
+    };
+    ASSIGN_OR_RETURN(device_slots,
+                     StageStepInput(absl::StrFormat("slots/%d/%d/%d", list, cache.block_size,
+                                                    cache.num_blocks),
+                                    state.slots.data(), state.slots.size() * sizeof(int64_t),
+                                    "AppendKv slots", recipe));
+  } else {
+    ASSIGN_OR_RETURN(device_slots,
+                     StageToDevice(state.slots_upload, state.slots.data(),
+                                   state.slots.size() * sizeof(int64_t), "AppendKv slots"));
+  }
   a.slots = static_cast<const int64_t*>(device_slots);
   return KernelResult(kernels::KvAppendCuda(a, stream()), "AppendKv");
 }
@@ -77,9 +104,45 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
     ASSIGN_OR_RETURN(a.scratch,
                      EnsureScratch(state.partials, a.scratch_bytes, "Attention split-K partials"));
   }
-  ASSIGN_OR_RETURN(const void* device_words,
-                   StageToDevice(state.batch_upload, state.batch.words.data(),
-                                 state.batch.words.size() * sizeof(int32_t), "Attention batch"));
+  const void* device_words = nullptr;
+  if (recording_step()) {
+    const int list = StepSeqList(batch.seqs);
+    if (list < 0 || batch.positions.data() != recording_description().positions.data()) {
+      return AbandonRecording("Attention batch is not the step's");
+    }
+    // Rows and block tables depend on the sequence list only; the recorded split count (and the
+    // partials it sized) must still be the one the next step's contexts call for.
+    const int64_t splits = a.splits;
+    const int sm_count = state.sm_count;
+    auto recipe = [q, cache, params, out, list, splits, sm_count](const StepDescription& next,
+                                                                  std::vector<uint8_t>* bytes) {
+      std::vector<kernels::AttentionSeq> seqs;
+      const AttentionBatch next_batch{next.positions, next.seq_lists[list]};
+      ASSIGN_OR_RETURN(kernels::PagedAttentionArgs host,
+                       AttentionOpArgs(q, next_batch, cache, params, out, &seqs));
+      kernels::PagedAttentionCudaBatch flat;
+      if (kernels::FlattenPagedAttentionBatch(host, &flat) != kernels::KernelStatus::kOk) {
+        return absl::InvalidArgumentError("Attention: the step's batch does not validate");
+      }
+      if (kernels::PagedAttentionCudaSplits(flat.n_rows, host.heads, cache.kv_heads,
+                                            flat.max_visible, sm_count) != splits) {
+        return absl::AbortedError("Attention: split count changed");
+      }
+      const auto* begin = reinterpret_cast<const uint8_t*>(flat.words.data());
+      bytes->assign(begin, begin + flat.words.size() * sizeof(int32_t));
+      return absl::OkStatus();
+    };
+    ASSIGN_OR_RETURN(
+        device_words,
+        StageStepInput(absl::StrFormat("attention/%d/%d/%d/%d", list, params.window, a.heads,
+                                       cache.block_size),
+                       state.batch.words.data(), state.batch.words.size() * sizeof(int32_t),
+                       "Attention batch", recipe));
+  } else {
+    ASSIGN_OR_RETURN(device_words,
+                     StageToDevice(state.batch_upload, state.batch.words.data(),
+                                   state.batch.words.size() * sizeof(int32_t), "Attention batch"));
+  }
   const int32_t* words = static_cast<const int32_t*>(device_words);
   a.rows = reinterpret_cast<const kernels::PagedAttentionCudaRow*>(words);
   a.block_tables = words + state.batch.tables_offset;

@@ -1,7 +1,7 @@
 // CudaBackend ops: Matmul, Embed, MoeExperts.
 //
 // Matmul picks one of three kernel paths by batch size and weight type:
-//   rows <= 16 and a type the fast GEMV has (Q8_0, Q4_K, Q6_K, IQ4_XS): GemvCuda, int8
+//   rows <= 16 and a type the fast GEMV has (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS): GemvCuda, int8
 //       activations (kQ8; ~6e-3 relative to the exact result, matmul_cuda.h);
 //   rows <= 16, any other type: GemvGenericCuda (weights dequantized in registers, exact F32);
 //   more rows: CublasGemm (cuBLAS, F32 accumulation; F32/BF16 weights exact, F16 and quantized
@@ -159,8 +159,29 @@ absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t
   }
   if (n == 0) return absl::OkStatus();
   if (!matmul_) matmul_ = std::make_shared<MatmulState>();
-  ASSIGN_OR_RETURN(void* device_ids,
-                   StageToDevice(matmul_->embed_ids, ids.data(), ids.size_bytes(), "Embed ids"));
+  void* device_ids = nullptr;
+  if (recording_step()) {
+    const StepDescription& step = recording_description();
+    if (ids.data() != step.ids.data() || ids.size() != step.ids.size()) {
+      return AbandonRecording("Embed ids are not the step's");
+    }
+    auto recipe = [n_vocab](const StepDescription& next, std::vector<uint8_t>* bytes) {
+      for (const int32_t id : next.ids) {
+        if (id < 0 || id >= n_vocab) {
+          return absl::OutOfRangeError(
+              absl::StrFormat("Embed: token id %d is outside the vocabulary [0, %d)", id, n_vocab));
+        }
+      }
+      const auto* begin = reinterpret_cast<const uint8_t*>(next.ids.data());
+      bytes->assign(begin, begin + next.ids.size_bytes());
+      return absl::OkStatus();
+    };
+    ASSIGN_OR_RETURN(device_ids,
+                     StageStepInput("ids", ids.data(), ids.size_bytes(), "Embed ids", recipe));
+  } else {
+    ASSIGN_OR_RETURN(device_ids, StageToDevice(matmul_->embed_ids, ids.data(), ids.size_bytes(),
+                                               "Embed ids"));
+  }
   kernels::EmbedCudaArgs a;
   a.type = args.type;
   a.table = args.table;

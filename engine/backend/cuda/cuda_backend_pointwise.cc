@@ -61,8 +61,18 @@ absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
   }
   if (tokens == 0) return absl::OkStatus();
   if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
-  ASSIGN_OR_RETURN(void* staged, StageToDevice(pointwise_->positions, positions.data(),
-                                               positions.size_bytes(), "QkNormRope positions"));
+  void* staged = nullptr;
+  if (recording_step()) {
+    const StepDescription& step = recording_description();
+    if (positions.data() != step.positions.data() || positions.size() != step.positions.size()) {
+      return AbandonRecording("QkNormRope positions are not the step's");
+    }
+    ASSIGN_OR_RETURN(staged, StageStepInput("positions", positions.data(), positions.size_bytes(),
+                                            "QkNormRope positions", StepPositionsRecipe));
+  } else {
+    ASSIGN_OR_RETURN(staged, StageToDevice(pointwise_->positions, positions.data(),
+                                           positions.size_bytes(), "QkNormRope positions"));
+  }
   a.positions = static_cast<const int32_t*>(staged);
   return KernelResult(kernels::QkNormRopeCuda(a, stream()), "QkNormRope");
 }
