@@ -23,6 +23,9 @@ constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kChunk = static_cast<int>(kLogitsTopKChunk);
 constexpr int kPerThread = kChunk / kThreads;
 static_assert(kChunk % kThreads == 0);
+// Survivors per thread that the row CTA keeps in registers: 32 chunks of k = 256 (vocab 131072).
+constexpr int kCombineItems = 32;
+constexpr int kCombineItemsFew = 8;  // up to 2048 survivors: k <= 64 at vocab 128896
 static_assert(kLogitsTopKMaxK <= kThreads, "one sort slot per thread");
 constexpr uint32_t kNegInfKey = 0x007FFFFFu;  // OrderKey(-inf)
 
@@ -131,11 +134,15 @@ __device__ __forceinline__ void ChooseDigit(SelectShared& sh, int shift, int rem
   __syncthreads();
 }
 
-// Radix select of the min(k, n) largest of the n composites load(0..n): on return (every thread),
-// they are exactly {load(i) : (load(i) & sh.mask) >= sh.prefix}. Resets sh.count to 0.
-template <typename Load>
-__device__ void RadixSelect(int n, int k, Load load, SelectShared& sh) {
-  const int lane = threadIdx.x % kWarpSize;
+// Radix select of the min(k, n) largest of n composites. Thread t's candidates are get(it) for
+// it < iters (element it * kThreads + t), 0 where there is none (no real composite is 0: its low
+// half is 0xFFFFFFFF - id > 0). kIters > 0 fixes the count at compile time so the caller's
+// register array stays in registers; kIters == 0 takes runtime_iters (reads through `get`). On
+// return (every thread) the selected ones are exactly {c != 0 : (c & sh.mask) >= sh.prefix}.
+// Resets sh.count to 0.
+template <int kIters, typename Get>
+__device__ void RadixSelect(int runtime_iters, int n, int k, Get get, SelectShared& sh) {
+  const int iters = kIters > 0 ? kIters : runtime_iters;
   if (threadIdx.x == 0) {
     sh.prefix = 0;
     sh.mask = 0;
@@ -144,7 +151,6 @@ __device__ void RadixSelect(int n, int k, Load load, SelectShared& sh) {
     sh.count = 0;
   }
   __syncthreads();
-  const int iters = (n + kThreads - 1) / kThreads;
   for (int shift = 56; shift >= 0; shift -= 8) {
     if (sh.done) break;  // uniform: written before the last barrier
     const u64 prefix = sh.prefix;
@@ -152,16 +158,13 @@ __device__ void RadixSelect(int n, int k, Load load, SelectShared& sh) {
     const int rem = sh.remaining;
     sh.hist[threadIdx.x] = 0;
     __syncthreads();
+#pragma unroll
     for (int it = 0; it < iters; ++it) {
-      const int i = it * kThreads + static_cast<int>(threadIdx.x);
-      int bin = -1;
-      if (i < n) {
-        const u64 c = load(i);
-        if ((c & mask) == prefix) bin = static_cast<int>((c >> shift) & 0xFF);
-      }
-      // Equal bins of a warp add once (the first value passes put most entries in few bins).
-      const unsigned peers = __match_any_sync(kFullMask, bin);
-      if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[bin], __popc(peers));
+      const u64 c = get(it);
+      const int bin = c != 0 && (c & mask) == prefix ? static_cast<int>((c >> shift) & 0xFF) : -1;
+      // Plain shared atomics: measured faster on the H200 than aggregating equal bins of a warp
+      // with __match_any_sync first, and no slower than per-lane histogram copies.
+      if (bin >= 0) atomicAdd(&sh.hist[bin], 1);
     }
     __syncthreads();
     ChooseDigit(sh, shift, rem);
@@ -169,23 +172,20 @@ __device__ void RadixSelect(int n, int k, Load load, SelectShared& sh) {
 }
 
 // Calls store(slot, composite) for every selected composite, slots 0.. in no particular order.
-template <typename Load, typename Store>
-__device__ void GatherSelected(int n, Load load, SelectShared& sh, Store store) {
+template <int kIters, typename Get, typename Store>
+__device__ void GatherSelected(int runtime_iters, Get get, SelectShared& sh, Store store) {
   const int lane = threadIdx.x % kWarpSize;
+  const int iters = kIters > 0 ? kIters : runtime_iters;
   const u64 prefix = sh.prefix;
   const u64 mask = sh.mask;
-  const int iters = (n + kThreads - 1) / kThreads;
+#pragma unroll
   for (int it = 0; it < iters; ++it) {
-    const int i = it * kThreads + static_cast<int>(threadIdx.x);
-    u64 c = 0;
-    bool selected = false;
-    if (i < n) {
-      c = load(i);
-      selected = (c & mask) >= prefix;
-    }
+    const u64 c = get(it);
+    const bool selected = c != 0 && (c & mask) >= prefix;
     const unsigned ballot = __ballot_sync(kFullMask, selected);
+    if (ballot == 0) continue;
     int base = 0;
-    if (lane == 0 && ballot != 0) base = atomicAdd(&sh.count, __popc(ballot));
+    if (lane == 0) base = atomicAdd(&sh.count, __popc(ballot));
     base = __shfl_sync(kFullMask, base, 0);
     if (selected) store(base + __popc(ballot & ((1u << lane) - 1u)), c);
   }
@@ -214,7 +214,6 @@ __device__ void BitonicSortDescending(u64* s) {
 
 // One CTA per (row, chunk): stats and the chunk's top min(k, len) composites.
 __global__ void __launch_bounds__(kThreads) LogitsChunkKernel(Params p) {
-  __shared__ uint32_t keys[kChunk];
   __shared__ SelectShared sh;
   __shared__ float red[kWarpSize];
   const int64_t row = blockIdx.x / p.chunks;
@@ -229,13 +228,14 @@ __global__ void __launch_bounds__(kThreads) LogitsChunkKernel(Params p) {
     v[j] = i < len ? x[i] : __int_as_float(0x7FC00000);  // NaN: ignored below
   }
   float m = -INFINITY;
+  u64 items[kPerThread];
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = j * kThreads + static_cast<int>(threadIdx.x);
-    if (i < len) keys[i] = OrderKey(v[j]);
+    items[j] = i < len ? Composite(OrderKey(v[j]), static_cast<uint32_t>(start + i)) : 0;
     m = fmaxf(m, v[j]);  // fmaxf drops NaN
   }
-  m = BlockMax(m, red);  // its barriers also publish keys[]
+  m = BlockMax(m, red);
   float s = 0.0f;
   if (m > -INFINITY && m < INFINITY) {
 #pragma unroll
@@ -247,20 +247,31 @@ __global__ void __launch_bounds__(kThreads) LogitsChunkKernel(Params p) {
   if (threadIdx.x == 0) p.stats[blockIdx.x] = make_float2(m, m == INFINITY ? 1.0f : s);
 
   u64* out = p.cand + u64{blockIdx.x} * p.k;
-  const uint32_t id0 = static_cast<uint32_t>(start);
-  auto load = [&](int i) { return Composite(keys[i], id0 + static_cast<uint32_t>(i)); };
   if (p.k == 1) {
     u64 best = 0;  // below every real composite
-    for (int i = threadIdx.x; i < len; i += kThreads) {
-      const u64 c = load(i);
-      best = c > best ? c : best;
-    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) best = items[j] > best ? items[j] : best;
     best = BlockMaxU64(best, sh);
     if (threadIdx.x == 0) out[0] = best;
     return;
   }
-  RadixSelect(len, p.k, load, sh);
-  GatherSelected(len, load, sh, [&](int slot, u64 c) { out[slot] = c; });
+  auto get = [&](int j) { return items[j]; };
+  RadixSelect<kPerThread>(0, len, p.k, get, sh);
+  GatherSelected<kPerThread>(0, get, sh, [&](int slot, u64 c) { out[slot] = c; });
+}
+
+// The row CTA's selection with its n <= kItems * kThreads candidates loaded into registers once.
+template <int kItems, typename Store>
+__device__ void SelectInRegisters(const u64* cand, int n, int k, SelectShared& sh, Store store) {
+  u64 items[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = j * kThreads + static_cast<int>(threadIdx.x);
+    items[j] = i < n ? cand[i] : 0;
+  }
+  auto get = [&](int j) { return items[j]; };
+  RadixSelect<kItems>(0, n, k, get, sh);
+  GatherSelected<kItems>(0, get, sh, store);
 }
 
 // One CTA per row: merges the chunks' survivors and stats into the row's outputs.
@@ -303,9 +314,20 @@ __global__ void __launch_bounds__(kThreads) LogitsCombineKernel(Params p) {
     __syncthreads();
   } else {
     top[t] = 0;  // padding sorts last
-    auto load = [&](int i) { return cand[i]; };
-    RadixSelect(n, p.k, load, sh);  // its barriers publish top[]'s padding
-    GatherSelected(n, load, sh, [&](int slot, u64 c) { top[slot] = c; });
+    auto store = [&](int slot, u64 c) { top[slot] = c; };
+    if (n <= kCombineItemsFew * kThreads) {  // small k: candidates held in registers
+      SelectInRegisters<kCombineItemsFew>(cand, n, p.k, sh, store);
+    } else if (n <= kCombineItems * kThreads) {
+      SelectInRegisters<kCombineItems>(cand, n, p.k, sh, store);
+    } else {  // read through L2 every pass
+      auto get = [&](int it) {
+        const int i = it * kThreads + t;
+        return i < n ? cand[i] : u64{0};
+      };
+      const int iters = (n + kThreads - 1) / kThreads;
+      RadixSelect<0>(iters, n, p.k, get, sh);
+      GatherSelected<0>(iters, get, sh, store);
+    }
     BitonicSortDescending(top);
   }
 
