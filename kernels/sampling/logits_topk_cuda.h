@@ -4,10 +4,17 @@
 //
 //   1. One CTA per (row, chunk of kLogitsTopKChunk = 4096 entries): the chunk's max and
 //      sum of exp(x - chunk max) in float, and its top min(k, chunk) entries by an 8-bit radix
-//      select over (order key, token id) in shared memory, written to the scratch buffer.
+//      select over (order key, token id) held in registers, written to the scratch buffer.
 //   2. One CTA per row: the row's top min(k, vocab) by the same radix select over the chunks'
-//      survivors, a bitonic sort, argmax / row_max from the first survivor, and the log-sum-exp
+//      survivors (in registers up to 8192 of them, i.e. k = 256 at vocab <= 131072; read through
+//      L2 beyond), a bitonic sort, argmax / row_max from the first survivor, and the log-sum-exp
 //      from the chunk (max, sum) pairs in double.
+// With top_ids and top_logits both null the selection is a block max (the k = 1 path).
+//
+// Measured (vocab 128896, random normal logits, 200 calls replayed from one CUDA graph, H100,
+// 2026-12-02): rows 1: 6.0 us argmax only (k = 1), 13.8 us k = 40, 20.7 us k = 256; rows 4: 6.6 /
+// 14.9 / 23.0 us; rows 16: 9.0 / 20.2 / 28.0 us; rows 64: 21.4 / 47.2 / 61.8 us (k = 1 reads the
+// logits at 1.5 TB/s). Compare: downloading one row of logits is 515 KB.
 //
 // Ids, argmax, row_max and top_logits match LogitsTopKRef exactly (top_logits and row_max are
 // copied from the logits, bit for bit). log_sum_exp: |gpu - ref| <= 1e-5 * max(1, |ref|) (float
