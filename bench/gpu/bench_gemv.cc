@@ -113,7 +113,7 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
   cudaFree(scratch);
 }
 
-// --quick: IQ4_XS and Q8_0 4096x12288, rows 1, q8 (for profiling under ncu).
+// --quick: every int8-path type, 4096x12288 and 12288x4096, one row (decode), int8 activations.
 int Main(bool quick) {
   if (CudaDeviceCount() == 0) {
     std::fprintf(stderr, "bench_gemv: no CUDA device visible\n");
@@ -128,8 +128,11 @@ int Main(bool quick) {
   const int64_t copy_bytes = int64_t{2} << 30;
   const double kernel_gbps = BenchCopy(stream, true, copy_bytes);  // every fraction needs it
   if (quick) {
-    BenchGemv(stream, GgmlType::kIQ4_XS, 4096, 12288, 1, Act::kQ8, kernel_gbps);
-    BenchGemv(stream, GgmlType::kQ8_0, 4096, 12288, 1, Act::kQ8, kernel_gbps);
+    for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                          GgmlType::kQ8_0}) {
+      BenchGemv(stream, type, 4096, 12288, 1, Act::kQ8, kernel_gbps);
+      BenchGemv(stream, type, 12288, 4096, 1, Act::kQ8, kernel_gbps);
+    }
     return 0;
   }
   BenchCopy(stream, false, copy_bytes);

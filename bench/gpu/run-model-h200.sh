@@ -3,7 +3,9 @@
 # and stepserve from the bundled Debian packages (docs/cuda-host.md), run every GPU test, compare
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
-# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all] [BUILD_DIR]
+# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes] [BUILD_DIR]
+#   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
+#   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -11,15 +13,16 @@ build=${2:-build-h200}
 out=${OUT:-out-h200}
 mkdir -p "$out"
 export NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-tests=(gemv_cuda_test pointwise_cuda_test attention_cuda_test matmul_backend_cuda_test
-       moe_cuda_test step_graph_cuda_test model_cuda_test)
+tests=(gemv_cuda_test moe_gemv_cuda_test pointwise_cuda_test attention_cuda_test
+       matmul_backend_cuda_test moe_cuda_test step_graph_cuda_test logits_topk_cuda_test
+       model_cuda_test)
 start=$(date +%s)
 targets=()
 for t in "${tests[@]}"; do
   grep -q "NAME $t " tests/gpu/CMakeLists.txt && targets+=("$t")
 done
 extra=(stepserve)
-[[ $what != tests ]] && extra+=(bench_model bench_row_kernels)
+[[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
 bash scripts/bundle-deps.sh build "$build" "${targets[@]}" "${extra[@]}" \
   -- -DCMAKE_BUILD_TYPE=Release >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; tail -20 "$out/build.log"; exit 1; }
@@ -48,14 +51,27 @@ if [[ $what == tests || $what == all ]]; then
   fi
 fi
 if [[ $what == bench || $what == all ]]; then
-  timeout 120 "$build/bench/gpu/bench_row_kernels" >"$out/bench-row-kernels.jsonl" 2>&1
-  echo "bench_row_kernels rc=$?"
-  cat "$out/bench-row-kernels.jsonl"
+  # (bench_row_kernels, the one-row kernels alone, is built too; run it by hand when they change)
+  timeout 60 "$build/bench/gpu/bench_gemv" --quick >"$out/bench-gemv.jsonl" 2>&1
+  echo "bench_gemv --quick rc=$?"
+  cat "$out/bench-gemv.jsonl"
   timeout 420 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
     --recipe iq4_xs --batches 1,4,16,64 --prefill 2048,4096 >"$out/bench-iq4xs.jsonl" \
     2>"$out/bench-iq4xs.err"
   echo "bench iq4_xs rc=$?"
   cat "$out/bench-iq4xs.jsonl" | grep -v '"layer"'
   tail -5 "$out/bench-iq4xs.err"
+fi
+if [[ $what == mixes ]]; then
+  timeout 240 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
+    --recipe q4_k_m --batches 1,64 --prefill 2048 >"$out/bench-q4km.jsonl" 2>"$out/bench-q4km.err"
+  echo "bench q4_k_m rc=$?"
+  grep -v '"layer"' "$out/bench-q4km.jsonl"
+  tail -3 "$out/bench-q4km.err"
+  timeout 240 "$build/bench/gpu/bench_model" --synthetic step-5 --layers 20 --recipe step5-q2 \
+    --batches 1,16 --prefill 2048 >"$out/bench-step5.jsonl" 2>"$out/bench-step5.err"
+  echo "bench step-5 q2 (20 layers) rc=$?"
+  grep -v '"layer"' "$out/bench-step5.jsonl"
+  tail -3 "$out/bench-step5.err"
 fi
 echo "total: $(($(date +%s) - start)) s"

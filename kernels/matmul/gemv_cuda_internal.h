@@ -42,7 +42,16 @@ struct GemvParams {
   int64_t w_matrix_bytes;
   int64_t n_matrices;
   int x_group_div;
+  // Grouped mode (slot_matrix set): grid y = slots; slot s multiplies matrix slot_matrix[s] with
+  // the activation rows g / x_group_div of the groups g = group_order[slot_begin[s] ..
+  // slot_begin[s + 1]) and writes their output rows g, streaming the matrix once per few groups.
+  // slot_matrix -1: the slot's ids were out of range (zero rows); kSlotUnused: nothing.
+  const int32_t* slot_matrix;
+  const int32_t* slot_begin;
+  const int32_t* group_order;
 };
+
+inline constexpr int32_t kSlotUnused = -2;
 
 cudaError_t LaunchGemvF32x(GgmlType type, const GemvParams& p, cudaStream_t stream);
 
@@ -56,6 +65,9 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
                           cudaStream_t stream);
 // Indexed mode (p.matrix_ids set, p.rows == 1): `groups` groups, see GemvParams.
 cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t groups,
+                                 bool overlap_previous, cudaStream_t stream);
+// Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
+cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream);
 
 }  // namespace stepserve::kernels::gemv_internal

@@ -192,6 +192,7 @@ struct PieceQ4_K {
 // Elements 0..31 as bytes dot with the int8 activations the same way; X, LoadX and Dot are Q4_K's.
 struct PieceQ5_K : PieceQ4_K {
   static constexpr int kBytes = 176;
+  static constexpr int kDepth1 = 2;  // 12 raw registers a step (Q4_K: 8) under the 64-register cap
   struct Raw {
     uint4 h, qh, q;
   };
@@ -370,11 +371,93 @@ struct PieceQ6_K {
   }
 };
 
-// One warp: output rows o0 .. o0+NR-1 (rows past `out` re-read the last row and are not stored),
-// all activation rows. Per step every lane decodes its piece of one block of each of the NR
-// weight rows, then each activation row's int8 piece is loaded once and dotted with all NR.
-// With one activation row the whole 4096-row matrix is one wave only at >= 8 blocks per SM, so
-// registers are capped at 64 there.
+// acc[n][r] += output row o0 + n of matrix `w` dotted with activation row x_rows[r], r < n_rows.
+// Per step every lane decodes its piece of one block of each of the NR weight rows, then each
+// activation row's int8 piece is loaded once and dotted with all NR. Software pipeline: D steps
+// of raw weight words in flight per warp (a register ring indexed only by unrolled constants);
+// each step decodes the oldest slot, refills it with the step D ahead, then does the arithmetic,
+// so HBM latency overlaps D - 1 steps of work. Rows past `out` re-read the last row.
+template <class P, int R, int NR, int D>
+__device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_t* w, int64_t o0,
+                                               int lane, const int (&x_rows)[R], int n_rows,
+                                               float (&acc)[NR][R]) {
+  const uint8_t* rows[NR];
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    rows[n] = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
+  }
+  constexpr int kBlocksPerStep = 32 / P::kLanes;
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int64_t nb = p.in / P::kElems;
+  typename P::Raw ring[D][NR];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    const int64_t bk = g + k * kBlocksPerStep;
+#pragma unroll
+    for (int n = 0; n < NR; ++n) {
+      if (bk < nb) ring[k][n] = P::LoadRaw(rows[n] + bk * P::kBytes, c);
+    }
+  }
+  for (int64_t b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int64_t b = b0 + k * kBlocksPerStep;
+      if (b < nb) {
+        typename P::W wv[NR];
+#pragma unroll
+        for (int n = 0; n < NR; ++n) wv[n] = P::Decode(ring[k][n], b, c, p);
+        const int64_t next = b + D * kBlocksPerStep;
+        if (next < nb) {
+#pragma unroll
+          for (int n = 0; n < NR; ++n) ring[k][n] = P::LoadRaw(rows[n] + next * P::kBytes, c);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < n_rows) {
+            const typename P::X x = P::LoadX(p, x_rows[r], b, c);
+#pragma unroll
+            for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(wv[n], x, c);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Warp-reduces acc and stores y[y_rows[r]][o0 + n] for r < n_rows, o0 + n < out.
+template <int R, int NR>
+__device__ __forceinline__ void StoreRows(const GemvParams& p, float (&acc)[NR][R], int lane,
+                                          int64_t o0, const int64_t (&y_rows)[R], int n_rows) {
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < n_rows) {
+        float v = acc[n][r];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        if (lane == 0 && o0 + n < p.out) p.y[y_rows[r] * p.y_stride + o0 + n] = v;
+      }
+    }
+  }
+}
+
+// Up to the first 4 KiB of each of the warp's rows (one 128-byte line per lane) into L2 while the
+// quantizer may still run: only weights are touched before WaitForPreviousGrid.
+template <int NR>
+__device__ __forceinline__ void PrefetchRows(const GemvParams& p, const uint8_t* w, int64_t o0,
+                                             int lane) {
+  const int64_t pre = p.w_row_bytes < 4096 ? p.w_row_bytes : 4096;
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    const uint8_t* row = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
+    if (128 * lane < pre) PrefetchL2(row + 128 * lane);
+  }
+}
+
+// One warp: output rows o0 .. o0+NR-1, all activation rows (batch) reusing one decode of the
+// weights. With one activation row the whole 4096-row matrix is one wave only at >= 8 blocks per
+// SM, so registers are capped at 64 there.
 template <class P, int R, int NR, int D, bool kIndexed>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     GemvQ8Kernel(const __grid_constant__ GemvParams p) {
@@ -398,76 +481,54 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     x_row0 = g / p.x_group_div;
     y_row0 = g;
   }
-  const uint8_t* rows[NR];
-#pragma unroll
-  for (int n = 0; n < NR; ++n) {
-    rows[n] = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
-  }
-  // Up to the first 4 KiB of each row (one 128-byte line per lane) into L2 while the quantizer
-  // may still run: only weights are touched before the wait.
-  const int64_t pre = p.w_row_bytes < 4096 ? p.w_row_bytes : 4096;
-#pragma unroll
-  for (int n = 0; n < NR; ++n) {
-    if (128 * lane < pre) PrefetchL2(rows[n] + 128 * lane);
-  }
+  PrefetchRows<NR>(p, w, o0, lane);
   WaitForPreviousGrid();
+  int x_rows[R];
+  int64_t y_rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    x_rows[r] = x_row0 + r;
+    y_rows[r] = y_row0 + r;
+  }
+  float acc[NR][R] = {};
+  AccumulateRows<P, R, NR, D>(p, w, o0, lane, x_rows, p.rows, acc);
+  StoreRows<R, NR>(p, acc, lane, o0, y_rows, p.rows);
+}
 
-  float acc[NR][R];
-#pragma unroll
-  for (int n = 0; n < NR; ++n) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[n][r] = 0.f;
-  }
-  // Software pipeline: D steps of raw weight words in flight per warp (a register ring indexed
-  // only by unrolled constants). Each step decodes the oldest slot, refills it with the step D
-  // ahead, then does the arithmetic, so HBM latency overlaps D - 1 steps of work.
-  constexpr int kBlocksPerStep = 32 / P::kLanes;
-  const int g = lane / P::kLanes, c = lane % P::kLanes;
-  const int64_t nb = p.in / P::kElems;
-  typename P::Raw ring[D][NR];
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    const int64_t bk = g + k * kBlocksPerStep;
-#pragma unroll
-    for (int n = 0; n < NR; ++n) {
-      if (bk < nb) ring[k][n] = P::LoadRaw(rows[n] + bk * P::kBytes, c);
+// Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
+// expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
+// come from the grouping kernel, which ran before the quantizer this kernel may overlap with.
+template <class P, int R, int NR, int D>
+__global__ void __launch_bounds__(kThreads) GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
+  if (o0 >= p.out) return;
+  const int slot = static_cast<int>(blockIdx.y);
+  const int32_t id = p.slot_matrix[slot];
+  if (id == kSlotUnused) return;
+  const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
+  if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
+    for (int i = begin; i < end; ++i) {
+      if (lane < NR && o0 + lane < p.out) p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
     }
+    return;
   }
-  for (int64_t b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      const int64_t b = b0 + k * kBlocksPerStep;
-      if (b < nb) {
-        typename P::W w[NR];
-#pragma unroll
-        for (int n = 0; n < NR; ++n) w[n] = P::Decode(ring[k][n], b, c, p);
-        const int64_t next = b + D * kBlocksPerStep;
-        if (next < nb) {
-#pragma unroll
-          for (int n = 0; n < NR; ++n) ring[k][n] = P::LoadRaw(rows[n] + next * P::kBytes, c);
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (r < p.rows) {
-            const typename P::X x = P::LoadX(p, x_row0 + r, b, c);
-#pragma unroll
-            for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(w[n], x, c);
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int n = 0; n < NR; ++n) {
+  const uint8_t* w = p.w + id * p.w_matrix_bytes;
+  PrefetchRows<NR>(p, w, o0, lane);
+  WaitForPreviousGrid();
+  for (int c0 = begin; c0 < end; c0 += R) {
+    const int n_rows = end - c0 < R ? end - c0 : R;
+    int x_rows[R];
+    int64_t y_rows[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if (r < p.rows) {
-        float v = acc[n][r];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-        if (lane == 0 && o0 + n < p.out) p.y[(y_row0 + r) * p.y_stride + o0 + n] = v;
-      }
+      const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
+      x_rows[r] = group / p.x_group_div;
+      y_rows[r] = group;
     }
+    float acc[NR][R] = {};
+    AccumulateRows<P, R, NR, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
   }
 }
 
@@ -557,6 +618,50 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
       return LaunchRows<PieceQ6_K>(p, overlap_previous, stream);
     case GgmlType::kIQ4_XS:
       return LaunchRows<PieceIQ4_XS>(p, overlap_previous, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+namespace {
+
+template <class P>
+cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
+                          cudaStream_t stream) {
+  constexpr int kR = 4, kNR = 2, kD = 2;  // the rows <= 4 shape of LaunchRows
+  const int64_t warps = (p.out + kNR - 1) / kNR;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                     static_cast<unsigned>(slots));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap_previous ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, GemvQ8GroupedKernel<P, kR, kNR, kD>, p);
+}
+
+}  // namespace
+
+cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
+                                 bool overlap_previous, cudaStream_t stream) {
+  if (p.slot_matrix == nullptr || p.slot_begin == nullptr || p.group_order == nullptr ||
+      slots < 1 || slots > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return LaunchGrouped<PieceQ8_0>(p, slots, overlap_previous, stream);
+    case GgmlType::kQ4_K:
+      return LaunchGrouped<PieceQ4_K>(p, slots, overlap_previous, stream);
+    case GgmlType::kQ5_K:
+      return LaunchGrouped<PieceQ5_K>(p, slots, overlap_previous, stream);
+    case GgmlType::kQ6_K:
+      return LaunchGrouped<PieceQ6_K>(p, slots, overlap_previous, stream);
+    case GgmlType::kIQ4_XS:
+      return LaunchGrouped<PieceIQ4_XS>(p, slots, overlap_previous, stream);
     default:
       return cudaErrorInvalidValue;
   }

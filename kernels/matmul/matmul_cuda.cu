@@ -99,6 +99,11 @@ KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.y_stride < a.out) return KernelStatus::kInvalidArgument;
+  const bool grouped = a.slot_matrix != nullptr;
+  if (grouped && (a.slot_begin == nullptr || a.group_order == nullptr || a.slots < 1 ||
+                  a.slots > 65535)) {
+    return KernelStatus::kInvalidArgument;
+  }
   if (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
       a.scratch_bytes < GemvCudaScratchBytes(a.in, a.x_rows)) {
     return KernelStatus::kInvalidArgument;
@@ -126,9 +131,15 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   p.w_matrix_bytes = a.w_matrix_bytes;
   p.n_matrices = a.n_matrices;
   p.x_group_div = static_cast<int>(a.x_group_div);
+  p.slot_matrix = a.slot_matrix;
+  p.slot_begin = a.slot_begin;
+  p.group_order = a.group_order;
   if (err == cudaSuccess) {
-    err = gemv_internal::LaunchGemvQ8xIndexed(a.type, p, a.groups,
-                                              /*overlap_previous=*/!a.x_prequantized, stream);
+    err = a.slot_matrix != nullptr
+              ? gemv_internal::LaunchGemvQ8xGrouped(a.type, p, a.slots,
+                                                    /*overlap_previous=*/!a.x_prequantized, stream)
+              : gemv_internal::LaunchGemvQ8xIndexed(a.type, p, a.groups,
+                                                    /*overlap_previous=*/!a.x_prequantized, stream);
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();

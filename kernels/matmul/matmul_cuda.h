@@ -97,6 +97,13 @@ struct GemvIndexedCudaArgs {
   void* scratch = nullptr;
   int64_t scratch_bytes = 0;
   bool x_prequantized = false;
+  // Optional grouping of the groups by id (GroupByIdCuda, moe_gemv_cuda.h), device arrays: with
+  // it every matrix is streamed once per few of the groups that picked it instead of once per
+  // group (several tokens per expert); `ids` is then not read.
+  const int32_t* slot_matrix = nullptr;  // [slots]
+  const int32_t* slot_begin = nullptr;   // [slots + 1]
+  const int32_t* group_order = nullptr;  // [groups]
+  int64_t slots = 0;
 };
 
 KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& args);

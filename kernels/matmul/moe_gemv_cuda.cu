@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/matmul_cuda.h"
 #include "kernels/matmul/moe_gemv_cuda.h"
 
@@ -11,11 +12,12 @@ namespace {
 
 int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// Workspace layout: gate out, up out (then SwiGLU in place into gate out), down out, then the
+// Workspace layout: gate out, up out (then SwiGLU in place into gate out), down out, the
 // quantized-activation scratch (large enough for the T*k intermediate rows, which also holds
-// the T rows of x).
+// the T rows of x), then the grouping by expert (slot_matrix, slot_begin, group_order; sized for
+// the most slots any n_experts can give, so the layout does not depend on it).
 struct Layout {
-  int64_t gate, up, down, scratch, scratch_bytes, total;
+  int64_t gate, up, down, scratch, scratch_bytes, slot_matrix, slot_begin, group_order, total;
 };
 
 Layout MakeLayout(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
@@ -27,8 +29,76 @@ Layout MakeLayout(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
   l.scratch = l.down + Align16(groups * n_embd * 4);
   const int64_t a = GemvCudaScratchBytes(n_embd, tokens), b = GemvCudaScratchBytes(n_ff, groups);
   l.scratch_bytes = Align16(a > b ? a : b);
-  l.total = l.scratch + l.scratch_bytes;
+  l.slot_matrix = l.scratch + l.scratch_bytes;
+  l.slot_begin = l.slot_matrix + Align16(groups * 4);
+  l.group_order = l.slot_begin + Align16((groups + 1) * 4);
+  l.total = l.group_order + Align16(groups * 4);
   return l;
+}
+
+// Buckets the groups by id, in id order (ids outside [0, n_matrices) share the last bucket),
+// one slot per non-empty bucket: slot_matrix[s] = id (-1 for the out-of-range bucket),
+// group_order[slot_begin[s] .. slot_begin[s + 1]) = its groups; slots past the used ones get
+// kSlotUnused and empty ranges. One CTA: counts in shared memory, one warp scans them.
+__global__ void __launch_bounds__(1024)
+    GroupByIdKernel(const int32_t* ids, int groups, int n_matrices, int slots,
+                    int32_t* slot_matrix, int32_t* slot_begin, int32_t* group_order) {
+  extern __shared__ int shared[];
+  __shared__ int used_slots;
+  const int n_buckets = n_matrices + 1;
+  int* count = shared;                    // per bucket, later the scatter cursor
+  int* offset = shared + n_buckets;       // exclusive prefix sum of count
+  int* slot_of = shared + 2 * n_buckets;  // exclusive prefix sum of (count > 0)
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  auto bucket = [&](int32_t id) { return id >= 0 && id < n_matrices ? id : n_matrices; };
+  for (int i = tid; i < n_buckets; i += threads) count[i] = 0;
+  __syncthreads();
+  for (int g = tid; g < groups; g += threads) atomicAdd(&count[bucket(ids[g])], 1);
+  __syncthreads();
+  if (tid < 32) {
+    const int per = (n_buckets + 31) / 32;
+    const int lo = tid * per, hi = lo + per < n_buckets ? lo + per : n_buckets;
+    int sum = 0, nonzero = 0;
+    for (int i = lo; i < hi; ++i) {
+      sum += count[i];
+      nonzero += count[i] > 0;
+    }
+    int inclusive_sum = sum, inclusive_nonzero = nonzero;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int a = __shfl_up_sync(0xFFFFFFFFu, inclusive_sum, off);
+      const int b = __shfl_up_sync(0xFFFFFFFFu, inclusive_nonzero, off);
+      if (tid >= off) {
+        inclusive_sum += a;
+        inclusive_nonzero += b;
+      }
+    }
+    int run = inclusive_sum - sum, run_slots = inclusive_nonzero - nonzero;
+    for (int i = lo; i < hi; ++i) {
+      offset[i] = run;
+      slot_of[i] = run_slots;
+      run += count[i];
+      run_slots += count[i] > 0;
+    }
+    if (tid == 31) used_slots = inclusive_nonzero;
+  }
+  __syncthreads();
+  for (int b = tid; b < n_buckets; b += threads) {
+    if (count[b] > 0) {
+      slot_matrix[slot_of[b]] = b < n_matrices ? b : -1;
+      slot_begin[slot_of[b]] = offset[b];
+    }
+  }
+  for (int s = used_slots + tid; s <= slots; s += threads) {
+    if (s < slots) slot_matrix[s] = gemv_internal::kSlotUnused;
+    slot_begin[s] = groups;
+  }
+  __syncthreads();
+  for (int b = tid; b < n_buckets; b += threads) count[b] = offset[b];
+  __syncthreads();
+  for (int g = tid; g < groups; g += threads) {
+    group_order[atomicAdd(&count[bucket(ids[g])], 1)] = g;
+  }
 }
 
 __global__ void SwiGluRowsKernel(float* g, const float* u, int64_t n, float limit, bool clamp) {
@@ -76,7 +146,9 @@ KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& a) {
       a.workspace == nullptr || reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0) {
     return KernelStatus::kInvalidArgument;
   }
+  // n_experts bounds the grouping kernel's shared memory (3 ints per expert, 48 KiB).
   if (a.tokens < 1 || a.tokens > kMoeGemvMaxTokens || a.top_k < 1 || a.top_k > a.n_experts ||
+      a.n_experts > kMoeGemvMaxExperts ||
       a.n_embd <= 0 || a.n_ff <= 0 || a.y_stride < a.n_embd || a.x_stride < a.n_embd ||
       a.n_ff % 4 != 0) {
     return KernelStatus::kInvalidArgument;
@@ -97,6 +169,21 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   float* down = reinterpret_cast<float*>(base + l.down);
   void* scratch = base + l.scratch;
 
+  // Several tokens: group the (token, slot) pairs by expert so each expert's matrices stream
+  // once per few of its pairs. One token: its top_k experts are distinct, nothing to share.
+  const bool grouped = a.tokens > 1;
+  const int64_t slots = groups < a.n_experts + 1 ? groups : a.n_experts + 1;
+  auto* slot_matrix = reinterpret_cast<int32_t*>(base + l.slot_matrix);
+  auto* slot_begin = reinterpret_cast<int32_t*>(base + l.slot_begin);
+  auto* group_order = reinterpret_cast<int32_t*>(base + l.group_order);
+  if (grouped) {
+    const size_t shared = 3 * static_cast<size_t>(a.n_experts + 1) * sizeof(int);
+    GroupByIdKernel<<<1, 1024, shared, stream>>>(
+        a.ids, static_cast<int>(groups), static_cast<int>(a.n_experts), static_cast<int>(slots),
+        slot_matrix, slot_begin, group_order);
+    if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
+  }
+
   GemvIndexedCudaArgs g;
   g.type = a.gate.type;
   g.w = a.gate.data;
@@ -115,6 +202,12 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   g.y_stride = a.n_ff;
   g.scratch = scratch;
   g.scratch_bytes = l.scratch_bytes;
+  if (grouped) {
+    g.slot_matrix = slot_matrix;
+    g.slot_begin = slot_begin;
+    g.group_order = group_order;
+    g.slots = slots;
+  }
   if (KernelStatus s = GemvIndexedCuda(g, stream); s != KernelStatus::kOk) return s;
   GemvIndexedCudaArgs u = g;
   u.w = a.up.data;
@@ -147,6 +240,12 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   d.y_stride = a.n_embd;
   d.scratch = scratch;
   d.scratch_bytes = l.scratch_bytes;
+  if (grouped) {
+    d.slot_matrix = slot_matrix;
+    d.slot_begin = slot_begin;
+    d.group_order = group_order;
+    d.slots = slots;
+  }
   if (KernelStatus s = GemvIndexedCuda(d, stream); s != KernelStatus::kOk) return s;
 
   const dim3 grid(static_cast<unsigned>((a.n_embd + 255) / 256), static_cast<unsigned>(a.tokens));

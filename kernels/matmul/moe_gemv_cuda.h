@@ -2,12 +2,14 @@
 //   y[t] += sum_k weights[t][k] * Down_e(SwiGLU_limit(Gate_e x[t], Up_e x[t])),  e = ids[t][k]
 // (semantics of kernels/moe/moe.h MoeExpertsArgs; clamped SwiGLU as kernels/elementwise SwiGluRef).
 //
-// Six launches, no host synchronisation, so a decode step stays capturable in a CUDA graph:
-// quantize x -> indexed GEMV gate -> indexed GEMV up (same quantized x) -> SwiGLU + quantize of
-// the T*k intermediate rows -> indexed GEMV down -> weighted combine into y. Every expert
-// matrix a token picked is streamed once per (token, slot); at batch 1 that is exactly the
-// active-expert bytes, which is the point (llama.cpp's MoE layer spends ~138 us here, the bytes
-// ~31 us). For many tokens per expert the grouped tensor-core path is the better one.
+// Six launches (seven with several tokens), no host synchronisation, so a decode step stays
+// capturable in a CUDA graph: [group the (token, slot) pairs by expert ->] quantize x -> indexed
+// GEMV gate -> indexed GEMV up (same quantized x) -> SwiGLU + quantize of the T*k intermediate
+// rows -> indexed GEMV down -> weighted combine into y. At batch 1 each picked expert matrix is
+// streamed once, exactly the active-expert bytes (llama.cpp's MoE layer spends ~138 us here, the
+// bytes ~31 us); with several tokens the grouped GEMV streams each picked expert once per four of
+// the pairs that picked it instead of once per pair. For many tokens per expert a grouped
+// tensor-core GEMM is the better path.
 #ifndef STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 #define STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 
@@ -48,6 +50,7 @@ struct MoeGemvCudaArgs {
 };
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
+inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);
 bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);

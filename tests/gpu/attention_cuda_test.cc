@@ -467,12 +467,14 @@ TEST(PagedAttentionCudaHostTest, FlattensRowsAndCutTables) {
 }
 
 TEST(PagedAttentionCudaHostTest, SplitsOnlyLongContextsOnSmallGrids) {
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 300, 132), 1);       // short
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(64, 64, 8, 5000, 132), 1);     // grid full
+  auto is_pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 100, 132), 1);        // short
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(64, 64, 8, 5000, 132), 1);      // grid full
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 96, 8, 256, 132), 4);        // 256 / 64 keys
   const int64_t s = kernels::PagedAttentionCudaSplits(1, 64, 8, 5000, 132);  // 8 CTAs
-  EXPECT_GT(s, 8);
-  EXPECT_LE(s, 5000 / 256 + 1);
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 8, 8, 1 << 20, 132), 33);  // 264 / 8 CTAs
+  EXPECT_EQ(s, 32);  // 264 / 8 = 33 CTAs wanted, rounded down to a power of two
+  EXPECT_TRUE(is_pow2(kernels::PagedAttentionCudaSplits(3, 64, 8, 3000, 132)));
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 8, 8, 1 << 20, 132), 32);
   EXPECT_LE(kernels::PagedAttentionCudaSplits(1, 1, 1, 1 << 20, 132),
             kernels::kPagedAttentionCudaMaxSplits);
 }

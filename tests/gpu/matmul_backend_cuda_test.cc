@@ -1,7 +1,7 @@
 // CudaBackend Matmul and Embed against the CPU backend, for every GGUF type the published files
 // use, on fresh random weights (placed with PlaceWeight, so rows are padded on the device) and
 // activations, outputs poisoned with NaN first. Bounds by kernel path (cuda_backend_matmul.cc):
-//   T <= 16, Q8_0/Q4_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1e-2 (measured ~6e-3);
+//   T <= 16, Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1e-2 (measured ~6e-3);
 //   T <= 16, other types: generic GEMV, exact F32 up to summation order, 1e-5;
 //   T > 16, F32/BF16 weights: cuBLAS SGEMM, exact F32, 1e-5;
 //   T > 16, F16 and quantized weights: F16 tiles + tensor cores, 5e-3 (F16 rounding of W and X,
@@ -49,8 +49,8 @@ constexpr int64_t kOut = 257;  // odd: partial warps, blocks and tiles
 constexpr int64_t kIn = 512;
 
 bool HasFastGemv(GgmlType t) {
-  return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K || t == GgmlType::kQ6_K ||
-         t == GgmlType::kIQ4_XS;
+  return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K || t == GgmlType::kQ5_K ||
+         t == GgmlType::kQ6_K || t == GgmlType::kIQ4_XS;
 }
 
 double Bound(GgmlType type, int64_t rows) {
