@@ -567,13 +567,15 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <class P, int R, int NR, int D, bool kIndexed = false>
-cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
-                   int64_t groups = 1) {
+// Launches `kernel` with one warp per NR output rows (grid x) and `grid_y` grid rows, optionally
+// with programmatic stream serialization (see LaunchGemvQ8x).
+template <int NR>
+cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int64_t grid_y,
+                           bool overlap_previous, cudaStream_t stream) {
   const int64_t warps = (p.out + NR - 1) / NR;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                     static_cast<unsigned>(groups));
+                     static_cast<unsigned>(grid_y));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -581,7 +583,14 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = overlap_previous ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvQ8Kernel<P, R, NR, D, kIndexed>, p);
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
+template <class P, int R, int NR, int D, bool kIndexed = false>
+cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
+                   int64_t groups = 1) {
+  return LaunchWarpRows<NR>(GemvQ8Kernel<P, R, NR, D, kIndexed>, p, groups, overlap_previous,
+                            stream);
 }
 
 // Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
@@ -629,18 +638,8 @@ template <class P>
 cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
                           cudaStream_t stream) {
   constexpr int kR = 4, kNR = 2, kD = 2;  // the rows <= 4 shape of LaunchRows
-  const int64_t warps = (p.out + kNR - 1) / kNR;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                     static_cast<unsigned>(slots));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = overlap_previous ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvQ8GroupedKernel<P, kR, kNR, kD>, p);
+  return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD>, p, slots, overlap_previous,
+                             stream);
 }
 
 }  // namespace
