@@ -28,12 +28,17 @@ class RandomWeightPlacer {
 
   // Allocates the tensor `name` of the plan (rows padded to 16 bytes, like
   // Backend::PlaceWeight) and fills it; `host` supplies the shape the model bound (checked
-  // against the plan). NotFound for a tensor the plan lacks.
+  // against the plan). A fused weight ("fused:<part>:...") is filled part by part. NotFound for a
+  // tensor the plan lacks.
   absl::StatusOr<WeightView> Place(Backend& backend, const WeightView& host,
                                    std::string_view name);
   uint64_t bytes() const { return bytes_; }
 
  private:
+  // Fills the spec's rows at `dst` (device, `pitch` bytes a row).
+  absl::Status FillRows(Backend& backend, const synth::TensorSpec& spec, int64_t pitch,
+                        uint8_t* dst);
+
   synth::ModelPlan plan_;
   uint64_t seed_;
   std::vector<BackendBuffer> buffers_;

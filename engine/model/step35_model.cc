@@ -34,17 +34,26 @@ struct Step35Model::Rows {
   std::vector<SequenceSlice> full_seqs, swa_seqs;
   int64_t capacity = 0;  // rows every slot holds
   Slot h, a, q, k, v, o, gate, tmp, f, y, ff_g, ff_u, router, cat, expert_ids, expert_weights;
+  Slot fused;  // outputs of a fused matmul (FusedWeight), read through strided views
   // Non-host-visible backends only: logits before they are downloaded, grow-only.
   BackendBuffer logits;
 
-  std::array<Slot*, 16> slots() {
-    return {&h, &a, &q,    &k,    &v,      &o,   &gate,       &tmp,
-            &f, &y, &ff_g, &ff_u, &router, &cat, &expert_ids, &expert_weights};
+  std::array<Slot*, 17> slots() {
+    return {&h,    &a,    &q,      &k,   &v,          &o,              &gate,
+            &tmp,  &f,    &y,      &ff_g, &ff_u,      &router,         &cat,
+            &expert_ids, &expert_weights, &fused};
   }
   // A packed F32 matrix of `rows_count` rows of `cols` in `slot` (sized by EnsureRowCapacity).
   TensorView Mat(const Slot& slot, int64_t cols, int64_t rows_count) const {
     STEPSERVE_CHECK(cols <= slot.width && rows_count <= capacity, "activation scratch too small");
     return TensorView::F32(slot.buffer.f32(), cols, rows_count);
+  }
+  // Columns [begin, begin + cols) of a packed matrix of `stride` columns in `slot`.
+  TensorView Cols(const Slot& slot, int64_t stride, int64_t begin, int64_t cols,
+                  int64_t rows_count) const {
+    STEPSERVE_CHECK(begin + cols <= stride && stride <= slot.width && rows_count <= capacity,
+                    "activation scratch too small");
+    return TensorView::F32(slot.buffer.f32() + begin, cols, rows_count, stride);
   }
 };
 
@@ -80,12 +89,36 @@ absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::FromFile(
       CreateBackend(options.backend, {.num_threads = options.num_threads,
                                       .device = options.device,
                                       .exact_activations = options.exact_activations}));
+  const bool fuse =
+      options.fuse_projections == LoadOptions::Fusion::kOn ||
+      (options.fuse_projections == LoadOptions::Fusion::kAuto && !model->backend_->host_visible());
+  std::vector<std::vector<Tensor>> groups;
+  if (fuse) groups = model->FuseGroups();
   ASSIGN_OR_RETURN(model->placed_,
                    PlacedWeights::Place(*model->backend_, *model->file_, model->weights_,
-                                        options.progress, options.placer));
+                                        options.progress, options.placer, groups));
   model->rope_freqs_ = model->placed_.F32(model->weights_.rope_freqs);
   model->SizeScratch();
   return model;
+}
+
+std::vector<std::vector<Tensor>> Step35Model::FuseGroups() const {
+  std::vector<std::vector<Tensor>> groups;
+  for (int il = 0; il < hparams_.n_layer_all; ++il) {
+    const LayerWeights& w = weights_.layers[il];
+    if (!w.is_bound()) continue;
+    // q first (its rows start the fused output), then whichever of k, v, gate share its type.
+    std::vector<Tensor> attention = {w.attn_q};
+    for (Tensor t : {w.attn_k, w.attn_v, w.attn_gate}) {
+      if (t != nullptr && w.attn_q != nullptr && t->type == w.attn_q->type) attention.push_back(t);
+    }
+    if (attention.size() > 1) groups.push_back(attention);
+    for (auto [gate, up] : {std::pair{w.ffn_gate, w.ffn_up},
+                            std::pair{w.ffn_gate_shexp, w.ffn_up_shexp}}) {
+      if (gate != nullptr && up != nullptr && gate->type == up->type) groups.push_back({gate, up});
+    }
+  }
+  return groups;
 }
 
 void Step35Model::SizeScratch() {
@@ -112,6 +145,11 @@ void Step35Model::SizeScratch() {
       rows.expert_weights.width = hparams_.n_expert_used;
     }
     if (w.nextn_eh_proj != nullptr) rows.cat.width = 2 * d;
+    for (Tensor first : {w.attn_q, w.ffn_gate, w.ffn_gate_shexp}) {
+      if (const FusedWeight* fused = placed_.Fused(first); fused != nullptr) {
+        rows.fused.width = std::max(rows.fused.width, fused->rows);
+      }
+    }
   }
 }
 
@@ -190,9 +228,24 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   TensorView q = rows.Mat(rows.q, l.q_dim(), n);
   TensorView k = rows.Mat(rows.k, l.kv_dim_k(), n);
   TensorView v = rows.Mat(rows.v, l.kv_dim_v(), n);
-  RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_q], q));
-  RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_k], k));
-  RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_v], v));
+  TensorView gate;
+  if (w.attn_gate != nullptr) gate = rows.Mat(rows.gate, l.n_head, n);
+  // Fused projections: one Matmul, then q, k, v, gate are column ranges of its output (the parts
+  // not in the fused weight keep their own Matmul).
+  const FusedWeight* fused = placed_.Fused(w.attn_q);
+  if (fused != nullptr) {
+    RETURN_IF_ERROR(ops.Matmul(a, fused->view, rows.Mat(rows.fused, fused->rows, n)));
+  }
+  for (auto [t, view] : {std::pair{w.attn_q, &q}, std::pair{w.attn_k, &k},
+                         std::pair{w.attn_v, &v}, std::pair{w.attn_gate, &gate}}) {
+    if (t == nullptr) continue;
+    const int64_t offset = fused != nullptr ? fused->OffsetOf(t) : -1;
+    if (offset >= 0) {
+      *view = rows.Cols(rows.fused, fused->rows, offset, view->cols(), n);
+    } else if (t != w.attn_gate) {  // the gate is computed after the attention (below)
+      RETURN_IF_ERROR(ops.Matmul(a, placed_[t], *view));
+    }
+  }
   QkNormRopeParams rope;
   rope.head_dim = l.head_dim_k;
   rope.q_norm = placed_[w.attn_q_norm];
@@ -210,8 +263,9 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
                          .scale = 1.0f / std::sqrt(static_cast<float>(l.head_dim_k))};
   RETURN_IF_ERROR(ops.Attention(q, batch, cache, params, o));
   if (w.attn_gate != nullptr) {
-    TensorView gate = rows.Mat(rows.gate, l.n_head, n);
-    RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_gate], gate));
+    if (fused == nullptr || fused->OffsetOf(w.attn_gate) < 0) {
+      RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_gate], gate));
+    }
     RETURN_IF_ERROR(ops.HeadGate(o, gate, l.head_dim_v));
   }
   TensorView out = rows.Mat(rows.tmp, d, n);
@@ -233,8 +287,15 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
     const int64_t width = gate_w->ne[1];
     TensorView g = rows.Mat(rows.ff_g, width, n);
     TensorView u = rows.Mat(rows.ff_u, width, n);
-    RETURN_IF_ERROR(ops.Matmul(f, placed_[gate_w], g));
-    RETURN_IF_ERROR(ops.Matmul(f, placed_[up_w], u));
+    if (const FusedWeight* fused = placed_.Fused(gate_w);
+        fused != nullptr && fused->OffsetOf(up_w) >= 0) {
+      RETURN_IF_ERROR(ops.Matmul(f, fused->view, rows.Mat(rows.fused, fused->rows, n)));
+      g = rows.Cols(rows.fused, fused->rows, 0, width, n);
+      u = rows.Cols(rows.fused, fused->rows, fused->OffsetOf(up_w), width, n);
+    } else {
+      RETURN_IF_ERROR(ops.Matmul(f, placed_[gate_w], g));
+      RETURN_IF_ERROR(ops.Matmul(f, placed_[up_w], u));
+    }
     RETURN_IF_ERROR(ops.SwiGlu(g, u, limit, g));
     TensorView down = rows.Mat(rows.tmp, d, n);
     RETURN_IF_ERROR(ops.Matmul(g, placed_[down_w], down));

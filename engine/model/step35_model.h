@@ -44,6 +44,13 @@ struct LoadOptions {
   bool load_mtp = true;
   LoadProgress progress;  // optional: after each weight placed on the backend
   WeightPlacer placer;    // optional: replaces Backend::PlaceWeight (placed_weights.h)
+  // Place the matrices that share an input as one (FusedWeight: q/k/v/gate of the same type,
+  // FFN and shared-expert gate/up) and run one Matmul for them. Auto: on accelerators (one launch
+  // and one activation quantization instead of several); off on the CPU, where fusing would copy
+  // weights out of the mapping. Results are identical either way (each output row is computed
+  // alone).
+  enum class Fusion { kAuto, kOn, kOff };
+  Fusion fuse_projections = Fusion::kAuto;
 };
 
 // One sequence's rows in a batch.
@@ -98,6 +105,7 @@ class Step35Model {
 
   const Hparams& hparams() const { return hparams_; }
   const ModelWeights& weights() const { return weights_; }
+  const PlacedWeights& placed() const { return placed_; }
   const gguf::GgufFile& file() const { return *file_; }
   // The backend the model runs on: KvStorage::Create takes it, so the cache lives beside the
   // weights.
@@ -111,6 +119,8 @@ class Step35Model {
   Step35Model();
   struct Rows;         // activations, reused across calls (the model is driven by one thread)
   void SizeScratch();  // widths of the activation buffers, from the bound layers
+  // The FusedWeight groups of this file (LoadOptions::fuse_projections).
+  std::vector<std::vector<Tensor>> FuseGroups() const;
   absl::Status PrepareRows(std::span<const BatchSequence> batch, Rows& rows);
   absl::Status EnsureRowCapacity(int64_t n, Rows& rows);
   absl::Status RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv);

@@ -138,6 +138,43 @@ TEST_P(Step35ModelTest, IncrementalDecodeMatchesFullRecompute) {
   EXPECT_LT(worst, 1e-4) << "max abs logit difference, incremental vs recompute";
 }
 
+TEST_P(Step35ModelTest, FusedProjectionsGiveTheSameLogits) {
+  // The CPU does not fuse by default (it would copy weights out of the mapping); force it here so
+  // the fused paths (q/k/v/gate column views, gate/up halves, shared expert) run on the CPU.
+  absl::StatusOr<std::unique_ptr<Step35Model>> fused_model = Step35Model::Load(
+      MakeTiny(GetParam()),
+      {.num_threads = 2, .fuse_projections = LoadOptions::Fusion::kOn});
+  ASSERT_TRUE(fused_model.ok()) << fused_model.status();
+  Step35Model& fused = **fused_model;
+  const LayerWeights& w0 = fused.weights().layers[0];
+  ASSERT_NE(fused.placed().Fused(w0.attn_q), nullptr) << "layer 0's projections were not fused";
+  EXPECT_EQ(model_->placed().Fused(w0.attn_q), nullptr) << "the CPU fused by default";
+  absl::StatusOr<KvStorage> kv =
+      KvStorage::Create(fused.backend(), fused.hparams(),
+                        {.block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  const std::vector<int32_t> tokens = RandomTokens(24, model_->n_vocab(), 9);
+  const std::vector<int32_t> table = Pages(0, 3);
+  const int64_t v = model_->n_vocab();
+  for (int pos = 0; pos < 24;) {
+    const int count = pos == 0 ? 20 : 1;  // a prompt, then decode steps
+    BatchSequence step{.tokens = std::span<const int32_t>(tokens).subspan(pos, count),
+                       .start_pos = pos,
+                       .full_table = table,
+                       .swa_table = table,
+                       .logit_rows = count};
+    ForwardOutput want, got;
+    ASSERT_TRUE(model_->Forward({&step, 1}, *kv_, &want, {.want_hidden = true}).ok());
+    ASSERT_TRUE(fused.Forward({&step, 1}, *kv, &got, {.want_hidden = true}).ok());
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    for (int r = 0; r < count; ++r) {
+      const Vec row(want.logits.begin() + r * v, want.logits.begin() + (r + 1) * v);
+      EXPECT_LT(RelErr(got.logits.data() + r * v, row), 1e-6) << "position " << pos + r;
+    }
+    pos += count;
+  }
+}
+
 TEST_P(Step35ModelTest, BatchOfMixedSequencesGivesEachItsOwnLogits) {
   const int64_t v = model_->n_vocab();
   const std::vector<int32_t> a = RandomTokens(23, v, 3), b = RandomTokens(5, v, 4),
