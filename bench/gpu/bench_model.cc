@@ -76,6 +76,7 @@ struct Args {
                                         prefill = "2048,4096";
   int64_t layers = 0, decode_steps = 16, context = 256, repeats = 2, device = 0, seed = 7;
   bool layer_times = true;
+  bool fuse_projections = false;
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -204,6 +205,8 @@ int Main(int argc, char** argv) {
   p.AddString("prefill", &a.prefill, "prompt lengths to time (comma-separated; empty: none)");
   p.AddInt("repeats", &a.repeats, "runs per figure; the fastest is reported");
   p.AddBool("layer-times", &a.layer_times, "time each layer at batch 1 (synchronising)");
+  p.AddBool("fuse-projections", &a.fuse_projections,
+            "place q/k/v/gate and gate/up as fused weights (LoadOptions::fuse_projections)");
   int exit_code = 0;
   if (!cli::ParseOrExit(p, argc, argv, &exit_code)) return exit_code;
   if (a.model.empty() == a.synthetic.empty()) {
@@ -252,6 +255,7 @@ int Main(int argc, char** argv) {
     }
     std::printf("{\"bench\":\"hbm_copy\",\"gbps\":%.1f}\n", bandwidth / 1e9);
     model::LoadOptions lo;
+    if (a.fuse_projections) lo.fuse_projections = model::LoadOptions::Fusion::kOn;
     lo.backend = a.backend;
     lo.device = static_cast<int>(a.device);
     lo.load_mtp = false;

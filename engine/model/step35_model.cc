@@ -89,9 +89,7 @@ absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::FromFile(
       CreateBackend(options.backend, {.num_threads = options.num_threads,
                                       .device = options.device,
                                       .exact_activations = options.exact_activations}));
-  const bool fuse =
-      options.fuse_projections == LoadOptions::Fusion::kOn ||
-      (options.fuse_projections == LoadOptions::Fusion::kAuto && !model->backend_->host_visible());
+  const bool fuse = options.fuse_projections == LoadOptions::Fusion::kOn;
   std::vector<std::vector<Tensor>> groups;
   if (fuse) groups = model->FuseGroups();
   ASSIGN_OR_RETURN(model->placed_,

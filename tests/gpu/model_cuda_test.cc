@@ -80,12 +80,17 @@ struct Side {
 
 constexpr int32_t kBlockSize = 16;
 
-Side Open(const std::string& path, const std::string& backend, int32_t blocks) {
+Side Open(const std::string& path, const std::string& backend, int32_t blocks,
+          bool fuse = false) {
   Side side;
   // Exact activations: the bound below is about the ops, not the int8 activation rounding the
   // CUDA matmuls use by default (~1e-2 through an expert FFN).
   absl::StatusOr<std::unique_ptr<Step35Model>> model = Step35Model::Load(
-      path, {.backend = backend, .device = 0, .exact_activations = true, .load_mtp = true});
+      path, {.backend = backend,
+             .device = 0,
+             .exact_activations = true,
+             .load_mtp = true,
+             .fuse_projections = fuse ? LoadOptions::Fusion::kOn : LoadOptions::Fusion::kOff});
   EXPECT_TRUE(model.ok()) << backend << ": " << model.status();
   if (!model.ok()) return side;
   side.model = *std::move(model);
@@ -112,9 +117,10 @@ double CompareRows(const std::vector<float>& cuda, const std::vector<float>& cpu
 }
 
 // The comparison every model goes through.
-void CompareCudaWithCpu(const std::string& path) {
+// `fuse`: the CUDA side runs fused projections (LoadOptions::fuse_projections).
+void CompareCudaWithCpu(const std::string& path, bool fuse = false) {
   Side cpu = Open(path, "cpu", 256);
-  Side cuda = Open(path, "cuda", 256);
+  Side cuda = Open(path, "cuda", 256, fuse);
   ASSERT_TRUE(cpu.kv && cuda.kv);
   const Hparams& hp = cpu.model->hparams();
   const int64_t vocab = cpu.model->n_vocab(), d = hp.n_embd;
@@ -233,21 +239,35 @@ void CompareCudaWithCpu(const std::string& path) {
   }
 }
 
-class ModelCudaTest : public ::testing::TestWithParam<std::string> {};
+class ModelCudaTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // The tiny synthetic model in the recipe GetParam(), written to a temporary file.
+  std::string MakeTiny(const std::string& tag) {
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("stepserve_model_cuda_" + tag + "_" + GetParam() + ".gguf"))
+                                 .string();
+    synth::MakeModelOptions options;
+    options.preset = "tiny";
+    options.out = path;
+    options.seed = 11;
+    options.recipe = GetParam();
+    absl::StatusOr<std::vector<synth::WrittenFile>> written = synth::MakeModel(options, nullptr);
+    EXPECT_TRUE(written.ok()) << written.status();
+    return path;
+  }
+};
 
 TEST_P(ModelCudaTest, TinyModelMatchesCpu) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("stepserve_model_cuda_test_" + GetParam() + ".gguf"))
-                               .string();
-  synth::MakeModelOptions options;
-  options.preset = "tiny";
-  options.out = path;
-  options.seed = 11;
-  options.recipe = GetParam();
-  absl::StatusOr<std::vector<synth::WrittenFile>> written = synth::MakeModel(options, nullptr);
-  ASSERT_TRUE(written.ok()) << written.status();
+  const std::string path = MakeTiny("test");
   CompareCudaWithCpu(path);
+  std::filesystem::remove(path);
+}
+
+TEST_P(ModelCudaTest, TinyModelWithFusedProjectionsMatchesCpu) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
+  const std::string path = MakeTiny("fused");
+  CompareCudaWithCpu(path, /*fuse=*/true);
   std::filesystem::remove(path);
 }
 

@@ -139,8 +139,8 @@ TEST_P(Step35ModelTest, IncrementalDecodeMatchesFullRecompute) {
 }
 
 TEST_P(Step35ModelTest, FusedProjectionsGiveTheSameLogits) {
-  // The CPU does not fuse by default (it would copy weights out of the mapping); force it here so
-  // the fused paths (q/k/v/gate column views, gate/up halves, shared expert) run on the CPU.
+  // Fusion is off by default; forced on here so the fused paths (q/k/v/gate column views, gate/up
+  // halves, shared expert) run on the CPU.
   absl::StatusOr<std::unique_ptr<Step35Model>> fused_model = Step35Model::Load(
       MakeTiny(GetParam()),
       {.num_threads = 2, .fuse_projections = LoadOptions::Fusion::kOn});
@@ -148,7 +148,7 @@ TEST_P(Step35ModelTest, FusedProjectionsGiveTheSameLogits) {
   Step35Model& fused = **fused_model;
   const LayerWeights& w0 = fused.weights().layers[0];
   ASSERT_NE(fused.placed().Fused(w0.attn_q), nullptr) << "layer 0's projections were not fused";
-  EXPECT_EQ(model_->placed().Fused(w0.attn_q), nullptr) << "the CPU fused by default";
+  EXPECT_EQ(model_->placed().Fused(w0.attn_q), nullptr) << "fused by default";
   absl::StatusOr<KvStorage> kv =
       KvStorage::Create(fused.backend(), fused.hparams(),
                         {.block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
