@@ -18,6 +18,7 @@
 #include "engine/model/kv_storage.h"
 #include "engine/model/step35_model.h"
 #include "engine/quant/ggml_type.h"
+#include "engine/runtime/engine_impl.h"
 #include "engine/runtime/kv_sizing.h"
 #include "engine/runtime/request_state.h"
 #include "engine/scheduler/scheduler.h"
@@ -25,8 +26,6 @@
 
 namespace stepserve::engine {
 namespace {
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The ggml type that holds the most weight bytes: what "the quantization" of a mixed file means.
 std::string DominantType(const gguf::GgufFile& file) {
@@ -44,51 +43,6 @@ std::string DominantType(const gguf::GgufFile& file) {
 
 }  // namespace
 
-struct Engine::Impl {
-  EngineConfig config;
-  int64_t steps_run = 0;  // engine thread only; published in LoadReport::steps
-  std::shared_ptr<EngineObserver> observer;  // may be null
-  std::unique_ptr<model::Step35Model> model;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::unique_ptr<model::KvStorage> kv;
-  scheduler::SchedulerConfig sched_config;
-  std::unique_ptr<scheduler::Scheduler> scheduler;
-  ModelInfo info;
-  Clock::time_point epoch = Clock::now();
-
-  // Engine-thread state.
-  absl::flat_hash_map<scheduler::SeqId, std::unique_ptr<RequestState>> live;
-  model::ForwardOutput forward_out;
-  // Prompt tokens of started requests, and those of them the prefix cache held.
-  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
-
-  // Shared state, guarded by mu.
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::unique_ptr<RequestState>> inbox;
-  std::vector<scheduler::SeqId> cancels;
-  absl::flat_hash_map<std::string, scheduler::SeqId> live_ids;  // submitted, not yet finished
-  scheduler::SeqId next_seq_id = 1;
-  std::mt19937_64 seed_rng{std::random_device{}()};
-  bool started = false, draining = false, stopping = false;
-  absl::Status health;
-  int32_t waiting_published = 0;  // scheduler's waiting count after the last inbox drain / step
-  LoadReport load;
-  KvBlocks blocks;
-  std::thread thread;
-
-  double Now() const { return Seconds(Clock::now() - epoch); }
-  absl::Status Validate(GenerationRequest& request, int64_t* max_new_tokens) const;
-  absl::Status WarmUp();
-  void Loop();
-  // Adds the inbox to the scheduler; returns the cancels and whether to stop. Holds mu.
-  void DrainInbox(std::vector<scheduler::SeqId>* cancels_out, bool* stop_out);
-  void RunStep();
-  void HandleEvents(const std::vector<scheduler::Event>& events);
-  // Sends the remaining text, Finished, and forgets the request.
-  void Finish(scheduler::SeqId id, FinishReason reason, absl::Status error);
-  void Publish();
-};
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -527,189 +481,6 @@ void Engine::Impl::Loop() {
     ++steps_run;
     Publish();
   }
-}
-
-void Engine::Impl::HandleEvents(const std::vector<scheduler::Event>& events) {
-  for (const scheduler::Event& event : events) {
-    switch (event.kind) {
-      case scheduler::EventKind::kPreempted:
-        if (observer) observer->OnPreemption();
-        break;
-      case scheduler::EventKind::kDeadlineExceeded: {
-        auto it = live.find(event.id);
-        if (it == live.end()) break;
-        const bool queued = !it->second->first_scheduled.has_value();
-        Finish(event.id, FinishReason::kDeadlineExceeded,
-               absl::DeadlineExceededError(queued ? "the deadline passed while queued"
-                                                  : "the deadline passed while generating"));
-        break;
-      }
-      case scheduler::EventKind::kCancelled:
-      case scheduler::EventKind::kFinished:
-        break;  // the engine's own doing; handled where it happens
-    }
-  }
-}
-
-void Engine::Impl::RunStep() {
-  const Clock::time_point step_start = Clock::now();
-  std::vector<scheduler::Event> events;
-  const scheduler::StepPlan plan = scheduler->Schedule(Now(), &events);
-  HandleEvents(events);
-  if (plan.empty()) {
-    if (scheduler->num_running() > 0 || scheduler->num_waiting() > 0) {
-      // Work that cannot run yet (should not happen: an idle cache admits anything Submit
-      // accepted); wait briefly instead of spinning.
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, std::chrono::milliseconds(1));
-    }
-    return;
-  }
-  const Clock::time_point scheduled = Clock::now();
-  StepStats stats;
-  stats.num_seqs = static_cast<int32_t>(plan.seqs.size());
-  std::vector<model::BatchSequence> batch;
-  batch.reserve(plan.seqs.size());
-  for (const scheduler::PlannedSeq& p : plan.seqs) {
-    RequestState& state = *live.at(p.id);
-    if (!state.first_scheduled.has_value()) {
-      state.first_scheduled = scheduled;
-      // The first scheduled step is the admission step, which reports the prefix-cache hit.
-      state.cached_tokens = static_cast<int32_t>(
-          std::min<int64_t>(p.cached_tokens, state.prompt_tokens));
-      prefix_query_tokens += state.prompt_tokens;
-      prefix_hit_tokens += state.cached_tokens;
-      StartedEvent started{.prompt_tokens = state.prompt_tokens,
-                           .cached_tokens = state.cached_tokens,
-                           .queue_seconds = Seconds(scheduled - state.submitted)};
-      state.sink->OnStarted(started);
-      if (observer) observer->OnRequestStarted(started);
-    }
-    model::BatchSequence seq;
-    seq.tokens = p.tokens;
-    seq.start_pos = p.start_pos;
-    if (p.full_table != nullptr) seq.full_table = *p.full_table;
-    if (p.swa_table != nullptr) seq.swa_table = *p.swa_table;
-    seq.logit_rows = p.sample ? 1 + p.num_drafts : 0;
-    batch.push_back(seq);
-    // A decode step's single token was sampled last step; everything else is (re)computed.
-    const bool decode = p.sample && p.tokens.size() == 1 + static_cast<size_t>(p.num_drafts) &&
-                        state.completion_tokens > 0 &&
-                        p.start_pos == state.prompt_tokens + state.completion_tokens - 1;
-    (decode ? stats.decode_tokens : stats.prefill_tokens) += static_cast<int32_t>(p.tokens.size());
-  }
-  const absl::Status forward = model->Forward(batch, *kv, &forward_out);
-  const Clock::time_point forwarded = Clock::now();
-  if (!forward.ok()) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      health = forward;
-    }
-    if (observer) observer->OnUnhealthy(forward);
-    for (const scheduler::PlannedSeq& p : plan.seqs) {
-      scheduler->Cancel(p.id);
-      Finish(p.id, FinishReason::kError,
-             absl::InternalError(absl::StrFormat("model forward failed: %s", forward.message())));
-    }
-    return;
-  }
-
-  const int64_t vocab = model->n_vocab();
-  std::vector<scheduler::SeqResult> results;
-  std::vector<scheduler::SeqId> sampled;
-  std::vector<scheduler::SeqId> failed;
-  int64_t row = 0;
-  for (const scheduler::PlannedSeq& p : plan.seqs) {
-    if (!p.sample) continue;
-    RequestState& state = *live.at(p.id);
-    std::span<const float> logits(forward_out.logits.data() + row * vocab, vocab);
-    row += 1 + p.num_drafts;
-    absl::StatusOr<SampleResult> sample = state.sampler.Sample(logits);
-    if (!sample.ok()) {
-      scheduler->Cancel(p.id);  // before Commit, which needs a token from every sampling row
-      failed.push_back(p.id);
-      Finish(p.id, FinishReason::kError, sample.status());
-      continue;
-    }
-    state.AppendToken(*sample);
-    if (!state.first_token.has_value()) state.first_token = forwarded;
-    if (state.last_token.has_value() && observer) {
-      observer->OnInterTokenLatency(Seconds(forwarded - *state.last_token));
-    }
-    state.last_token = forwarded;
-    results.push_back(
-        {.id = p.id, .new_tokens = {sample->token}, .finished = state.finish.has_value()});
-    sampled.push_back(p.id);
-  }
-  stats.sampled_seqs = static_cast<int32_t>(sampled.size());
-  events.clear();
-  scheduler->Commit(plan, results, &events);
-  for (const scheduler::Event& event : events) {
-    if (event.kind != scheduler::EventKind::kFinished) continue;
-    RequestState& state = *live.at(event.id);
-    if (!state.finish.has_value()) {
-      // The scheduler ends a sequence at its token limit or the context; AppendToken checks the
-      // same limits, so this only guards against a mismatch.
-      state.finish = FinishReason::kLength;
-      state.FlushText();
-    }
-  }
-  for (scheduler::SeqId id : sampled) {
-    RequestState& state = *live.at(id);
-    if (std::optional<DeltaEvent> delta = state.TakeDelta()) state.sink->OnDelta(*delta);
-    if (state.finish.has_value()) Finish(id, *state.finish, absl::OkStatus());
-  }
-  const Clock::time_point done = Clock::now();
-  stats.schedule_s = Seconds(scheduled - step_start);
-  stats.forward_s = Seconds(forwarded - scheduled);
-  stats.sample_s = Seconds(done - forwarded);
-  stats.total_s = Seconds(done - step_start);
-  if (observer) {
-    observer->OnStep(stats);
-    const kv::BlockPool& full = scheduler->full_pool();
-    const kv::BlockPool& swa = scheduler->swa_pool();
-    observer->OnKvUsage({full.num_used(), full.capacity(), swa.num_used(), swa.capacity(),
-                         sched_config.kv.block_size});
-  }
-}
-
-void Engine::Impl::Finish(scheduler::SeqId id, FinishReason reason, absl::Status error) {
-  auto it = live.find(id);
-  if (it == live.end()) return;
-  std::unique_ptr<RequestState> state = std::move(it->second);
-  live.erase(it);
-  if (!state->finish.has_value() || reason != *state->finish) {
-    state->finish = reason;
-    // Ended from outside (deadline, abort, error): release the text held so far. A cancelled
-    // request's client is gone, so it gets no more text.
-    if (reason != FinishReason::kCancelled) state->FlushText();
-    state->finish = reason;
-  }
-  if (std::optional<DeltaEvent> delta = state->TakeDelta();
-      delta.has_value() && reason != FinishReason::kCancelled) {
-    state->sink->OnDelta(*delta);
-  }
-  const FinishedEvent finished = state->MakeFinished(Clock::now(), std::move(error));
-  {
-    // The id stops being live before the sink hears of the end, so a client that saw Finished
-    // can reuse it and Cancel() reports it unknown. The blocks are already back in the pools;
-    // publishing them here means whoever sees Idle() also sees them freed.
-    const kv::BlockPool& full = scheduler->full_pool();
-    const kv::BlockPool& swa = scheduler->swa_pool();
-    std::lock_guard<std::mutex> lock(mu);
-    live_ids.erase(state->request.request_id);
-    blocks = {.full_free = full.num_free(),
-              .full_total = full.capacity(),
-              .swa_free = swa.num_free(),
-              .swa_total = swa.capacity()};
-  }
-  if (observer) {
-    observer->OnRequestFinished({.reason = finished.reason,
-                                 .usage = finished.usage,
-                                 .timings = finished.timings,
-                                 .speculation = finished.speculation});
-  }
-  state->sink->OnFinished(finished);
 }
 
 }  // namespace stepserve::engine

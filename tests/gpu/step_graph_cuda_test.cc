@@ -39,9 +39,9 @@ Side Open(const std::string& path, bool graphs) {
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return side;
   side.model = *std::move(model);
-  absl::StatusOr<KvStorage> kv = KvStorage::Create(
-      side.model->backend(), side.model->hparams(),
-      {.block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
+  absl::StatusOr<KvStorage> kv =
+      KvStorage::Create(side.model->backend(), side.model->hparams(),
+                        {.block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
   EXPECT_TRUE(kv.ok()) << kv.status();
   if (kv.ok()) side.kv = std::make_unique<KvStorage>(*std::move(kv));
   return side;
@@ -70,11 +70,15 @@ TEST(StepGraphCudaTest, ReplayedDecodeStepsMatchEagerSteps) {
   std::vector<std::vector<int32_t>> tables(prompt_lengths.size());
   std::vector<int64_t> lengths(prompt_lengths.size());
   for (size_t s = 0; s < prompt_lengths.size(); ++s) {
-    for (int32_t p = 0; p < kPagesPerSeq; ++p) tables[s].push_back(static_cast<int32_t>(s) * kPagesPerSeq + p);
+    for (int32_t p = 0; p < kPagesPerSeq; ++p)
+      tables[s].push_back(static_cast<int32_t>(s) * kPagesPerSeq + p);
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_lengths[s]));
     for (int32_t& t : prompt) t = token(rng);
-    BatchSequence seq{.tokens = prompt, .start_pos = 0, .full_table = tables[s],
-                      .swa_table = tables[s], .logit_rows = 1};
+    BatchSequence seq{.tokens = prompt,
+                      .start_pos = 0,
+                      .full_table = tables[s],
+                      .swa_table = tables[s],
+                      .logit_rows = 1};
     ForwardOutput a, b;
     ASSERT_TRUE(graph.model->Forward({&seq, 1}, *graph.kv, &a).ok());
     ASSERT_TRUE(eager.model->Forward({&seq, 1}, *eager.kv, &b).ok());
@@ -88,8 +92,11 @@ TEST(StepGraphCudaTest, ReplayedDecodeStepsMatchEagerSteps) {
     std::vector<BatchSequence> batch(active);
     for (size_t s = 0; s < active; ++s) {
       next[s] = token(rng);
-      batch[s] = {.tokens = {&next[s], 1}, .start_pos = lengths[s], .full_table = tables[s],
-                  .swa_table = tables[s], .logit_rows = 1};
+      batch[s] = {.tokens = {&next[s], 1},
+                  .start_pos = lengths[s],
+                  .full_table = tables[s],
+                  .swa_table = tables[s],
+                  .logit_rows = 1};
     }
     ForwardOutput a, b;
     const absl::Status sa = graph.model->Forward(batch, *graph.kv, &a);

@@ -193,9 +193,9 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
       }
     }
     if (rebuilt.ok()) {
-      RETURN_IF_ERROR(CudaResult(cudaMemcpyAsync(area.device, area.pinned, g.used,
-                                                 cudaMemcpyHostToDevice, stream_),
-                                 "BeginStep: inputs"));
+      RETURN_IF_ERROR(CudaResult(
+          cudaMemcpyAsync(area.device, area.pinned, g.used, cudaMemcpyHostToDevice, stream_),
+          "BeginStep: inputs"));
       RETURN_IF_ERROR(CudaResult(cudaEventRecord(area.uploaded, stream_), "BeginStep"));
       RETURN_IF_ERROR(CudaResult(cudaGraphLaunch(g.exec, stream_), "BeginStep: graph launch"));
       ++replayed_steps_;
@@ -223,8 +223,8 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
     g.epoch = scratch_epoch_;
   }
   if (area.uploaded == nullptr) {
-    RETURN_IF_ERROR(CudaResult(cudaEventCreateWithFlags(&area.uploaded, cudaEventDisableTiming),
-                               "BeginStep"));
+    RETURN_IF_ERROR(
+        CudaResult(cudaEventCreateWithFlags(&area.uploaded, cudaEventDisableTiming), "BeginStep"));
   }
   g.Reset();
   const cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
@@ -271,9 +271,9 @@ absl::Status CudaBackend::EndStep(bool enqueued_all) {
         absl::StrFormat("step recording failed: %s", cudaGetErrorString(err)));
   }
   StepGraphs& area = *graphs_;
-  RETURN_IF_ERROR(CudaResult(
-      cudaMemcpyAsync(area.device, area.pinned, g.used, cudaMemcpyHostToDevice, stream_),
-      "EndStep: inputs"));
+  RETURN_IF_ERROR(
+      CudaResult(cudaMemcpyAsync(area.device, area.pinned, g.used, cudaMemcpyHostToDevice, stream_),
+                 "EndStep: inputs"));
   RETURN_IF_ERROR(CudaResult(cudaEventRecord(area.uploaded, stream_), "EndStep"));
   ++recorded_steps_;
   return CudaResult(cudaGraphLaunch(g.exec, stream_), "EndStep: graph launch");
