@@ -77,6 +77,7 @@ struct Args {
   int64_t layers = 0, decode_steps = 16, context = 256, repeats = 2, device = 0, seed = 7;
   bool layer_times = true;
   bool fuse_projections = false;
+  int64_t logit_top_k = 0;
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -108,7 +109,8 @@ double HostBlockedSeconds(model::Step35Model& m) {
   return cuda != nullptr ? cuda->host_blocked_seconds() : 0.0;
 }
 
-absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, int64_t batch, int64_t context,
+absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, int32_t logit_top_k,
+                                        int64_t batch, int64_t context,
                                   int64_t steps, int64_t repeats, int64_t chunk) {
   ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
                    runner::KvContext::Create(m.backend(), m.hparams(),
@@ -146,7 +148,8 @@ absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, int64_t batch, in
         step_tokens[s] = next_token();
         ASSIGN_OR_RETURN(seqs[s], kv->Append(static_cast<int>(s), {&step_tokens[s], 1}, 1));
       }
-      RETURN_IF_ERROR(m.Forward(seqs, kv->storage(), &out));  // logits come back: a real step
+      // Logits (or with --logit-top-k their top entries) come back: a real step.
+      RETURN_IF_ERROR(m.Forward(seqs, kv->storage(), &out, {.logit_top_k = logit_top_k}));
     }
     RETURN_IF_ERROR(m.backend().Synchronize());
     const double seconds = Since(start);
@@ -205,6 +208,8 @@ int Main(int argc, char** argv) {
   p.AddString("prefill", &a.prefill, "prompt lengths to time (comma-separated; empty: none)");
   p.AddInt("repeats", &a.repeats, "runs per figure; the fastest is reported");
   p.AddBool("layer-times", &a.layer_times, "time each layer at batch 1 (synchronising)");
+  p.AddInt("logit-top-k", &a.logit_top_k,
+           "decode steps bring back each row's top K entries instead of its logits (0: logits)");
   p.AddBool("fuse-projections", &a.fuse_projections,
             "place q/k/v/gate and gate/up as fused weights (LoadOptions::fuse_projections)");
   int exit_code = 0;
@@ -287,7 +292,8 @@ int Main(int argc, char** argv) {
       uint64_t min_free = mem.free_bytes;
       for (int64_t batch : ParseList(a.batches)) {
         absl::StatusOr<DecodeTiming> s =
-            TimeDecode(m, batch, a.context, a.decode_steps, a.repeats, chunk);
+            TimeDecode(m, static_cast<int32_t>(a.logit_top_k), batch, a.context, a.decode_steps,
+                       a.repeats, chunk);
         if (!s.ok()) {
           std::fprintf(stderr, "decode batch %ld: %s\n", static_cast<long>(batch),
                        s.status().ToString().c_str());
@@ -333,7 +339,7 @@ int Main(int argc, char** argv) {
             ffn[il] = std::min(ffn[il], f_s);
           }
         });
-        absl::StatusOr<DecodeTiming> s = TimeDecode(m, 1, a.context, 4, 1, chunk);
+        absl::StatusOr<DecodeTiming> s = TimeDecode(m, 0, 1, a.context, 4, 1, chunk);
         m.set_layer_timer({});
         if (s.ok()) {
           for (int il = 0; il < h.n_layer; ++il) {

@@ -37,6 +37,7 @@
 #include "engine/quant/ggml_type.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/moe/moe.h"
+#include "kernels/sampling/logits_topk.h"
 
 namespace stepserve {
 
@@ -184,6 +185,14 @@ struct BackendOptions {
   bool exact_activations = false;
 };
 
+// Outputs of Backend::LogitsTopK, backend memory; any may be null (not computed).
+struct LogitsTopKOutputs {
+  int32_t* ids = nullptr;        // [rows][k]
+  float* values = nullptr;       // [rows][k]
+  int32_t* argmax = nullptr;     // [rows]
+  float* log_sum_exp = nullptr;  // [rows]
+};
+
 // One step's host-side batch description, handed to BeginStep before the step's ops so an
 // accelerator can record the ops once and replay them on later steps of the same shape. `key`
 // identifies everything else the ops' launch shapes depend on (row counts, buffers, which outputs);
@@ -288,6 +297,11 @@ class Backend {
   virtual absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                                   std::span<const int32_t> ids, std::span<const float> weights,
                                   int64_t top_k, const TensorView& y) = 0;
+  // Per row of logits [vocab, T]: the k (1..256) largest entries (ids and values, largest first,
+  // ties to the lower id), the argmax and the log-sum-exp, as kernels/sampling/logits_topk.h
+  // defines them; so a decode step can bring back a few numbers per row instead of the row.
+  virtual absl::Status LogitsTopK(const TensorView& logits, int32_t k,
+                                  const LogitsTopKOutputs& out) = 0;
 };
 
 using BackendFactory =

@@ -172,6 +172,27 @@ inline absl::StatusOr<kernels::AddArgs> AddOpArgs(const TensorView& a, const Ten
   return args;
 }
 
+inline absl::StatusOr<kernels::LogitsTopKArgs> LogitsTopKOpArgs(const TensorView& logits,
+                                                                int32_t k,
+                                                                const LogitsTopKOutputs& out) {
+  RETURN_IF_ERROR(CheckF32(logits, "LogitsTopK", "logits"));
+  if (k < 1 || k > kernels::kLogitsTopKMaxK) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("LogitsTopK: k must be in [1, %d], got %d", kernels::kLogitsTopKMaxK, k));
+  }
+  kernels::LogitsTopKArgs a;
+  a.logits = logits.f32();
+  a.rows = logits.rows();
+  a.vocab = logits.cols();
+  a.row_stride = logits.stride_floats();
+  a.k = k;
+  a.top_ids = out.ids;
+  a.top_logits = out.values;
+  a.argmax = out.argmax;
+  a.log_sum_exp = out.log_sum_exp;
+  return a;
+}
+
 inline absl::StatusOr<kernels::RouterArgs> RouterOpArgs(const TensorView& logits,
                                                         const RouterParams& p,
                                                         std::span<int32_t> ids,

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "engine/base/check.h"
@@ -35,8 +36,10 @@ struct Step35Model::Rows {
   int64_t capacity = 0;  // rows every slot holds
   Slot h, a, q, k, v, o, gate, tmp, f, y, ff_g, ff_u, router, cat, expert_ids, expert_weights;
   Slot fused;  // outputs of a fused matmul (FusedWeight), read through strided views
-  // Non-host-visible backends only: logits before they are downloaded, grow-only.
+  // Non-host-visible backends only: logits before they are downloaded, grow-only; and the
+  // LogitsTopK outputs (ids, values, argmax, log-sum-exp back to back), grow-only.
   BackendBuffer logits;
+  BackendBuffer candidates;
 
   std::array<Slot*, 17> slots() {
     return {&h,    &a,    &q,      &k,   &v,          &o,              &gate,
@@ -363,11 +366,16 @@ absl::Status Step35Model::RunLayer(int il, Rows& rows, std::span<const BatchSequ
 }
 
 absl::StatusOr<Step35Model::LogitPlan> Step35Model::PlanLogits(
-    Rows& rows, std::span<const BatchSequence> batch) {
+    Rows& rows, std::span<const BatchSequence> batch, int32_t top_k) {
+  if (top_k < 0 || top_k > kernels::kLogitsTopKMaxK) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logit_top_k must be in [0, %d], got %d", kernels::kLogitsTopKMaxK, top_k));
+  }
   // The requested rows are each sequence's trailing rows. When they form one run of h (a single
   // sequence, or one row per sequence in decode) the norm reads them in place; otherwise they are
   // gathered, one copy per sequence.
   LogitPlan plan;
+  plan.top_k = top_k;
   int64_t row = 0;
   for (const BatchSequence& seq : batch) {
     const int64_t count = static_cast<int64_t>(seq.tokens.size());
@@ -384,6 +392,11 @@ absl::StatusOr<Step35Model::LogitPlan> Step35Model::PlanLogits(
   if (!backend_->host_visible() && rows.logits.bytes() < bytes) {
     rows.logits.Reset();
     ASSIGN_OR_RETURN(rows.logits, backend_->Allocate(bytes));
+  }
+  const size_t candidate_bytes = CandidateBytes(plan);
+  if (!backend_->host_visible() && rows.candidates.bytes() < candidate_bytes) {
+    rows.candidates.Reset();
+    ASSIGN_OR_RETURN(rows.candidates, backend_->Allocate(candidate_bytes));
   }
   return plan;
 }
@@ -411,15 +424,58 @@ absl::Status Step35Model::EnqueueLogits(Rows& rows, std::span<const BatchSequenc
   if (backend_->host_visible()) {
     // resize, not assign: no zero-fill of a buffer the matmul overwrites anyway.
     out->logits.resize(static_cast<size_t>(m * vocab));
-    return backend_->Matmul(normed, placed_[head], TensorView::F32(out->logits.data(), vocab, m));
+    const TensorView logits = TensorView::F32(out->logits.data(), vocab, m);
+    RETURN_IF_ERROR(backend_->Matmul(normed, placed_[head], logits));
+    if (plan.top_k == 0) return absl::OkStatus();
+    LogitCandidates& c = out->candidates;
+    c.k = plan.top_k;
+    c.ids.resize(static_cast<size_t>(m * plan.top_k));
+    c.values.resize(c.ids.size());
+    c.argmax.resize(static_cast<size_t>(m));
+    c.log_sum_exp.resize(static_cast<size_t>(m));
+    return backend_->LogitsTopK(logits, plan.top_k,
+                                {c.ids.data(), c.values.data(), c.argmax.data(),
+                                 c.log_sum_exp.data()});
   }
-  return backend_->Matmul(normed, placed_[head], TensorView::F32(rows.logits.f32(), vocab, m));
+  const TensorView logits = TensorView::F32(rows.logits.f32(), vocab, m);
+  RETURN_IF_ERROR(backend_->Matmul(normed, placed_[head], logits));
+  if (plan.top_k == 0) return absl::OkStatus();
+  auto* base = static_cast<uint8_t*>(rows.candidates.data());
+  const size_t kk = static_cast<size_t>(m * plan.top_k) * 4;
+  return backend_->LogitsTopK(
+      logits, plan.top_k,
+      {reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + kk),
+       reinterpret_cast<int32_t*>(base + 2 * kk), reinterpret_cast<float*>(base + 2 * kk + m * 4)});
+}
+
+size_t Step35Model::CandidateBytes(const LogitPlan& plan) {
+  // ids and values (k per row), then argmax and log-sum-exp (one per row), 4 bytes each.
+  return static_cast<size_t>(plan.m) * (2 * static_cast<size_t>(plan.top_k) + 2) * 4;
 }
 
 absl::Status Step35Model::DownloadLogits(const Rows& rows, const LogitPlan& plan,
                                          ForwardOutput* out) {
+  if (plan.top_k == 0) out->candidates = {};
   if (plan.m == 0) {
     out->logits.clear();
+    return absl::OkStatus();
+  }
+  if (plan.top_k > 0) {
+    out->logits.clear();  // the candidates stand for them
+    if (backend_->host_visible()) return absl::OkStatus();  // EnqueueLogits wrote them in place
+    std::vector<uint8_t> bytes(CandidateBytes(plan));
+    RETURN_IF_ERROR(backend_->Download(rows.candidates.data(), bytes.data(), bytes.size()));
+    LogitCandidates& c = out->candidates;
+    c.k = plan.top_k;
+    const size_t kk = static_cast<size_t>(plan.m * plan.top_k), m = static_cast<size_t>(plan.m);
+    c.ids.resize(kk);
+    c.values.resize(kk);
+    c.argmax.resize(m);
+    c.log_sum_exp.resize(m);
+    std::memcpy(c.ids.data(), bytes.data(), kk * 4);
+    std::memcpy(c.values.data(), bytes.data() + kk * 4, kk * 4);
+    std::memcpy(c.argmax.data(), bytes.data() + 2 * kk * 4, m * 4);
+    std::memcpy(c.log_sum_exp.data(), bytes.data() + 2 * kk * 4 + m * 4, m * 4);
     return absl::OkStatus();
   }
   if (backend_->host_visible()) return absl::OkStatus();  // EnqueueLogits wrote them in place
@@ -445,6 +501,8 @@ absl::Status Step35Model::RunStep(Rows& rows, std::span<const BatchSequence> bat
     mix(static_cast<uint64_t>(rows.capacity));
     mix(static_cast<uint64_t>(plan.m));
     mix(static_cast<uint64_t>(plan.first));
+    mix(static_cast<uint64_t>(plan.top_k));
+    mix(reinterpret_cast<uintptr_t>(rows.candidates.data()));
     mix(plan.contiguous ? 1 : 0);
     mix(reinterpret_cast<uintptr_t>(rows.logits.data()));
     mix(reinterpret_cast<uintptr_t>(placed_[head].data));
@@ -488,7 +546,7 @@ absl::Status Step35Model::Forward(std::span<const BatchSequence> batch, KvStorag
   }
   Rows& rows = *rows_;
   RETURN_IF_ERROR(PrepareRows(batch, rows));
-  ASSIGN_OR_RETURN(const LogitPlan plan, PlanLogits(rows, batch));
+  ASSIGN_OR_RETURN(const LogitPlan plan, PlanLogits(rows, batch, options.logit_top_k));
   const int64_t d = hparams_.n_embd;
   RETURN_IF_ERROR(RunStep(rows, batch, kv, plan, weights_.output_norm, weights_.output, out,
                           [&]() -> absl::Status {

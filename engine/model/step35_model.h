@@ -66,15 +66,29 @@ struct BatchSequence {
   std::span<const float> mtp_hidden;
 };
 
+// Per logits row, computed where the logits are (Backend::LogitsTopK): the k largest entries
+// (largest first, ties to the lower id), the argmax and the log-sum-exp.
+struct LogitCandidates {
+  int32_t k = 0;  // 0: not computed
+  std::vector<int32_t> ids;          // [rows][k]
+  std::vector<float> values;         // [rows][k]
+  std::vector<int32_t> argmax;       // [rows]
+  std::vector<float> log_sum_exp;    // [rows]
+};
+
 struct ForwardOutput {
   std::vector<float> logits;  // [sum of logit_rows][n_vocab], batch order
   std::vector<float> hidden;  // [rows][n_embd] pre-norm final hidden state of every row
+  LogitCandidates candidates;  // with ForwardOptions::logit_top_k, instead of logits
 };
 
 struct ForwardOptions {
   // Also return ForwardOutput::hidden (MTP drafting feeds it to the heads). Off by default: plain
   // decoding does not need it, and on an accelerator it would cost a transfer every step.
   bool want_hidden = false;
+  // > 0 (at most 256): return ForwardOutput::candidates with this k and no logits, so only a few
+  // numbers per row leave the device (greedy decoding and logprobs need no more).
+  int32_t logit_top_k = 0;
 };
 
 class Step35Model {
@@ -132,14 +146,17 @@ class Step35Model {
     int64_t m = 0;
     int64_t first = -1;
     bool contiguous = true;
+    int32_t top_k = 0;  // ForwardOptions::logit_top_k
   };
   // Decode steps up to this many rows may be recorded and replayed (Backend::BeginStep); it is the
   // CUDA MoE's on-device limit, beyond which the experts are grouped on the host.
   static constexpr int64_t kMaxRecordedRows = 64;
-  absl::StatusOr<LogitPlan> PlanLogits(Rows& rows, std::span<const BatchSequence> batch);
+  absl::StatusOr<LogitPlan> PlanLogits(Rows& rows, std::span<const BatchSequence> batch,
+                                       int32_t top_k = 0);
   absl::Status EnqueueLogits(Rows& rows, std::span<const BatchSequence> batch,
                              const LogitPlan& plan, Tensor norm, Tensor head, ForwardOutput* out);
   absl::Status DownloadLogits(const Rows& rows, const LogitPlan& plan, ForwardOutput* out);
+  static size_t CandidateBytes(const LogitPlan& plan);
   // Runs `body` (the step's ops) then the logits, through the backend's step recording when the
   // step is a decode step.
   absl::Status RunStep(Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv,

@@ -87,6 +87,10 @@ struct EngineConfig {
   int32_t max_queue = 256;
   // Share the full KV blocks of identical prompt prefixes between requests (prefix caching).
   bool prefix_cache = true;
+  // Steps whose sampled rows are all greedy without logit_bias or penalties take only each row's
+  // argmax, log-sum-exp and top kMaxLogprobs entries from the backend (Backend::LogitsTopK)
+  // instead of the full logits: same tokens and logprobs, far fewer bytes back from a GPU.
+  bool device_sampling = false;
   // Metrics hooks (engine_observer.h); may be null.
   std::shared_ptr<EngineObserver> observer;
 };

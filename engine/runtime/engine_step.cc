@@ -80,7 +80,19 @@ void Engine::Impl::RunStep() {
                         p.start_pos == state.prompt_tokens + state.completion_tokens - 1;
     (decode ? stats.decode_tokens : stats.prefill_tokens) += static_cast<int32_t>(p.tokens.size());
   }
-  const absl::Status forward = model->Forward(batch, *kv, &forward_out);
+  // Device sampling: when every sampled row is greedy without bias or penalties (and drafts no
+  // tokens), only the top kMaxLogprobs entries of each row, its argmax and log-sum-exp come back.
+  bool candidates = config.device_sampling;
+  bool any_sampled = false;
+  for (const scheduler::PlannedSeq& p : plan.seqs) {
+    if (!p.sample) continue;
+    any_sampled = true;
+    candidates = candidates && p.num_drafts == 0 &&
+                 live.at(p.id)->sampler.CandidatesSuffice(kMaxLogprobs);
+  }
+  candidates = candidates && any_sampled;
+  const absl::Status forward = model->Forward(
+      batch, *kv, &forward_out, {.logit_top_k = candidates ? kMaxLogprobs : 0});
   const Clock::time_point forwarded = Clock::now();
   if (!forward.ok()) {
     {
@@ -104,9 +116,19 @@ void Engine::Impl::RunStep() {
   for (const scheduler::PlannedSeq& p : plan.seqs) {
     if (!p.sample) continue;
     RequestState& state = *live.at(p.id);
-    std::span<const float> logits(forward_out.logits.data() + row * vocab, vocab);
+    absl::StatusOr<SampleResult> sample;
+    if (candidates) {
+      const model::LogitCandidates& c = forward_out.candidates;
+      const size_t k = static_cast<size_t>(c.k);
+      sample = state.sampler.SampleFromCandidates(
+          std::span<const int32_t>(c.ids).subspan(row * k, k),
+          std::span<const float>(c.values).subspan(row * k, k), c.argmax[row],
+          c.log_sum_exp[row]);
+    } else {
+      sample = state.sampler.Sample(
+          std::span<const float>(forward_out.logits.data() + row * vocab, vocab));
+    }
     row += 1 + p.num_drafts;
-    absl::StatusOr<SampleResult> sample = state.sampler.Sample(logits);
     if (!sample.ok()) {
       scheduler->Cancel(p.id);  // before Commit, which needs a token from every sampling row
       failed.push_back(p.id);

@@ -227,6 +227,42 @@ absl::StatusOr<SampleResult> Sampler::SampleAt(std::span<const float> logits, ui
   return result;
 }
 
+bool Sampler::CandidatesSuffice(int32_t k) const {
+  return params_.IsGreedy() && params_.logit_bias.empty() && !params_.HasPenalties() &&
+         params_.n_logprobs <= k;
+}
+
+absl::StatusOr<SampleResult> Sampler::SampleFromCandidates(std::span<const int32_t> ids,
+                                                           std::span<const float> values,
+                                                           int32_t argmax, float log_sum_exp) {
+  if (!CandidatesSuffice(static_cast<int32_t>(ids.size())) || ids.size() != values.size() ||
+      ids.empty()) {
+    return absl::FailedPreconditionError(
+        "SampleFromCandidates: these sampling params need the full logits row");
+  }
+  if (argmax < 0 || argmax >= vocab_size_ || ids[0] != argmax) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SampleFromCandidates: argmax %d does not lead the candidates (first %d)", argmax, ids[0]));
+  }
+  if (!(values[0] > kNegInf)) {
+    return absl::InvalidArgumentError(
+        "no token can be sampled: every logit is -inf after logit_bias and penalties");
+  }
+  if (!std::isfinite(log_sum_exp) || !std::isfinite(values[0])) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the model produced a non-finite logit (log-sum-exp %g)", log_sum_exp));
+  }
+  SampleResult result;
+  result.token = argmax;
+  result.logprob = values[0] - log_sum_exp;
+  result.n_top = std::min<int32_t>(params_.n_logprobs, static_cast<int32_t>(ids.size()));
+  for (int32_t j = 0; j < result.n_top; ++j) {
+    result.top[j] = {ids[j], values[j] - log_sum_exp};
+  }
+  if (absl::Status status = Accept(result.token); !status.ok()) return status;
+  return result;
+}
+
 absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   absl::StatusOr<SampleResult> result = SampleAt(logits, generation_index_);
   if (!result.ok()) return result;

@@ -49,6 +49,19 @@ class Sampler {
   // The draw Sample() would make at generation index `index`, without changing the sequence state.
   absl::StatusOr<SampleResult> SampleAt(std::span<const float> logits, uint64_t index);
 
+  // Whether the top `k` entries of a logits row (with its argmax and log-sum-exp, computed where
+  // the logits are: Step35Model's ForwardOptions::logit_top_k) decide this sampler's next draw
+  // exactly: greedy, no logit_bias and no penalties (either could move the argmax), and at most k
+  // logprobs asked for.
+  bool CandidatesSuffice(int32_t k) const;
+  // Sample() for such a sampler from the row's top entries (ids/values largest first, ties to the
+  // lower id; at least n_logprobs of them): the same token and alternatives as Sample on the full
+  // row; logprobs use the given log-sum-exp. Then Accept()s the token. NaN logits outside the
+  // candidates go unnoticed here (Sample would reject the row).
+  absl::StatusOr<SampleResult> SampleFromCandidates(std::span<const int32_t> ids,
+                                                    std::span<const float> values,
+                                                    int32_t argmax, float log_sum_exp);
+
   // Appends a token to the sequence: it enters the penalty window and the generation index
   // advances. Sample() calls this; the engine calls it for tokens decided elsewhere.
   absl::Status Accept(int32_t token);

@@ -72,6 +72,7 @@ struct Flags {
   std::string model, draft, listen = "0.0.0.0:50051", metrics_listen = "0.0.0.0:9090";
   std::string health_listen, tls_cert, tls_key, auth_token_file;
   std::string prefix_cache = "on";
+  std::string device_sampling = "off";
   int64_t ctx_size = 0, kv_cache_blocks = 0, block_size = 16, max_running = 256;
   int64_t max_step_tokens = 8192, max_queue = 1024, threads = 0, top_k = 0;
   int64_t max_draft_tokens = -1, drain_timeout_s = 30, watchdog_s = 60;
@@ -128,6 +129,9 @@ std::string Validate(const Flags& f, const ArgParser& p) {
     return absl::StrFormat("--drain-timeout-s must be >= 0, got %d", f.drain_timeout_s);
   }
   if (f.watchdog_s < 1) return positive("watchdog-s", f.watchdog_s);
+  if (f.device_sampling != "on" && f.device_sampling != "off") {
+    return absl::StrFormat("--device-sampling must be on or off, got \"%s\"", f.device_sampling);
+  }
   if (f.prefix_cache != "on" && f.prefix_cache != "off") {
     return absl::StrFormat("--prefix-cache must be on or off, got \"%s\"", f.prefix_cache);
   }
@@ -157,6 +161,7 @@ google::protobuf::Struct EffectiveConfig(const Flags& f, const engine::ModelInfo
   m["kv_cache_bytes"].set_number_value(static_cast<double>(info.kv_bytes));
   m["block_size"].set_number_value(static_cast<double>(info.block_size));
   m["prefix_cache"].set_string_value(f.prefix_cache);
+  m["device_sampling"].set_string_value(f.device_sampling);
   m["max_running"].set_number_value(static_cast<double>(f.max_running));
   m["max_step_tokens"].set_number_value(static_cast<double>(f.max_step_tokens));
   m["max_queue"].set_number_value(static_cast<double>(f.max_queue));
@@ -200,6 +205,8 @@ int Run(int argc, char** argv) {
   p.AddInt("kv-cache-blocks", &f.kv_cache_blocks, "KV cache size in blocks (default: auto)");
   p.AddInt("block-size", &f.block_size, "tokens per KV block (power of two, 8..256)");
   p.AddString("prefix-cache", &f.prefix_cache, "on | off: share KV blocks of equal prefixes");
+  p.AddString("device-sampling", &f.device_sampling,
+              "on | off: greedy steps take only each row's top entries from the backend");
   p.AddInt("max-running", &f.max_running, "maximum sequences in the running batch");
   p.AddInt("max-step-tokens", &f.max_step_tokens, "token budget of one engine step");
   p.AddInt("max-queue", &f.max_queue, "maximum waiting requests");
@@ -285,6 +292,7 @@ int Run(int argc, char** argv) {
   ec.max_step_tokens = static_cast<int32_t>(f.max_step_tokens);
   ec.max_queue = static_cast<int32_t>(f.max_queue);
   ec.prefix_cache = f.prefix_cache == "on";
+  ec.device_sampling = f.device_sampling == "on";
   ec.observer = m;
   std::string last_phase;
   int last_decile = -1;

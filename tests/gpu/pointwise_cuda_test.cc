@@ -476,5 +476,46 @@ TEST_F(PointwiseCudaTest, RejectsBadShapesLikeCpu) {
   EXPECT_TRUE(cuda_->Synchronize().ok());
 }
 
+// LogitsTopK through the backend: the same ids, values and argmax as the CPU backend (the
+// kernels' own tests are in logits_topk_cuda_test), log-sum-exp within 1e-5 relative; padded
+// rows; outputs poisoned first.
+TEST_F(PointwiseCudaTest, LogitsTopKMatchesCpu) {
+  for (const Shape& s : {Shape{128896, 3, 4}, Shape{1000, 64, 0}, Shape{7, 2, 1}}) {
+    const int32_t k = 20;
+    HostMat x = RandomMat(rng_, s.cols, s.rows, s.pad, 8.0f, 0.0f);
+    DevMat dx = ToDevice(*cuda_, x);
+    const size_t n = static_cast<size_t>(s.rows * k), m = static_cast<size_t>(s.rows);
+    std::vector<int32_t> want_ids(n, -7), got_ids(n, -7), want_argmax(m, -7), got_argmax(m, -7);
+    std::vector<float> want_values(n, NAN), got_values(n, NAN), want_lse(m, NAN), got_lse(m, NAN);
+    const TensorView host_view = TensorView::F32(x.data.data(), s.cols, s.rows, s.cols + s.pad);
+    ASSERT_TRUE(cpu_->LogitsTopK(host_view, k,
+                                 {want_ids.data(), want_values.data(), want_argmax.data(),
+                                  want_lse.data()})
+                    .ok());
+    BackendBuffer ids = UploadBytes(*cuda_, got_ids.data(), n * 4);
+    BackendBuffer values = UploadBytes(*cuda_, got_values.data(), n * 4);
+    BackendBuffer argmax = UploadBytes(*cuda_, got_argmax.data(), m * 4);
+    BackendBuffer lse = UploadBytes(*cuda_, got_lse.data(), m * 4);
+    ASSERT_TRUE(cuda_->LogitsTopK(dx.view, k,
+                                  {static_cast<int32_t*>(ids.data()), values.f32(),
+                                   static_cast<int32_t*>(argmax.data()), lse.f32()})
+                    .ok())
+        << Describe(s);
+    ASSERT_TRUE(cuda_->Download(ids.data(), got_ids.data(), n * 4).ok());
+    ASSERT_TRUE(cuda_->Download(values.data(), got_values.data(), n * 4).ok());
+    ASSERT_TRUE(cuda_->Download(argmax.data(), got_argmax.data(), m * 4).ok());
+    ASSERT_TRUE(cuda_->Download(lse.data(), got_lse.data(), m * 4).ok());
+    const size_t kept = std::min<size_t>(static_cast<size_t>(k), static_cast<size_t>(s.cols));
+    for (size_t r = 0; r < m; ++r) {
+      EXPECT_EQ(got_argmax[r], want_argmax[r]) << Describe(s) << " row " << r;
+      EXPECT_NEAR(got_lse[r], want_lse[r], 1e-5 * std::max(1.0f, std::fabs(want_lse[r])));
+      for (size_t j = 0; j < kept; ++j) {
+        EXPECT_EQ(got_ids[r * k + j], want_ids[r * k + j]) << Describe(s) << " row " << r;
+        EXPECT_EQ(got_values[r * k + j], want_values[r * k + j]);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stepserve

@@ -189,6 +189,11 @@ class CpuBackend final : public Backend {
     return FromKernel(kernels::AddCpu(args, &pool_), "Add");
   }
 
+  absl::Status LogitsTopK(const TensorView& logits, int32_t k,
+                          const LogitsTopKOutputs& out) override {
+    ASSIGN_OR_RETURN(const kernels::LogitsTopKArgs a, LogitsTopKOpArgs(logits, k, out));
+    return FromKernel(kernels::LogitsTopKRef(a), "LogitsTopK");
+  }
   absl::Status RouterTopK(const TensorView& logits, const RouterParams& p, std::span<int32_t> ids,
                           std::span<float> weights) override {
     ASSIGN_OR_RETURN(const kernels::RouterArgs a, RouterOpArgs(logits, p, ids, weights));

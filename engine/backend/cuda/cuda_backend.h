@@ -78,6 +78,8 @@ class CudaBackend final : public Backend {
   absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                           std::span<const int32_t> ids, std::span<const float> weights,
                           int64_t top_k, const TensorView& y) override;
+  absl::Status LogitsTopK(const TensorView& logits, int32_t k,
+                          const LogitsTopKOutputs& out) override;
 
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }

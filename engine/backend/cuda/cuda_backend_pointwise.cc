@@ -1,4 +1,4 @@
-// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK. Each checks its operands
+// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK. Each checks its operands
 // on the host with the CPU backend's checks and messages (op_checks.h), then enqueues one kernel
 // on the backend's stream. Only QkNormRope has host-side data (the positions), which it stages
 // into this group's scratch.
@@ -12,6 +12,7 @@
 #include "kernels/moe/router_cuda.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
+#include "kernels/sampling/logits_topk_cuda.h"
 
 namespace stepserve {
 
@@ -19,6 +20,7 @@ using kernels::KernelStatus;
 
 struct CudaBackend::PointwiseState {
   Scratch positions;  // QkNormRope's positions, uploaded per call
+  Scratch topk;       // LogitsTopK's per-chunk candidates
 };
 
 absl::Status CudaBackend::RmsNorm(const TensorView& x, const WeightView& weight, float eps,
@@ -98,6 +100,20 @@ absl::Status CudaBackend::RouterTopK(const TensorView& logits, const RouterParam
                                      std::span<int32_t> ids, std::span<float> weights) {
   ASSIGN_OR_RETURN(const kernels::RouterArgs a, RouterOpArgs(logits, p, ids, weights));
   return KernelResult(kernels::RouterCuda(a, stream()), "RouterTopK");
+}
+
+absl::Status CudaBackend::LogitsTopK(const TensorView& logits, int32_t k,
+                                     const LogitsTopKOutputs& out) {
+  ASSIGN_OR_RETURN(const kernels::LogitsTopKArgs a, LogitsTopKOpArgs(logits, k, out));
+  if (KernelStatus s = kernels::ValidateLogitsTopK(a); s != KernelStatus::kOk) {
+    return KernelResult(s, "LogitsTopK");
+  }
+  if (a.rows == 0) return absl::OkStatus();
+  if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
+  const size_t bytes = kernels::LogitsTopKCudaScratchBytes(a.rows, a.vocab, a.k);
+  ASSIGN_OR_RETURN(void* scratch, EnsureScratch(pointwise_->topk, bytes, "LogitsTopK"));
+  return KernelResult(kernels::LogitsTopKCuda(a, scratch, pointwise_->topk.bytes, stream()),
+                      "LogitsTopK");
 }
 
 }  // namespace stepserve

@@ -125,6 +125,9 @@ speak TLS), the gRPC port otherwise. */}}
 {{- if $s.prefixCache }}
 - --prefix-cache={{ $s.prefixCache }}
 {{- end }}
+{{- if $s.deviceSampling }}
+- --device-sampling={{ $s.deviceSampling }}
+{{- end }}
 {{- if $s.backend }}
 - --backend={{ $s.backend }}
 {{- end }}

@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
 #include <numeric>
 #include <random>
 
+#include "engine/sampling/logits_ops.h"
 #include "engine/synth/make_model.h"
 #include "tests/engine/model/reference_step35.h"
 
@@ -173,6 +175,37 @@ TEST_P(Step35ModelTest, FusedProjectionsGiveTheSameLogits) {
     }
     pos += count;
   }
+}
+
+TEST_P(Step35ModelTest, LogitCandidatesAreTheTopOfTheFullLogits) {
+  const std::vector<int32_t> tokens = RandomTokens(12, model_->n_vocab(), 4);
+  const std::vector<int32_t> table = Pages(0, 2), table2 = Pages(4, 2);
+  const int64_t v = model_->n_vocab();
+  BatchSequence seq{
+      .tokens = tokens, .start_pos = 0, .full_table = table, .swa_table = table, .logit_rows = 3};
+  ForwardOutput full, top;
+  ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &full).ok());
+  seq.full_table = seq.swa_table = table2;
+  ASSERT_TRUE(model_->Forward({&seq, 1}, *kv_, &top, {.logit_top_k = 7}).ok());
+  EXPECT_TRUE(top.logits.empty()) << "candidates come instead of logits";
+  ASSERT_EQ(top.candidates.k, 7);
+  ASSERT_EQ(top.candidates.ids.size(), 21u);
+  for (int r = 0; r < 3; ++r) {
+    const std::span<const float> row(full.logits.data() + r * v, static_cast<size_t>(v));
+    EXPECT_EQ(top.candidates.argmax[r], Argmax(row));
+    EXPECT_NEAR(top.candidates.log_sum_exp[r], LogSumExp(row), 1e-4);
+    std::vector<int32_t> order(static_cast<size_t>(v));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (int j = 0; j < 7; ++j) {
+      EXPECT_EQ(top.candidates.ids[r * 7 + j], order[j]) << "row " << r << " rank " << j;
+      EXPECT_EQ(top.candidates.values[r * 7 + j], row[order[j]]);
+    }
+  }
+  // Out of range k is a clear error.
+  EXPECT_EQ(model_->Forward({&seq, 1}, *kv_, &top, {.logit_top_k = 257}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(Step35ModelTest, BatchOfMixedSequencesGivesEachItsOwnLogits) {

@@ -107,6 +107,49 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAndInABusyBatch) {
   for (auto& other : others) EXPECT_EQ(other->Wait().reason, FinishReason::kLength);
 }
 
+TEST_F(EngineTest, DeviceSamplingGivesTheSameGreedyTokensAndLogprobs) {
+  // Device sampling takes each row's top entries, argmax and log-sum-exp from the backend
+  // (Backend::LogitsTopK; on the CPU backend its reference) instead of the full logits.
+  EngineConfig config = Config();
+  auto run = [&](bool device_sampling) {
+    config.device_sampling = device_sampling;
+    std::unique_ptr<Engine> engine = MakeEngine(config);
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest request = Greedy("g" + std::to_string(i), Prompt(9 + 7 * i, 70 + i), 10);
+      request.return_logprobs = true;
+      request.top_logprobs = 5;
+      sinks.push_back(std::make_shared<RecordingSink>());
+      EXPECT_TRUE(engine->Submit(std::move(request), sinks.back()).ok());
+    }
+    std::vector<std::vector<TokenLogprob>> logprobs;
+    for (auto& sink : sinks) {
+      EXPECT_EQ(sink->Wait().reason, FinishReason::kLength);
+      logprobs.emplace_back();
+      for (const DeltaEvent& delta : sink->deltas()) {
+        logprobs.back().insert(logprobs.back().end(), delta.logprobs.begin(),
+                               delta.logprobs.end());
+      }
+    }
+    return logprobs;
+  };
+  const std::vector<std::vector<TokenLogprob>> host = run(false), device = run(true);
+  ASSERT_EQ(host.size(), device.size());
+  for (size_t r = 0; r < host.size(); ++r) {
+    ASSERT_EQ(host[r].size(), 10u);
+    ASSERT_EQ(device[r].size(), host[r].size());
+    for (size_t t = 0; t < host[r].size(); ++t) {
+      EXPECT_EQ(device[r][t].token_id, host[r][t].token_id) << "request " << r << " token " << t;
+      EXPECT_NEAR(device[r][t].logprob, host[r][t].logprob, 1e-4);
+      ASSERT_EQ(device[r][t].top.size(), host[r][t].top.size());
+      for (size_t j = 0; j < host[r][t].top.size(); ++j) {
+        EXPECT_EQ(device[r][t].top[j].first, host[r][t].top[j].first);
+        EXPECT_NEAR(device[r][t].top[j].second, host[r][t].top[j].second, 1e-4);
+      }
+    }
+  }
+}
+
 TEST_F(EngineTest, CancelWhileQueuedAndWhileRunningFreesKv) {
   EngineConfig config = Config();
   config.max_running = 1;
