@@ -249,8 +249,9 @@ class Backend {
   }
   // Ends a kEager or kRecord step; `enqueued_all` is false when an op failed. After kRecord it runs
   // the recording. When a kRecord step's op failed or EndStep returns Unavailable, nothing of the
-  // step ran: the caller enqueues the ops again (eagerly: later BeginSteps with that key return
-  // kEager), which also reports a genuine input error as the eager step does.
+  // step ran: the caller enqueues the ops again right away (they run eagerly), which also reports
+  // a genuine input error as the eager step does. The backend decides whether later steps with
+  // that key try recording again.
   virtual absl::Status EndStep(bool enqueued_all) {
     (void)enqueued_all;
     return absl::OkStatus();

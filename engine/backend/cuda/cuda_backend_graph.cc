@@ -37,6 +37,7 @@ struct CudaBackend::StepGraph {
     StepInputRecipe recipe;
   };
   int seen = 0;
+  int failed_recordings = 0;  // ops that failed while recording; kMaxFailedRecordings gives up
   bool not_recordable = false;
   std::string why_not;  // the reason recording failed, for the log of the first failure
   uint64_t epoch = 0;
@@ -75,6 +76,9 @@ struct CudaBackend::StepGraphs {
 namespace {
 
 constexpr size_t kMaxGraphs = 64;  // distinct step keys kept; beyond that the cache starts over
+// A recording can fail once for a passing reason (a scratch area that had to grow while
+// recording: the eager re-run grows it); after this many the key stays eager.
+constexpr int kMaxFailedRecordings = 3;
 
 size_t RoundUp(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 
@@ -159,9 +163,12 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
   if (!graphs_) graphs_ = std::make_shared<StepGraphs>();
   StepGraphs& area = *graphs_;
   const uint64_t key = step.key ^ (0x9E3779B97F4A7C15ull * (step.ids.size() + 1));
+  // Graphs are destroyed only with the stream idle: a step without downloads (no logit rows)
+  // leaves its graph running when the next BeginStep comes.
   std::unique_ptr<StepGraph>& slot = area.by_key[key];
   if (!slot) {
     if (area.by_key.size() > kMaxGraphs) {
+      RETURN_IF_ERROR(CudaResult(TimedWait(stream_, nullptr), "BeginStep"));
       area.by_key.clear();
       return StepMode::kEager;
     }
@@ -169,6 +176,7 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
   }
   StepGraph& g = *slot;
   if (g.epoch != scratch_epoch_) {  // a scratch area moved since the recording
+    if (g.exec != nullptr) RETURN_IF_ERROR(CudaResult(TimedWait(stream_, nullptr), "BeginStep"));
     g.Reset();
     g.epoch = scratch_epoch_;
   }
@@ -202,7 +210,9 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
       return StepMode::kReplayed;
     }
     if (!absl::IsAborted(rebuilt)) return rebuilt;  // a bad input: the eager step would fail too
-    g.Reset();  // the launch shapes changed: record this step again
+    // The launch shapes changed: record this step again.
+    RETURN_IF_ERROR(CudaResult(TimedWait(stream_, nullptr), "BeginStep"));
+    g.Reset();
   } else if (g.seen++ == 0) {
     return StepMode::kEager;  // first sighting: let every scratch area grow to its size
   }
@@ -243,15 +253,18 @@ absl::Status CudaBackend::EndStep(bool enqueued_all) {
   if (recording_ == nullptr) return absl::OkStatus();
   StepGraph& g = *recording_;
   if (!enqueued_all) {
-    // An op failed while recording (an input it rejects, or a call a capture forbids): drop the
-    // recording and run this key eagerly from now on; the caller re-runs the step eagerly.
+    // An op failed while recording (an input it rejects, a scratch area that had to grow, or a
+    // call a capture forbids): drop the recording; the caller re-runs the step eagerly. The next
+    // step with the key records again, up to kMaxFailedRecordings times.
     cudaGraph_t graph = nullptr;
     cudaStreamEndCapture(stream_, &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
     (void)cudaGetLastError();
     g.Reset();
-    g.not_recordable = true;
-    g.why_not = "an op failed while recording";
+    if (++g.failed_recordings >= kMaxFailedRecordings) {
+      g.not_recordable = true;
+      g.why_not = "ops failed while recording";
+    }
     recording_ = nullptr;
     return absl::OkStatus();
   }
