@@ -1,0 +1,360 @@
+// Per-type block decoders of the int8-activation GEMV (gemv_q8x_cuda.cu), device code only.
+// Each Piece maps a warp's lanes onto pieces of consecutive blocks of one weight row:
+//   kLanes lanes per block, kElems elements and kBytes bytes per block, kDepth1 the ring depth
+//   with one activation row;
+//   Raw LoadRaw(block, lane_piece)        the lane's raw words (loads only, issued ahead);
+//   W Decode(raw, block_index, piece, p)   int8-ready weights and scales;
+//   X LoadX(p, activation_row, block, piece) the matching int8 activations and their scales;
+//   float Dot(w, x, piece)                 the lane's partial dot product.
+// Included once, inside the anonymous namespace of gemv_q8x_cuda.cu.
+#ifndef STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
+#define STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
+
+__device__ __forceinline__ float F16Bits(uint32_t h) {
+  float f;
+  const unsigned short s = static_cast<unsigned short>(h);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
+  return f;
+}
+
+// Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract.
+__device__ __forceinline__ float IntToFloat(int i) {
+  return __int_as_float(0x4B400000 + i) - 12582912.0f;
+}
+
+__device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }
+
+// Waits until the grid this one depends on (the quantizer) has finished and its writes are
+// visible; returns at once when the kernel was launched without programmatic serialization.
+__device__ __forceinline__ void WaitForPreviousGrid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// ---- Q8_0: 34-byte blocks, 2 lanes per block (16 int8 each), 16 blocks per warp step. ----
+struct PieceQ8_0 {
+  static constexpr int kLanes = 2, kElems = 32, kBytes = 34;
+  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
+  struct W {
+    uint32_t q[4];
+    float d;
+  };
+  struct X {
+    uint4 q;
+    float d;
+  };
+  struct Raw {
+    uint32_t v[5];  // aligned words holding the 16 bytes (v[4] unused when aligned)
+    unsigned short d;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
+    Raw raw;
+    raw.d = __ldcs(reinterpret_cast<const unsigned short*>(blk));
+    // 16 bytes at a 2-byte-aligned address: five aligned words (four when aligned), never a word
+    // without a wanted byte (rows are padded to 16 bytes, so the last one stays in the row).
+    const uintptr_t a = reinterpret_cast<uintptr_t>(blk + 2 + 16 * c);
+    const uint32_t off = static_cast<uint32_t>(a & 3u);
+    const unsigned* word = reinterpret_cast<const unsigned*>(a - off);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) raw.v[i] = __ldcs(word + i);
+    raw.v[4] = off ? __ldcs(word + 4) : 0u;
+    return raw;
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int, const GemvParams&) {
+    W w;
+    w.d = F16Bits(raw.d);
+    const uint32_t off = static_cast<uint32_t>((2 * b + 2) & 3);  // (34 b + 2 + 16 c) mod 4
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w.q[i] = __funnelshift_r(raw.v[i], raw.v[i + 1], 8 * off);
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
+    X x;
+    x.q = __ldg(reinterpret_cast<const uint4*>(p.xq + r * p.in + b * 32 + 16 * c));
+    x.d = __ldg(&p.xd[r * (p.in / 32) + b].x);
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    int s = __dp4a(static_cast<int>(w.q[0]), static_cast<int>(x.q.x), 0);
+    s = __dp4a(static_cast<int>(w.q[1]), static_cast<int>(x.q.y), s);
+    s = __dp4a(static_cast<int>(w.q[2]), static_cast<int>(x.q.z), s);
+    s = __dp4a(static_cast<int>(w.q[3]), static_cast<int>(x.q.w), s);
+    return (w.d * x.d) * IntToFloat(s);
+  }
+};
+
+// ---- Q4_K: 144-byte blocks (16-byte aligned), 8 lanes per block, 4 blocks per warp step. ----
+// Lane c holds 16-byte piece c of qs: 16 elements of sub-block 2*(c/2) (low nibbles) and the same
+// 16 positions of sub-block 2*(c/2)+1 (high nibbles). The min term uses the quantized sum of each
+// sub-block's activations; only even lanes add it so each sub-block counts once.
+__device__ __forceinline__ uint32_t ScaleByte(uint4 h, int k) {
+  const uint32_t word = k < 4 ? h.y : (k < 8 ? h.z : h.w);
+  return Byte(word, k & 3);
+}
+
+__device__ __forceinline__ void ScaleMinK4(uint4 h, int j, uint32_t* sc, uint32_t* m) {
+  if (j < 4) {
+    *sc = ScaleByte(h, j) & 63;
+    *m = ScaleByte(h, j + 4) & 63;
+  } else {
+    *sc = (ScaleByte(h, j + 4) & 15) | ((ScaleByte(h, j - 4) >> 6) << 4);
+    *m = (ScaleByte(h, j + 4) >> 4) | ((ScaleByte(h, j) >> 6) << 4);
+  }
+}
+
+struct PieceQ4_K {
+  static constexpr int kLanes = 8, kElems = 256, kBytes = 144;
+  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
+  struct W {
+    uint32_t lo[4], hi[4];  // nibbles as bytes: sub-block 2*pair, then 2*pair+1
+    float dl0, dl1, ml0, ml1;
+  };
+  struct X {
+    uint4 lo, hi;
+    float4 ds;  // {d, s} of sub-block 2*pair, then of 2*pair+1
+  };
+  struct Raw {
+    uint4 h, q;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
+    const uint4* p = reinterpret_cast<const uint4*>(blk);
+    return Raw{__ldcs(p), __ldcs(p + 1 + c)};
+  }
+  // The scale and min terms of the lane's two sub-blocks (shared with Q5_K's header layout).
+  static __device__ __forceinline__ void SetScales(uint4 h, int c, W* w) {
+    const int pair = c >> 1;
+    uint32_t sc0, m0, sc1, m1;
+    ScaleMinK4(h, 2 * pair, &sc0, &m0);
+    ScaleMinK4(h, 2 * pair + 1, &sc1, &m1);
+    const float d = F16Bits(h.x), dmin = (c & 1) ? 0.f : F16Bits(h.x >> 16);
+    w->dl0 = d * static_cast<float>(sc0);
+    w->dl1 = d * static_cast<float>(sc1);
+    w->ml0 = dmin * static_cast<float>(m0);
+    w->ml1 = dmin * static_cast<float>(m1);
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
+    const uint4 h = raw.h, q4 = raw.q;
+    const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
+    W w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w.lo[i] = q[i] & 0x0F0F0F0Fu;
+      w.hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+    }
+    SetScales(h, c, &w);
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
+    const int pair = c >> 1;
+    const int8_t* xq = p.xq + r * p.in + b * 256 + 64 * pair + 16 * (c & 1);
+    X x;
+    x.lo = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.hi = __ldg(reinterpret_cast<const uint4*>(xq + 32));
+    x.ds = __ldg(reinterpret_cast<const float4*>(p.xd + r * (p.in / 32) + b * 8 + 2 * pair));
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    const uint32_t xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w};
+    const uint32_t xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s0 = __dp4a(static_cast<int>(w.lo[i]), static_cast<int>(xl[i]), s0);
+      s1 = __dp4a(static_cast<int>(w.hi[i]), static_cast<int>(xh[i]), s1);
+    }
+    // Odd lanes carry ml0 = ml1 = 0: each sub-block's min term counts once.
+    return (w.dl0 * x.ds.x) * IntToFloat(s0) + (w.dl1 * x.ds.z) * IntToFloat(s1) -
+           (w.ml0 * x.ds.y + w.ml1 * x.ds.w);
+  }
+};
+
+// ---- Q5_K: 176-byte blocks (16-byte aligned), the Q4_K layout plus one high bit per element. ----
+// Bytes 0..15 hold d, dmin and the same 12 scale/min bytes as Q4_K, 16..47 the high bits qh[32],
+// 48..175 the nibbles. Lane c takes qs piece c exactly as in Q4_K; the high bits of its 16
+// positions l = 16 (c & 1) + i are bit 2*pair (low nibbles) and 2*pair+1 (high nibbles) of qh[l].
+// Elements 0..31 as bytes dot with the int8 activations the same way; X, LoadX and Dot are Q4_K's.
+struct PieceQ5_K : PieceQ4_K {
+  static constexpr int kBytes = 176;
+  static constexpr int kDepth1 = 2;  // 12 raw registers a step (Q4_K: 8) under the 64-register cap
+  struct Raw {
+    uint4 h, qh, q;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
+    const uint4* p = reinterpret_cast<const uint4*>(blk);
+    return Raw{__ldcs(p), __ldcs(p + 1 + (c & 1)), __ldcs(p + 3 + c)};
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
+    const uint4 h = raw.h, q4 = raw.q, h4 = raw.qh;
+    const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
+    const uint32_t qh[4] = {h4.x, h4.y, h4.z, h4.w};
+    const int pair = c >> 1;
+    W w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w.lo[i] = (q[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * pair)) & 0x01010101u) << 4);
+      w.hi[i] = ((q[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * pair + 1)) & 0x01010101u) << 4);
+    }
+    SetScales(h, c, &w);
+    return w;
+  }
+};
+
+// ---- IQ4_XS: 136-byte blocks (8-byte aligned), 8 lanes per block (one 32-element sub-block
+// each), 4 blocks per warp step. ----
+// Maps the 8 nibbles of `q` through the 16-entry int8 table `t` (entry k = byte k%4 of t[k/4]).
+// Returns the entries for the low nibbles of bytes 0..3 (.x) and for the high nibbles (.y).
+__device__ __forceinline__ uint2 Lookup16(uint32_t q, const uint32_t (&t)[4]) {
+  uint32_t r[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    // Selector nibbles in order: low, high nibble of byte 2*half, then of byte 2*half+1.
+    const uint32_t s = q >> (16 * half);
+    const uint32_t sel = s & 0x7777u;
+    const uint32_t lo8 = __byte_perm(t[0], t[1], sel);  // entries 0..7
+    const uint32_t hi8 = __byte_perm(t[2], t[3], sel);  // entries 8..15
+    // Byte n from hi8 (selector n + 4) where bit 3 of nibble n is set, else from lo8.
+    r[half] = __byte_perm(lo8, hi8, 0x3210u | ((s & 0x8888u) >> 1));
+  }
+  // r[0] = {T(lo b0), T(hi b0), T(lo b1), T(hi b1)}, r[1] likewise for b2, b3: de-interleave.
+  return make_uint2(__byte_perm(r[0], r[1], 0x6420u), __byte_perm(r[0], r[1], 0x7531u));
+}
+
+struct PieceIQ4_XS {
+  static constexpr int kLanes = 8, kElems = 256, kBytes = 136;
+  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
+  struct W {
+    uint32_t lo[4], hi[4];  // table values of elements 0..15 and 16..31 of the sub-block
+    float dl;
+  };
+  struct X {
+    uint4 lo, hi;
+    float d;
+  };
+  struct Raw {
+    uint2 h, qa, qb;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int ib) {
+    return Raw{__ldcs(reinterpret_cast<const uint2*>(blk)),
+               __ldcs(reinterpret_cast<const uint2*>(blk + 8 + 16 * ib)),
+               __ldcs(reinterpret_cast<const uint2*>(blk + 16 + 16 * ib))};
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int ib, const GemvParams& p) {
+    const uint2 h = raw.h, qa = raw.qa, qb = raw.qb;
+    const uint32_t ls =
+        ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
+    W w;
+    w.dl = F16Bits(h.x) * static_cast<float>(static_cast<int>(ls) - 32);
+    const uint32_t t[4] = {p.iq4nl[0], p.iq4nl[1], p.iq4nl[2], p.iq4nl[3]};
+    const uint32_t q[4] = {qa.x, qa.y, qb.x, qb.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint2 v = Lookup16(q[i], t);
+      w.lo[i] = v.x;
+      w.hi[i] = v.y;
+    }
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int ib) {
+    const int8_t* xq = p.xq + r * p.in + b * 256 + 32 * ib;
+    X x;
+    x.lo = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.hi = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+    x.d = __ldg(&p.xd[r * (p.in / 32) + b * 8 + ib].x);
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    const uint32_t xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w};
+    const uint32_t xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s = __dp4a(static_cast<int>(w.lo[i]), static_cast<int>(xl[i]), s);
+      s = __dp4a(static_cast<int>(w.hi[i]), static_cast<int>(xh[i]), s);
+    }
+    return (w.dl * x.d) * IntToFloat(s);
+  }
+};
+
+// ---- Q6_K: 210-byte blocks (2-byte aligned), 16 lanes per block, 2 blocks per warp step. ----
+// Lane c takes half h = c / 8 and positions l0 = 4*(c%8) .. +3 of all four 32-element quarters k
+// of that half (16 elements); each quarter is its own 32-activation quantization block.
+struct PieceQ6_K {
+  static constexpr int kLanes = 16, kElems = 256, kBytes = 210;
+  static constexpr int kDepth1 = 2;  // pipeline depth with one activation row
+  struct W {
+    uint32_t v[4];  // signed bytes q - 32 of quarter k, positions l0..l0+3
+    float dsc[4];   // d * scale of quarter k
+  };
+  struct X {
+    uint32_t q[4];
+    float d[4];
+  };
+  struct Raw {
+    uint32_t w[10];  // aligned word pairs around ql0, ql1, qh, scales 0-3, scales 4-7 of the half
+    unsigned short d;
+  };
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
+    const int h = c >> 3, l0 = 4 * (c & 7);
+    // Every piece sits at the block's own 2-byte phase (all offsets are multiples of 4), so one
+    // `off` serves all five: two aligned words each (the second only when unaligned).
+    const uint32_t off = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(blk) & 3u);
+    const int at[5] = {64 * h + l0, 64 * h + 32 + l0, 128 + 32 * h + l0, 192 + 8 * h, 196 + 8 * h};
+    Raw raw;
+#pragma unroll
+    for (int i = 0; i < 5; ++i) {
+      const unsigned* word = reinterpret_cast<const unsigned*>(blk + at[i] - off);
+      raw.w[2 * i] = __ldcs(word);
+      raw.w[2 * i + 1] = off ? __ldcs(word + 1) : 0u;
+    }
+    raw.d = __ldcs(reinterpret_cast<const unsigned short*>(blk + 208));
+    return raw;
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int c, const GemvParams&) {
+    const int sel = (4 * (c & 7)) >= 16 ? 1 : 0;
+    const uint32_t off = static_cast<uint32_t>((2 * b) & 3);  // 210 b mod 4 (rows 16-aligned)
+    uint32_t v[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) v[i] = __funnelshift_r(raw.w[2 * i], raw.w[2 * i + 1], 8 * off);
+    const uint32_t ql0 = v[0], ql1 = v[1], qh = v[2], s03 = v[3], s47 = v[4];
+    const float d = F16Bits(raw.d);
+    W w;
+    // 6-bit values 0..63 per byte, then - 32 per byte (no borrow: every byte is >= 0 before).
+    w.v[0] = __vsub4((ql0 & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u), 0x20202020u);
+    w.v[1] = __vsub4((ql1 & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u), 0x20202020u);
+    w.v[2] = __vsub4(((ql0 >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u), 0x20202020u);
+    w.v[3] = __vsub4(((ql1 >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u), 0x20202020u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int sb = sel + 2 * k;  // scale byte within the 8 of this half
+      const uint32_t sbyte = sb < 4 ? Byte(s03, sb & 3) : Byte(s47, sb & 3);
+      w.dsc[k] = d * static_cast<float>(static_cast<int8_t>(sbyte));
+    }
+    return w;
+  }
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
+    const int h = c >> 3, l0 = 4 * (c & 7);
+    const int8_t* xq = p.xq + r * p.in + b * 256 + 128 * h + l0;
+    const float2* xd = p.xd + r * (p.in / 32) + b * 8 + 4 * h;
+    X x;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x.q[k] = __ldg(reinterpret_cast<const unsigned*>(xq + 32 * k));
+      x.d[k] = __ldg(&xd[k].x);
+    }
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    float v = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v += (w.dsc[k] * x.d[k]) *
+           IntToFloat(__dp4a(static_cast<int>(w.v[k]), static_cast<int>(x.q[k]), 0));
+    }
+    return v;
+  }
+};
+
+#endif  // STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
