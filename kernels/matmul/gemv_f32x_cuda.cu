@@ -12,19 +12,11 @@
 // speed, and fewer instantiations keep CI's nvcc time down.
 #include <cstdint>
 
+#include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
 
 namespace stepserve::kernels::gemv_internal {
 namespace {
-
-__device__ __forceinline__ float F16Bits(uint32_t h) {
-  float f;
-  const unsigned short s = static_cast<unsigned short>(h);
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
-  return f;
-}
-
-__device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }
 
 // 4 bytes at a 2-byte-aligned address, from the aligned words that hold them (never a word
 // without a wanted byte, so rows padded to 16 bytes are never overrun).
@@ -73,21 +65,6 @@ __device__ __forceinline__ void RowQ8_0(const GemvParams& p, const uint8_t* row,
   }
 }
 
-// Byte k (0..11) of the Q4_K scale field held in three words.
-__device__ __forceinline__ uint32_t ScaleByte(uint4 h, int k) {
-  const uint32_t word = k < 4 ? h.y : (k < 8 ? h.z : h.w);
-  return Byte(word, k & 3);
-}
-
-__device__ __forceinline__ void ScaleMinK4(uint4 h, int j, uint32_t* sc, uint32_t* m) {
-  if (j < 4) {
-    *sc = ScaleByte(h, j) & 63;
-    *m = ScaleByte(h, j + 4) & 63;
-  } else {
-    *sc = (ScaleByte(h, j + 4) & 15) | ((ScaleByte(h, j - 4) >> 6) << 4);
-    *m = (ScaleByte(h, j + 4) >> 4) | ((ScaleByte(h, j) >> 6) << 4);
-  }
-}
 
 // Σ nibble(word i, low or high) * x over 16 elements; also Σ x (for the min term).
 __device__ __forceinline__ void DotNibbles16(uint4 q, bool high, const float* x, float* sqx,

@@ -19,6 +19,7 @@
 // stretch of the row (coalesced), 16-byte loads where the block alignment allows.
 #include <cstdint>
 
+#include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
 
 namespace stepserve::kernels::gemv_internal {

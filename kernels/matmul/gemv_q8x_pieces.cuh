@@ -10,19 +10,10 @@
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
 #define STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
 
-__device__ __forceinline__ float F16Bits(uint32_t h) {
-  float f;
-  const unsigned short s = static_cast<unsigned short>(h);
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
-  return f;
-}
-
 // Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract.
 __device__ __forceinline__ float IntToFloat(int i) {
   return __int_as_float(0x4B400000 + i) - 12582912.0f;
 }
-
-__device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }
 
 // Waits until the grid this one depends on (the quantizer) has finished and its writes are
 // visible; returns at once when the kernel was launched without programmatic serialization.
@@ -90,20 +81,6 @@ struct PieceQ8_0 {
 // Lane c holds 16-byte piece c of qs: 16 elements of sub-block 2*(c/2) (low nibbles) and the same
 // 16 positions of sub-block 2*(c/2)+1 (high nibbles). The min term uses the quantized sum of each
 // sub-block's activations; only even lanes add it so each sub-block counts once.
-__device__ __forceinline__ uint32_t ScaleByte(uint4 h, int k) {
-  const uint32_t word = k < 4 ? h.y : (k < 8 ? h.z : h.w);
-  return Byte(word, k & 3);
-}
-
-__device__ __forceinline__ void ScaleMinK4(uint4 h, int j, uint32_t* sc, uint32_t* m) {
-  if (j < 4) {
-    *sc = ScaleByte(h, j) & 63;
-    *m = ScaleByte(h, j + 4) & 63;
-  } else {
-    *sc = (ScaleByte(h, j + 4) & 15) | ((ScaleByte(h, j - 4) >> 6) << 4);
-    *m = (ScaleByte(h, j + 4) >> 4) | ((ScaleByte(h, j) >> 6) << 4);
-  }
-}
 
 struct PieceQ4_K {
   static constexpr int kLanes = 8, kElems = 256, kBytes = 144;

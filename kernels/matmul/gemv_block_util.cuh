@@ -1,0 +1,39 @@
+// Device helpers shared by the GEMV kernels (gemv_f32x_cuda.cu, gemv_q8x_pieces.cuh): half and
+// byte extraction, and the 6-bit scale/min pairs of the Q4_K/Q5_K block header.
+#ifndef STEPSERVE_KERNELS_MATMUL_GEMV_BLOCK_UTIL_CUH_
+#define STEPSERVE_KERNELS_MATMUL_GEMV_BLOCK_UTIL_CUH_
+
+#include <cstdint>
+
+namespace stepserve::kernels::gemv_internal {
+
+// The F16 in the low 16 bits of h, as float.
+__device__ __forceinline__ float F16Bits(uint32_t h) {
+  float f;
+  const unsigned short s = static_cast<unsigned short>(h);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
+  return f;
+}
+
+__device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }
+
+// Byte k (0..11) of the Q4_K scale field held in the last three words of the block header h.
+__device__ __forceinline__ uint32_t ScaleByte(uint4 h, int k) {
+  const uint32_t word = k < 4 ? h.y : (k < 8 ? h.z : h.w);
+  return Byte(word, k & 3);
+}
+
+// Scale and min (6 bits each) of sub-block j (0..7) of a Q4_K/Q5_K block header.
+__device__ __forceinline__ void ScaleMinK4(uint4 h, int j, uint32_t* sc, uint32_t* m) {
+  if (j < 4) {
+    *sc = ScaleByte(h, j) & 63;
+    *m = ScaleByte(h, j + 4) & 63;
+  } else {
+    *sc = (ScaleByte(h, j + 4) & 15) | ((ScaleByte(h, j - 4) >> 6) << 4);
+    *m = (ScaleByte(h, j + 4) >> 4) | ((ScaleByte(h, j) >> 6) << 4);
+  }
+}
+
+}  // namespace stepserve::kernels::gemv_internal
+
+#endif  // STEPSERVE_KERNELS_MATMUL_GEMV_BLOCK_UTIL_CUH_
