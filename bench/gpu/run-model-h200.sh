@@ -3,7 +3,9 @@
 # and stepserve from the bundled Debian packages (docs/cuda-host.md), run every GPU test, compare
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
-# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes] [BUILD_DIR]
+# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab] [BUILD_DIR]
+#   ab: batch 1 and 64 decode with and without --fuse-projections and --logit-top-k 20 (the two
+#   features that are off by default until measured).
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -61,6 +63,17 @@ if [[ $what == bench || $what == all ]]; then
   echo "bench iq4_xs rc=$?"
   cat "$out/bench-iq4xs.jsonl" | grep -v '"layer"'
   tail -5 "$out/bench-iq4xs.err"
+fi
+if [[ $what == ab ]]; then
+  for flags in "" "--fuse-projections" "--logit-top-k 20" "--fuse-projections --logit-top-k 20"; do
+    # shellcheck disable=SC2086  # flags is a word list
+    timeout 120 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
+      --recipe iq4_xs --batches 1,64 --decode-steps 12 --prefill "" --layer-times=false $flags \
+      >"$out/bench-ab.jsonl" 2>"$out/bench-ab.err"
+    echo "ab [$flags] rc=$?"
+    grep decode "$out/bench-ab.jsonl"
+    tail -2 "$out/bench-ab.err"
+  done
 fi
 if [[ $what == mixes ]]; then
   timeout 240 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
