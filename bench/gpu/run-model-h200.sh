@@ -9,7 +9,7 @@
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 what=${1:-all}
 build=${2:-build-h200}
 out=${OUT:-out-h200}
