@@ -39,7 +39,7 @@ struct CudaBackend::StepGraph {
   int seen = 0;
   int failed_recordings = 0;  // ops that failed while recording; kMaxFailedRecordings gives up
   bool not_recordable = false;
-  std::string why_not;  // the reason recording failed, for the log of the first failure
+  std::string why_not;  // why recording failed (kept for debugging; the step runs eagerly)
   uint64_t epoch = 0;
   cudaGraphExec_t exec = nullptr;
   std::vector<Input> inputs;
