@@ -25,6 +25,7 @@ namespace stepserve::kernels {
 namespace {
 
 using bench::CaptureGraph;
+using bench::DeviceWeightCopies;
 using bench::GraphMedianMs;
 
 double BenchCopy(cudaStream_t stream, bool use_kernel, int64_t bytes) {
@@ -44,23 +45,10 @@ const char* ActName(Act act) {
 
 void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int64_t rows, Act act,
                double copy_gbps) {
-  const int64_t row_bytes = (RowBytes(type, in) + 15) / 16 * 16;
-  const int64_t w_bytes = row_bytes * out;
-  const int copies = static_cast<int>(std::max<int64_t>(4, (int64_t{1} << 30) / w_bytes + 1));
-  std::vector<uint8_t> host(w_bytes, 0);
-  const int64_t nb = in / TypeInfo(type).block_elems;
-  for (int64_t o = 0; o < out; ++o) {
-    if (!quant::FillRandomBlocks(type, host.data() + o * row_bytes, nb, 1234 + o, 1.0f).ok()) {
-      std::fprintf(stderr, "FillRandomBlocks failed\n");
-      std::exit(1);
-    }
-  }
-  uint8_t* w;
-  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), w_bytes * copies));
-  BENCH_CHECK(cudaMemcpy(w, host.data(), w_bytes, cudaMemcpyHostToDevice));
-  for (int c = 1; c < copies; ++c) {
-    BENCH_CHECK(cudaMemcpy(w + c * w_bytes, w, w_bytes, cudaMemcpyDeviceToDevice));
-  }
+  int64_t row_bytes = 0, w_bytes = 0;
+  int copies = 0;
+  uint8_t* w = DeviceWeightCopies(type, in, out, int64_t{1} << 30, 1234, &row_bytes, &w_bytes,
+                                  &copies);
   std::vector<float> hx(rows * in);
   for (size_t i = 0; i < hx.size(); ++i) hx[i] = static_cast<float>((i * 2654435761u) % 1000) - 500;
   float *x, *y;

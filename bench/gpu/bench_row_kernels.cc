@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "bench/gpu/cuda_bench_util.h"
@@ -20,6 +21,7 @@
 #include "kernels/moe/router_cuda.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
+#include "kernels/sampling/logits_topk_cuda.h"
 
 namespace stepserve::kernels {
 namespace {
@@ -162,23 +164,10 @@ void BenchRouter(cudaStream_t stream, int64_t rows) {
 
 void BenchGemvGeneric(cudaStream_t stream, GgmlType type, int64_t in, int64_t out, int64_t rows,
                       const char* shape) {
-  const int64_t row_bytes = (RowBytes(type, in) + 15) / 16 * 16;
-  const int64_t w_bytes = row_bytes * out;
-  const int copies = static_cast<int>(std::max<int64_t>(4, (int64_t{200} << 20) / w_bytes + 1));
-  std::vector<uint8_t> host(w_bytes, 0);
-  const int64_t blocks = in / TypeInfo(type).block_elems;
-  for (int64_t o = 0; o < out; ++o) {
-    if (!quant::FillRandomBlocks(type, host.data() + o * row_bytes, blocks, 77 + o, 1.0f).ok()) {
-      std::fprintf(stderr, "FillRandomBlocks failed\n");
-      std::exit(1);
-    }
-  }
-  uint8_t* w;
-  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), w_bytes * copies));
-  BENCH_CHECK(cudaMemcpy(w, host.data(), w_bytes, cudaMemcpyHostToDevice));
-  for (int c = 1; c < copies; ++c) {
-    BENCH_CHECK(cudaMemcpy(w + c * w_bytes, w, w_bytes, cudaMemcpyDeviceToDevice));
-  }
+  int64_t row_bytes = 0, w_bytes = 0;
+  int copies = 0;
+  uint8_t* w = bench::DeviceWeightCopies(type, in, out, int64_t{200} << 20, 77, &row_bytes,
+                                         &w_bytes, &copies);
   float* x = DeviceFloats(rows * in, 10);
   float* y = DeviceFloats(rows * out, 11);
   const double us = MicrosPerLaunch(stream, [&](int i) {
@@ -202,6 +191,46 @@ void BenchGemvGeneric(cudaStream_t stream, GgmlType type, int64_t in, int64_t ou
   cudaFree(y);
 }
 
+// LogitsTopK over a Step-3.5-Flash logits matrix (vocab 128896): argmax only (k = 1, no top-k
+// outputs) and top-40 / top-256 with all outputs.
+void BenchLogitsTopK(cudaStream_t stream, int64_t rows) {
+  constexpr int64_t kVocab = 128896;
+  float* logits = DeviceFloats(rows * kVocab, 12);
+  for (const int32_t k : {1, 40, 256}) {
+    int32_t *ids, *argmax;
+    float *values, *lse;
+    void* scratch;
+    const size_t scratch_bytes = LogitsTopKCudaScratchBytes(rows, kVocab, k);
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&ids), rows * k * sizeof(int32_t)));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&values), rows * k * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&argmax), rows * sizeof(int32_t)));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&lse), rows * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&scratch, std::max<size_t>(scratch_bytes, 16)));
+    LogitsTopKArgs a;
+    a.logits = logits;
+    a.rows = rows;
+    a.vocab = kVocab;
+    a.row_stride = kVocab;
+    a.k = k;
+    a.argmax = argmax;
+    a.log_sum_exp = lse;
+    if (k > 1) {
+      a.top_ids = ids;
+      a.top_logits = values;
+    }
+    const double us = MicrosPerLaunch(
+        stream, [&](int) { return LogitsTopKCuda(a, scratch, scratch_bytes, stream); });
+    const std::string shape = "vocab 128896, k " + std::to_string(k);
+    Print("logits_topk", shape.c_str(), rows, us, static_cast<double>(rows * kVocab) * 4);
+    cudaFree(ids);
+    cudaFree(values);
+    cudaFree(argmax);
+    cudaFree(lse);
+    cudaFree(scratch);
+  }
+  cudaFree(logits);
+}
+
 int Main() {
   if (CudaDeviceCount() == 0) {
     std::fprintf(stderr, "bench_row_kernels: no CUDA device\n");
@@ -216,6 +245,7 @@ int Main() {
     BenchGemvGeneric(stream, GgmlType::kF32, 4096, 288, rows, "f32,4096->288");
     BenchGemvGeneric(stream, GgmlType::kQ5_K, 4096, 1024, rows, "q5_k,4096->1024");
   }
+  for (const int64_t rows : {1, 4, 16, 64}) BenchLogitsTopK(stream, rows);
   cudaStreamDestroy(stream);
   return 0;
 }

@@ -1,6 +1,7 @@
 // Timing helpers shared by the GPU benchmarks (bench_gemv, bench_row_kernels, bench_model):
 // a CUDA error check that exits, graph capture of a batch of launches, the median replay time,
-// and the device-copy bandwidth every memory-bound figure is compared with.
+// the device-copy bandwidth every memory-bound figure is compared with, and L2-defeating copies of
+// a random quantized weight.
 #ifndef STEPSERVE_BENCH_GPU_CUDA_BENCH_UTIL_H_
 #define STEPSERVE_BENCH_GPU_CUDA_BENCH_UTIL_H_
 
@@ -12,6 +13,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "engine/quant/ggml_type.h"
+#include "engine/quant/quant.h"
 #include "kernels/bandwidth/copy_cuda.h"
 #include "kernels/common/cuda_check.h"
 
@@ -87,6 +90,33 @@ inline double CopyBandwidth(cudaStream_t stream, int64_t bytes, bool use_kernel)
   cudaFree(src);
   cudaFree(dst);
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+// `copies` (at least 4, enough to span `span_bytes`) device copies of one random valid `out` x `in`
+// weight of `type`, rows padded to 16 bytes, back to back: cycling through them keeps a GEMV's
+// weight reads out of L2. Returns the first copy; *row_bytes and *weight_bytes describe one.
+inline uint8_t* DeviceWeightCopies(GgmlType type, int64_t in, int64_t out, int64_t span_bytes,
+                                   uint64_t seed, int64_t* row_bytes, int64_t* weight_bytes,
+                                   int* copies) {
+  *row_bytes = (RowBytes(type, in) + 15) / 16 * 16;
+  *weight_bytes = *row_bytes * out;
+  *copies = static_cast<int>(std::max<int64_t>(4, span_bytes / *weight_bytes + 1));
+  std::vector<uint8_t> host(static_cast<size_t>(*weight_bytes), 0);
+  const int64_t blocks = in / TypeInfo(type).block_elems;
+  for (int64_t o = 0; o < out; ++o) {
+    if (!quant::FillRandomBlocks(type, host.data() + o * *row_bytes, blocks, seed + o, 1.0f)
+             .ok()) {
+      std::fprintf(stderr, "FillRandomBlocks failed\n");
+      std::exit(1);
+    }
+  }
+  uint8_t* w;
+  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), *weight_bytes * *copies));
+  BENCH_CHECK(cudaMemcpy(w, host.data(), *weight_bytes, cudaMemcpyHostToDevice));
+  for (int c = 1; c < *copies; ++c) {
+    BENCH_CHECK(cudaMemcpy(w + c * *weight_bytes, w, *weight_bytes, cudaMemcpyDeviceToDevice));
+  }
+  return w;
 }
 
 }  // namespace stepserve::bench

@@ -70,6 +70,7 @@ absl::StatusOr<bool> PlacedWeights::PlaceFused(Backend& backend, const WeightPla
     part.row_stride = placed_row_bytes;
     views_[group[i] - first_] = part;
   }
+  fused_by_first_[group[0] - first_] = static_cast<int32_t>(fused_.size());
   fused_.push_back(std::move(fused));
   return true;
 }
@@ -83,6 +84,7 @@ absl::StatusOr<PlacedWeights> PlacedWeights::Place(Backend& backend, const gguf:
   const std::vector<gguf::TensorInfo>& tensors = file.tensors();
   placed.first_ = tensors.data();
   placed.views_.resize(tensors.size());
+  placed.fused_by_first_.assign(tensors.size(), -1);
   placed.fused_.reserve(fuse.size());  // Fused() hands out pointers into it
   uint64_t total = 0;
   for (Tensor t : weights.bound_tensors) total += t->nbytes;
@@ -106,10 +108,9 @@ absl::StatusOr<PlacedWeights> PlacedWeights::Place(Backend& backend, const gguf:
 
 const FusedWeight* PlacedWeights::Fused(Tensor first) const {
   if (first == nullptr) return nullptr;
-  for (const FusedWeight& fused : fused_) {
-    if (fused.parts.front() == first) return &fused;
-  }
-  return nullptr;
+  const size_t index = static_cast<size_t>(first - first_);
+  if (index >= fused_by_first_.size() || fused_by_first_[index] < 0) return nullptr;
+  return &fused_[static_cast<size_t>(fused_by_first_[index])];
 }
 
 const WeightView& PlacedWeights::operator[](Tensor t) const {

@@ -88,6 +88,7 @@ class PlacedWeights {
   const gguf::TensorInfo* first_ = nullptr;  // file.tensors().data(): Tensor -> index
   std::vector<WeightView> views_;            // indexed like file.tensors(); unbound: empty
   std::vector<FusedWeight> fused_;
+  std::vector<int32_t> fused_by_first_;  // indexed like views_: index in fused_, or -1
   std::vector<std::vector<uint8_t>> fused_host_;  // concatenations a host backend reads in place
   uint64_t bytes_ = 0;
 };

@@ -98,7 +98,7 @@ size_t Step35Model::CandidateBytes(const LogitPlan& plan) {
   return static_cast<size_t>(plan.m) * (2 * static_cast<size_t>(plan.top_k) + 2) * 4;
 }
 
-absl::Status Step35Model::DownloadLogits(const Rows& rows, const LogitPlan& plan,
+absl::Status Step35Model::DownloadLogits(Rows& rows, const LogitPlan& plan,
                                          ForwardOutput* out) {
   if (plan.top_k == 0) out->candidates = {};
   if (plan.m == 0) {
@@ -108,7 +108,8 @@ absl::Status Step35Model::DownloadLogits(const Rows& rows, const LogitPlan& plan
   if (plan.top_k > 0) {
     out->logits.clear();                                    // the candidates stand for them
     if (backend_->host_visible()) return absl::OkStatus();  // EnqueueLogits wrote them in place
-    std::vector<uint8_t> bytes(CandidateBytes(plan));
+    std::vector<uint8_t>& bytes = rows.candidates_host;  // one download, then split
+    bytes.resize(CandidateBytes(plan));
     RETURN_IF_ERROR(backend_->Download(rows.candidates.data(), bytes.data(), bytes.size()));
     LogitCandidates& c = out->candidates;
     c.k = plan.top_k;

@@ -332,10 +332,11 @@ absl::Status Step35Model::RunStep(Rows& rows, std::span<const BatchSequence> bat
                                   KvStorage& kv, const LogitPlan& plan, Tensor norm,
                                   Tensor head, ForwardOutput* out,
                                   const std::function<absl::Status()>& body) {
-  // A decode step (one row per sequence, few sequences) may be recorded and replayed by the
-  // backend (Backend::BeginStep). Its key names everything the ops' launch shapes depend on
-  // beyond the step's ids, positions and sequence lists: rows, buffers, the KV pages, the head.
-  bool decode = rows.n <= kMaxRecordedRows && !layer_timer_;
+  // A decode step (one row per sequence) may be recorded and replayed by the backend
+  // (Backend::BeginStep, which decides which batch sizes it records). Its key names everything
+  // the ops' launch shapes depend on beyond the step's ids, positions and sequence lists: rows,
+  // buffers, the KV pages, the head. The layer timer synchronises inside the step: eager only.
+  bool decode = !layer_timer_;
   for (const BatchSequence& seq : batch) decode = decode && seq.tokens.size() == 1;
   StepMode mode = StepMode::kEager;
   if (decode) {

@@ -148,14 +148,11 @@ class Step35Model {
     bool contiguous = true;
     int32_t top_k = 0;  // ForwardOptions::logit_top_k
   };
-  // Decode steps up to this many rows may be recorded and replayed (Backend::BeginStep); it is the
-  // CUDA MoE's on-device limit, beyond which the experts are grouped on the host.
-  static constexpr int64_t kMaxRecordedRows = 64;
   absl::StatusOr<LogitPlan> PlanLogits(Rows& rows, std::span<const BatchSequence> batch,
                                        int32_t top_k = 0);
   absl::Status EnqueueLogits(Rows& rows, std::span<const BatchSequence> batch,
                              const LogitPlan& plan, Tensor norm, Tensor head, ForwardOutput* out);
-  absl::Status DownloadLogits(const Rows& rows, const LogitPlan& plan, ForwardOutput* out);
+  absl::Status DownloadLogits(Rows& rows, const LogitPlan& plan, ForwardOutput* out);
   static size_t CandidateBytes(const LogitPlan& plan);
   // Runs `body` (the step's ops) then the logits, through the backend's step recording when the
   // step is a decode step.

@@ -32,6 +32,7 @@ struct Step35Model::Rows {
   // LogitsTopK outputs (ids, values, argmax, log-sum-exp back to back), grow-only.
   BackendBuffer logits;
   BackendBuffer candidates;
+  std::vector<uint8_t> candidates_host;  // the downloaded candidates before they are split
 
   std::array<Slot*, 17> slots() {
     return {&h, &a,    &q,    &k,      &v,   &o,          &gate,           &tmp,  &f,

@@ -20,6 +20,7 @@ struct StepStats {
   int32_t prefill_tokens = 0;  // prompt (or recomputed) tokens
   int32_t decode_tokens = 0;   // one per decoding sequence (plus drafts when speculating)
   int32_t sampled_seqs = 0;    // sequences that sampled a token
+  int32_t device_sampled_seqs = 0;  // of them, from the backend's top entries (device sampling)
   // Phase durations in seconds: scheduling, forward pass, sampling + stop checks + events.
   double schedule_s = 0, forward_s = 0, sample_s = 0, total_s = 0;
 };

@@ -146,6 +146,7 @@ void Engine::Impl::RunStep() {
     sampled.push_back(p.id);
   }
   stats.sampled_seqs = static_cast<int32_t>(sampled.size());
+  if (candidates) stats.device_sampled_seqs = stats.sampled_seqs;
   events.clear();
   scheduler->Commit(plan, results, &events);
   for (const scheduler::Event& event : events) {

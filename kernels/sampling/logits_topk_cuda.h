@@ -14,7 +14,9 @@
 // Measured (vocab 128896, random normal logits, 200 calls replayed from one CUDA graph, H100,
 // 2026-12-02): rows 1: 6.0 us argmax only (k = 1), 13.8 us k = 40, 20.7 us k = 256; rows 4: 6.6 /
 // 14.9 / 23.0 us; rows 16: 9.0 / 20.2 / 28.0 us; rows 64: 21.4 / 47.2 / 61.8 us (k = 1 reads the
-// logits at 1.5 TB/s). Compare: downloading one row of logits is 515 KB.
+// logits at 1.5 TB/s). Compare: downloading one row of logits is 515 KB. Those figures came from
+// a one-off timing program; bench/gpu/bench_row_kernels now times the same cases
+// ("logits_topk" lines, pattern-filled logits) and has not been run on a device yet.
 //
 // Ids, argmax, row_max and top_logits match LogitsTopKRef exactly (top_logits and row_max are
 // copied from the logits, bit for bit). log_sum_exp: |gpu - ref| <= 1e-5 * max(1, |ref|) (float

@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/base/status_macros.h"
+#include "kernels/matmul/moe_gemv_cuda.h"
 
 namespace stepserve {
 
@@ -39,7 +40,6 @@ struct CudaBackend::StepGraph {
   int seen = 0;
   int failed_recordings = 0;  // ops that failed while recording; kMaxFailedRecordings gives up
   bool not_recordable = false;
-  std::string why_not;  // why recording failed (kept for debugging; the step runs eagerly)
   uint64_t epoch = 0;
   cudaGraphExec_t exec = nullptr;
   std::vector<Input> inputs;
@@ -125,7 +125,6 @@ absl::Status CudaBackend::AbandonRecording(const std::string& why) {
   (void)cudaGetLastError();
   recording_->Reset();
   recording_->not_recordable = true;
-  recording_->why_not = why;
   recording_ = nullptr;
   return absl::UnavailableError(absl::StrFormat("step recording abandoned: %s", why));
 }
@@ -156,7 +155,12 @@ absl::StatusOr<void*> CudaBackend::StageStepInput(const std::string& key, const 
 }
 
 absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
-  if (!graphs_enabled_) return StepMode::kEager;
+  // Beyond kMoeGemvMaxTokens rows, and in exact mode, MoeExperts groups the experts on the host
+  // (a round trip a graph cannot hold): such steps stay eager without trying.
+  if (!graphs_enabled_ || exact_activations_ ||
+      static_cast<int64_t>(step.ids.size()) > kernels::kMoeGemvMaxTokens) {
+    return StepMode::kEager;
+  }
   if (recording_ != nullptr) {
     return absl::FailedPreconditionError("BeginStep: the previous step is still being recorded");
   }
@@ -241,7 +245,6 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     g.not_recordable = true;
-    g.why_not = cudaGetErrorString(err);
     return StepMode::kEager;
   }
   recording_ = &g;
@@ -263,7 +266,6 @@ absl::Status CudaBackend::EndStep(bool enqueued_all) {
     g.Reset();
     if (++g.failed_recordings >= kMaxFailedRecordings) {
       g.not_recordable = true;
-      g.why_not = "ops failed while recording";
     }
     recording_ = nullptr;
     return absl::OkStatus();
@@ -279,7 +281,6 @@ absl::Status CudaBackend::EndStep(bool enqueued_all) {
     (void)cudaGetLastError();
     g.Reset();
     g.not_recordable = true;
-    g.why_not = cudaGetErrorString(err);
     return absl::UnavailableError(
         absl::StrFormat("step recording failed: %s", cudaGetErrorString(err)));
   }

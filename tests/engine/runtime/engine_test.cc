@@ -110,9 +110,16 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAndInABusyBatch) {
 TEST_F(EngineTest, DeviceSamplingGivesTheSameGreedyTokensAndLogprobs) {
   // Device sampling takes each row's top entries, argmax and log-sum-exp from the backend
   // (Backend::LogitsTopK; on the CPU backend its reference) instead of the full logits.
+  // Counts the sequences each step sampled from the backend's top entries.
+  struct DeviceSampledCounter : EngineObserver {
+    std::atomic<int64_t> seqs{0};
+    void OnStep(const StepStats& stats) override { seqs += stats.device_sampled_seqs; }
+  };
   EngineConfig config = Config();
   auto run = [&](bool device_sampling) {
+    auto counter = std::make_shared<DeviceSampledCounter>();
     config.device_sampling = device_sampling;
+    config.observer = counter;
     std::unique_ptr<Engine> engine = MakeEngine(config);
     std::vector<std::shared_ptr<RecordingSink>> sinks;
     for (int i = 0; i < 3; ++i) {
@@ -131,6 +138,9 @@ TEST_F(EngineTest, DeviceSamplingGivesTheSameGreedyTokensAndLogprobs) {
                                delta.logprobs.end());
       }
     }
+    engine->Stop();
+    // Every one of the 3 x 10 tokens came from the top entries, or none did.
+    EXPECT_EQ(counter->seqs.load(), device_sampling ? 30 : 0);
     return logprobs;
   };
   const std::vector<std::vector<TokenLogprob>> host = run(false), device = run(true);
