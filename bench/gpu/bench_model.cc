@@ -76,8 +76,8 @@ struct Args {
                                         prefill = "2048,4096";
   int64_t layers = 0, decode_steps = 16, context = 256, repeats = 2, device = 0, seed = 7;
   bool layer_times = true;
-  bool fuse_projections = false;
-  int64_t logit_top_k = 0;
+  bool fuse_projections = true;
+  int64_t logit_top_k = 20;  // what serve's device sampling takes (kMaxLogprobs)
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -209,9 +209,11 @@ int Main(int argc, char** argv) {
   p.AddInt("repeats", &a.repeats, "runs per figure; the fastest is reported");
   p.AddBool("layer-times", &a.layer_times, "time each layer at batch 1 (synchronising)");
   p.AddInt("logit-top-k", &a.logit_top_k,
-           "decode steps bring back each row's top K entries instead of its logits (0: logits)");
+           "decode steps bring back each row's top K entries instead of its logits (0: logits; "
+           "20 is what serve's device sampling takes)");
   p.AddBool("fuse-projections", &a.fuse_projections,
-            "place q/k/v/gate and gate/up as fused weights (LoadOptions::fuse_projections)");
+            "place q/k/v/gate and gate/up as fused weights (LoadOptions::fuse_projections; "
+            "the CUDA default, =false for the unfused layout)");
   int exit_code = 0;
   if (!cli::ParseOrExit(p, argc, argv, &exit_code)) return exit_code;
   if (a.model.empty() == a.synthetic.empty()) {
@@ -260,7 +262,8 @@ int Main(int argc, char** argv) {
     }
     std::printf("{\"bench\":\"hbm_copy\",\"gbps\":%.1f}\n", bandwidth / 1e9);
     model::LoadOptions lo;
-    if (a.fuse_projections) lo.fuse_projections = model::LoadOptions::Fusion::kOn;
+    lo.fuse_projections = a.fuse_projections ? model::LoadOptions::Fusion::kOn
+                                             : model::LoadOptions::Fusion::kOff;
     lo.backend = a.backend;
     lo.device = static_cast<int>(a.device);
     lo.load_mtp = false;

@@ -18,7 +18,7 @@ timeout 200 "$bench" --synthetic step-3.5-flash --layers 45 --recipe iq4_xs --ba
   --decode-steps 8 --prefill "" 2>"$out/wall.err" | grep -v '"layer"' | tee "$out/wall.jsonl"
 for batch in 1 16; do
   # 4 layers: load/fill kernels first, then 4 context-fill forwards, then the decode steps.
-  timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+  timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
     "$bench" --synthetic step-3.5-flash --layers 4 --recipe iq4_xs --batches $batch \
     --decode-steps 4 --repeats 1 --context 16 --prefill "" >"$out/ncu-b$batch.txt" 2>&1
   echo "ncu batch $batch rc=$?"

@@ -47,9 +47,8 @@ struct LoadOptions {
   // Place the matrices that share an input as one (FusedWeight: q/k/v/gate of the same type,
   // FFN and shared-expert gate/up) and run one Matmul for them: on an accelerator one launch and
   // one activation quantization instead of several. Results are identical either way (each output
-  // row is computed alone; CPU-tested). Auto is off for now everywhere: on the CPU fusing copies
-  // weights out of the mapping, and the CUDA run of the fused path has not been measured or
-  // tested on a device yet (docs/cuda-engine.md).
+  // row is computed alone; CPU-tested, and CUDA-tested in model_cuda_test). Auto fuses on every
+  // backend but the CPU, where fusing would copy weights out of the mapping.
   enum class Fusion { kAuto, kOn, kOff };
   Fusion fuse_projections = Fusion::kAuto;
 };
