@@ -4,8 +4,9 @@
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
 # Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab] [BUILD_DIR]
-#   ab: batch 1 and 64 decode with and without --fuse-projections and --logit-top-k 20 (the two
-#   features that are off by default until measured).
+#   ab: batch 1 and 64 decode with the defaults, with the warp-per-row one-row GEMV instead of the
+#   streamed one (STEPSERVE_GEMV_STREAM=0), and without fused projections and device top-k.
+#   gemv: the GEMV tests and bench_gemv --quick with the streamed one-row GEMV on and off.
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -15,7 +16,7 @@ build=${2:-build-h200}
 out=${OUT:-out-h200}
 mkdir -p "$out"
 export NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-tests=(gemv_cuda_test moe_gemv_cuda_test pointwise_cuda_test attention_cuda_test
+tests=(gemv_cuda_test gemv_stream_cuda_test moe_gemv_cuda_test pointwise_cuda_test attention_cuda_test
        matmul_backend_cuda_test moe_cuda_test step_graph_cuda_test logits_topk_cuda_test
        model_cuda_test)
 start=$(date +%s)
@@ -25,6 +26,7 @@ for t in "${tests[@]}"; do
 done
 extra=(stepserve)
 [[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
+[[ $what == gemv ]] && targets=(gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test) extra=(bench_gemv)
 bash scripts/bundle-deps.sh build "$build" "${targets[@]}" "${extra[@]}" \
   -- -DCMAKE_BUILD_TYPE=Release >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; tail -20 "$out/build.log"; exit 1; }
@@ -65,14 +67,30 @@ if [[ $what == bench || $what == all ]]; then
   tail -5 "$out/bench-iq4xs.err"
 fi
 if [[ $what == ab ]]; then
-  for flags in "" "--fuse-projections" "--logit-top-k 20" "--fuse-projections --logit-top-k 20"; do
-    # shellcheck disable=SC2086  # flags is a word list
-    timeout 120 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
-      --recipe iq4_xs --batches 1,64 --decode-steps 12 --prefill "" --layer-times=false $flags \
-      >"$out/bench-ab.jsonl" 2>"$out/bench-ab.err"
-    echo "ab [$flags] rc=$?"
+  for run in "" "STEPSERVE_GEMV_STREAM=0" "--fuse-projections=false --logit-top-k 0"; do
+    env_set=() flags=()
+    for word in $run; do
+      if [[ $word == *=* && $word != --* ]]; then env_set+=("$word"); else flags+=("$word"); fi
+    done
+    timeout 120 env "${env_set[@]}" "$build/bench/gpu/bench_model" --synthetic step-3.5-flash \
+      --layers 45 --recipe iq4_xs --batches 1,64 --decode-steps 12 --prefill "" \
+      --layer-times=false "${flags[@]}" >"$out/bench-ab.jsonl" 2>"$out/bench-ab.err"
+    echo "ab [$run] rc=$?"
     grep decode "$out/bench-ab.jsonl"
     tail -2 "$out/bench-ab.err"
+  done
+fi
+if [[ $what == gemv ]]; then
+  for t in gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test; do
+    timeout 300 "$build/tests/gpu/$t" >"$out/$t.log" 2>&1
+    echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/$t.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|streamed' "$out/$t.log" | head -40
+  done
+  for stream in 1 0; do
+    STEPSERVE_GEMV_STREAM=$stream timeout 60 "$build/bench/gpu/bench_gemv" --quick \
+      >"$out/bench-gemv-stream$stream.jsonl" 2>&1
+    echo "bench_gemv --quick STEPSERVE_GEMV_STREAM=$stream rc=$?"
+    grep -E '"rows":1,|hbm_copy' "$out/bench-gemv-stream$stream.jsonl"
   done
 fi
 if [[ $what == mixes ]]; then

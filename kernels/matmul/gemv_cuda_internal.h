@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "engine/quant/ggml_type.h"
@@ -66,6 +67,15 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
 // Indexed mode (p.matrix_ids set, p.rows == 1): `groups` groups, see GemvParams.
 cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t groups,
                                  bool overlap_previous, cudaStream_t stream);
+// One activation row (p.rows == 1; plain, or indexed when p.matrix_ids is set, `groups` groups)
+// through the bulk-copy streamed kernel (gemv_stream_cuda.cu). cudaErrorNotSupported, with
+// nothing launched, when it does not apply (switched off, rows too long for two shared-memory
+// stages, unaligned weights, another type): the caller then takes the warp-per-row kernel.
+cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t groups,
+                                bool overlap_previous, cudaStream_t stream);
+// On unless STEPSERVE_GEMV_STREAM=0 at the first use; SetGemvCudaStreamed (matmul_cuda.h) flips it.
+std::atomic<bool>& GemvStreamingSwitch();
+
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream);

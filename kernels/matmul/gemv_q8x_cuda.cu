@@ -272,6 +272,10 @@ cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaSt
 
 cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previous,
                           cudaStream_t stream) {
+  if (p.rows == 1) {
+    const cudaError_t err = LaunchGemvQ8xStream(type, p, 1, overlap_previous, stream);
+    if (err != cudaErrorNotSupported) return err;
+  }
   switch (type) {
     case GgmlType::kQ8_0:
       return LaunchRows<PieceQ8_0>(p, overlap_previous, stream);
@@ -326,6 +330,10 @@ cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t gro
                                  bool overlap_previous, cudaStream_t stream) {
   if (p.matrix_ids == nullptr || p.rows != 1 || groups < 1 || groups > 65535) {
     return cudaErrorInvalidValue;
+  }
+  if (const cudaError_t err = LaunchGemvQ8xStream(type, p, groups, overlap_previous, stream);
+      err != cudaErrorNotSupported) {
+    return err;
   }
   switch (type) {
     case GgmlType::kQ8_0:

@@ -2,11 +2,15 @@
 // Each Piece maps a warp's lanes onto pieces of consecutive blocks of one weight row:
 //   kLanes lanes per block, kElems elements and kBytes bytes per block, kDepth1 the ring depth
 //   with one activation row;
-//   Raw LoadRaw(block, lane_piece)        the lane's raw words (loads only, issued ahead);
+//   Raw LoadRaw<L>(block, lane_piece)     the lane's raw words (loads only, issued ahead) through
+//                                         L: StreamLoad from global memory (evict-first), or
+//                                         PlainLoad from a shared-memory copy of the rows;
 //   W Decode(raw, block_index, piece, p)   int8-ready weights and scales;
 //   X LoadX(p, activation_row, block, piece) the matching int8 activations and their scales;
 //   float Dot(w, x, piece)                 the lane's partial dot product.
-// Included once, inside the anonymous namespace of gemv_q8x_cuda.cu.
+// Included inside the anonymous namespace of gemv_q8x_cuda.cu and gemv_stream_cuda.cu. The
+// decoders take a block's alignment phase from its address or index within a 16-byte-aligned row,
+// so a shared-memory copy of whole rows at 16-byte-aligned offsets decodes the same way.
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
 #define STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
 
@@ -20,6 +24,21 @@ __device__ __forceinline__ float IntToFloat(int i) {
 __device__ __forceinline__ void WaitForPreviousGrid() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
+
+// Weight loads from global memory: each byte is read once, so evict-first (__ldcs).
+struct StreamLoad {
+  template <class T>
+  static __device__ __forceinline__ T Load(const T* p) {
+    return __ldcs(p);
+  }
+};
+// Weight loads from rows already copied into shared memory.
+struct PlainLoad {
+  template <class T>
+  static __device__ __forceinline__ T Load(const T* p) {
+    return *p;
+  }
+};
 
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -41,17 +60,18 @@ struct PieceQ8_0 {
     uint32_t v[5];  // aligned words holding the 16 bytes (v[4] unused when aligned)
     unsigned short d;
   };
+  template <class L = StreamLoad>
   static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
     Raw raw;
-    raw.d = __ldcs(reinterpret_cast<const unsigned short*>(blk));
+    raw.d = L::Load(reinterpret_cast<const unsigned short*>(blk));
     // 16 bytes at a 2-byte-aligned address: five aligned words (four when aligned), never a word
     // without a wanted byte (rows are padded to 16 bytes, so the last one stays in the row).
     const uintptr_t a = reinterpret_cast<uintptr_t>(blk + 2 + 16 * c);
     const uint32_t off = static_cast<uint32_t>(a & 3u);
     const unsigned* word = reinterpret_cast<const unsigned*>(a - off);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) raw.v[i] = __ldcs(word + i);
-    raw.v[4] = off ? __ldcs(word + 4) : 0u;
+    for (int i = 0; i < 4; ++i) raw.v[i] = L::Load(word + i);
+    raw.v[4] = off ? L::Load(word + 4) : 0u;
     return raw;
   }
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int, const GemvParams&) {
@@ -96,9 +116,10 @@ struct PieceQ4_K {
   struct Raw {
     uint4 h, q;
   };
+  template <class L = StreamLoad>
   static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
     const uint4* p = reinterpret_cast<const uint4*>(blk);
-    return Raw{__ldcs(p), __ldcs(p + 1 + c)};
+    return Raw{L::Load(p), L::Load(p + 1 + c)};
   }
   // The scale and min terms of the lane's two sub-blocks (shared with Q5_K's header layout).
   static __device__ __forceinline__ void SetScales(uint4 h, int c, W* w) {
@@ -159,9 +180,10 @@ struct PieceQ5_K : PieceQ4_K {
   struct Raw {
     uint4 h, qh, q;
   };
+  template <class L = StreamLoad>
   static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
     const uint4* p = reinterpret_cast<const uint4*>(blk);
-    return Raw{__ldcs(p), __ldcs(p + 1 + (c & 1)), __ldcs(p + 3 + c)};
+    return Raw{L::Load(p), L::Load(p + 1 + (c & 1)), L::Load(p + 3 + c)};
   }
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
     const uint4 h = raw.h, q4 = raw.q, h4 = raw.qh;
@@ -213,10 +235,11 @@ struct PieceIQ4_XS {
   struct Raw {
     uint2 h, qa, qb;
   };
+  template <class L = StreamLoad>
   static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int ib) {
-    return Raw{__ldcs(reinterpret_cast<const uint2*>(blk)),
-               __ldcs(reinterpret_cast<const uint2*>(blk + 8 + 16 * ib)),
-               __ldcs(reinterpret_cast<const uint2*>(blk + 16 + 16 * ib))};
+    return Raw{L::Load(reinterpret_cast<const uint2*>(blk)),
+               L::Load(reinterpret_cast<const uint2*>(blk + 8 + 16 * ib)),
+               L::Load(reinterpret_cast<const uint2*>(blk + 16 + 16 * ib))};
   }
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int ib, const GemvParams& p) {
     const uint2 h = raw.h, qa = raw.qa, qb = raw.qb;
@@ -273,6 +296,7 @@ struct PieceQ6_K {
     uint32_t w[10];  // aligned word pairs around ql0, ql1, qh, scales 0-3, scales 4-7 of the half
     unsigned short d;
   };
+  template <class L = StreamLoad>
   static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int c) {
     const int h = c >> 3, l0 = 4 * (c & 7);
     // Every piece sits at the block's own 2-byte phase (all offsets are multiples of 4), so one
@@ -283,10 +307,10 @@ struct PieceQ6_K {
 #pragma unroll
     for (int i = 0; i < 5; ++i) {
       const unsigned* word = reinterpret_cast<const unsigned*>(blk + at[i] - off);
-      raw.w[2 * i] = __ldcs(word);
-      raw.w[2 * i + 1] = off ? __ldcs(word + 1) : 0u;
+      raw.w[2 * i] = L::Load(word);
+      raw.w[2 * i + 1] = off ? L::Load(word + 1) : 0u;
     }
-    raw.d = __ldcs(reinterpret_cast<const unsigned short*>(blk + 208));
+    raw.d = L::Load(reinterpret_cast<const unsigned short*>(blk + 208));
     return raw;
   }
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int c, const GemvParams&) {

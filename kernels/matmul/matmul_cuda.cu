@@ -148,6 +148,8 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   return KernelStatus::kOk;
 }
 
+bool SetGemvCudaStreamed(bool on) { return gemv_internal::GemvStreamingSwitch().exchange(on); }
+
 KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvCuda(a);
   if (status != KernelStatus::kOk) return status;

@@ -56,6 +56,14 @@ struct GemvCudaArgs {
   bool x_prequantized = false;  // kQ8 only: scratch already holds this X (x may then be null)
 };
 
+// One activation row in kQ8 mode (GemvCuda with rows == 1, GemvIndexedCuda without grouping) runs
+// a kernel that streams the weights through shared memory with bulk copies (sm_90) when the rows
+// fit its stages, else the warp-per-row kernel; both compute the same per-lane sums in the same
+// order. On by default; STEPSERVE_GEMV_STREAM=0 in the environment (read at the first GEMV) or
+// SetGemvCudaStreamed(false) selects the warp-per-row kernel for every later launch (A/B runs and
+// tests). Returns the previous setting.
+bool SetGemvCudaStreamed(bool on);
+
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 
