@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call: the one-row int8 GEMV against a read-only kernel of the same bytes
+# (bench_gemv --quick, streamed and warp-per-row kernels), then ncu sections (speed of light, warp
+# stalls, scheduler, memory) of one IQ4_XS 4096x12288 launch of each kernel and of the read-only
+# kernel. Logs in $OUT (or ./out-h200); few files, since only a handful come back.
+# Usage: bash bench/gpu/profile-gemv-h200.sh [BUILD_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+build=${1:-build-h200}
+out=${OUT:-out-h200}
+mkdir -p "$out"
+bash scripts/bundle-deps.sh build "$build" bench_gemv -- -DCMAKE_BUILD_TYPE=Release \
+  >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
+source <(bash scripts/bundle-deps.sh env)
+bench="$build/bench/gpu/bench_gemv"
+for stream in 1 0; do
+  echo "STEPSERVE_GEMV_STREAM=$stream"
+  STEPSERVE_GEMV_STREAM=$stream timeout 60 "$bench" --quick | grep -E '"rows":1,'
+done
+sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats
+          --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy)
+for k in GemvStreamKernel GemvQ8Kernel ReadKernel; do
+  stream=1
+  [[ $k == GemvQ8Kernel ]] && stream=0
+  STEPSERVE_GEMV_STREAM=$stream timeout 120 ncu --clock-control none "${sections[@]}" \
+    -k "regex:$k" --launch-skip 100 --launch-count 1 "$bench" --quick >"$out/ncu-$k.txt" 2>&1
+  echo "ncu $k rc=$?"
+done
