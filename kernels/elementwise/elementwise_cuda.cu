@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/elementwise/elementwise_cuda.h"
 
 namespace stepserve::kernels {
@@ -21,7 +22,10 @@ __device__ __forceinline__ float ClampLike(float v, float lo, float hi) {
   return v < lo ? lo : (hi < v ? hi : v);
 }
 
+// HeadGate and SwiGlu feed the int8 quantizer of the next projection, which is launched to
+// overlap them and waits for them before reading (kernels/common/pdl.cuh).
 __global__ void HeadGateKernel(HeadGateArgs a) {
+  AllowDependentLaunch();
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (col >= a.heads * a.head_dim) return;
   const int64_t head = col / a.head_dim;
@@ -31,6 +35,7 @@ __global__ void HeadGateKernel(HeadGateArgs a) {
 }
 
 __global__ void SwiGluKernel(SwiGluArgs a, bool clamp) {
+  AllowDependentLaunch();
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (col >= a.n) return;
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {

@@ -18,6 +18,7 @@
 // The lane -> block-piece mapping per type keeps each warp's weight loads on one contiguous
 // stretch of the row (coalesced), 16-byte loads where the block alignment allows.
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -192,8 +193,11 @@ __global__ void __launch_bounds__(kThreads) GemvQ8GroupedKernel(const __grid_con
 // 8 lanes of a group are always all active or all past the end together).
 __global__ void __launch_bounds__(256)
     QuantizeQ8Kernel(const __grid_constant__ GemvParams p, int8_t* xq, float2* xd) {
-  // Let the dependent GEMV launch now; it waits for this grid's completion before reading.
+  // Let the dependent GEMV launch now; it waits for this grid's completion before reading. This
+  // grid itself may have started before the kernel that writes x finished (it is launched with
+  // programmatic serialization): wait for that one before reading x or writing the scratch.
   asm volatile("griddepcontrol.launch_dependents;");
+  WaitForPreviousGrid();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t per_row = p.in / 4;
   if (t >= per_row * p.rows) return;
@@ -261,13 +265,31 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   return Launch<P, 16, 2, 2>(p, overlap_previous, stream);
 }
 
+// STEPSERVE_PDL_QUANTIZE=0 launches the quantizer in plain stream order (for A/B runs).
+bool QuantizerOverlapsPrevious() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_PDL_QUANTIZE");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
 }  // namespace
 
 cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaStream_t stream) {
   const int64_t threads = p.in / 4 * p.rows;
-  const unsigned grid = static_cast<unsigned>((threads + 255) / 256);
-  QuantizeQ8Kernel<<<grid, 256, 0, stream>>>(p, xq, xd);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>((threads + 255) / 256));
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  // Overlaps the kernel before it (a norm, gate or SwiGLU that allows it early), so the GEMV that
+  // follows, itself overlapping this one, starts streaming weights sooner.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = QuantizerOverlapsPrevious() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, QuantizeQ8Kernel, p, xq, xd);
 }
 
 cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previous,

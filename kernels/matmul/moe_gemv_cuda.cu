@@ -2,6 +2,7 @@
 // clamped SwiGLU over the T*k intermediate rows and the weighted combine into y.
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/matmul_cuda.h"
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(1024)
 }
 
 __global__ void SwiGluRowsKernel(float* g, const float* u, int64_t n, float limit, bool clamp) {
+  AllowDependentLaunch();  // the down projection's quantizer waits for this grid before reading
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float gv = g[i];

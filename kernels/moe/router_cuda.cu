@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/router_cuda.h"
 
 namespace stepserve::kernels {
@@ -66,6 +67,7 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 // the best expert ranked after pick k-1: warp-wide argmax, the per-warp winners through shared
 // memory (double-buffered, so one __syncthreads per round), then every warp reduces those.
 __global__ void __launch_bounds__(kMaxThreads) RouterKernel(RouterArgs a) {
+  AllowDependentLaunch();  // the experts' quantizer waits for this grid before reading
   __shared__ float reduce_scratch[kWarpSize];
   __shared__ Candidate warp_best[2][kWarpSize];
   __shared__ int picked_id[kRouterCudaMaxTopK];

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 
 namespace stepserve::kernels {
@@ -48,7 +49,10 @@ __device__ __forceinline__ void WriteNormalized(const float* x, float* y, const 
   for (int64_t i = tid; i < n; i += threads) y[i] = x[i] * inv * weight[i];
 }
 
+// Every norm kernel lets a PDL-launched consumer (the int8 quantizer) start at once: it waits for
+// this grid before reading (kernels/common/pdl.cuh).
 __global__ void RmsNormWarpKernel(RmsNormParams p) {
+  AllowDependentLaunch();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t v = int64_t{blockIdx.x} * kVectorsPerWarpBlock + threadIdx.x / kWarpSize;
   if (v >= p.vectors) return;  // whole warps leave together
@@ -61,6 +65,7 @@ __global__ void RmsNormWarpKernel(RmsNormParams p) {
 }
 
 __global__ void RmsNormBlockKernel(RmsNormParams p) {
+  AllowDependentLaunch();
   __shared__ float scratch[kWarpSize];
   const int64_t v = blockIdx.x;
   const float* x = VectorStart(p.x, p.x_stride, v, p.heads, p.n);
@@ -78,6 +83,7 @@ __global__ void RmsNormBlockKernel(RmsNormParams p) {
 // read.
 template <int kVecPerThread>
 __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
+  AllowDependentLaunch();
   __shared__ float scratch[kWarpSize];
   const int64_t v = blockIdx.x;
   const float4* x = reinterpret_cast<const float4*>(VectorStart(p.x, p.x_stride, v, p.heads, p.n));
