@@ -4,9 +4,9 @@
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
 # Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab] [BUILD_DIR]
-#   ab: batch 1 and 64 decode with the defaults, with the warp-per-row one-row GEMV instead of the
-#   streamed one (STEPSERVE_GEMV_STREAM=0), with the quantizer in plain stream order
-#   (STEPSERVE_PDL_QUANTIZE=0), and without fused projections and device top-k.
+#   ab: batch 1 and 64 decode with the defaults, with the one-row GEMV never streamed
+#   (STEPSERVE_GEMV_STREAM=0; default auto), with every kernel in plain stream order
+#   (STEPSERVE_PDL=0), and without fused projections and device top-k.
 #   gemv: the GEMV tests and bench_gemv --quick with the streamed one-row GEMV on and off.
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
@@ -68,7 +68,7 @@ if [[ $what == bench || $what == all ]]; then
   tail -5 "$out/bench-iq4xs.err"
 fi
 if [[ $what == ab ]]; then
-  for run in "" "STEPSERVE_GEMV_STREAM=0" "STEPSERVE_PDL_QUANTIZE=0" \
+  for run in "" "STEPSERVE_GEMV_STREAM=0" "STEPSERVE_PDL=0" \
     "--fuse-projections=false --logit-top-k 0"; do
     env_set=() flags=()
     for word in $run; do

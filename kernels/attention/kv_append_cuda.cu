@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/common/pdl.cuh"
 
 namespace stepserve::kernels {
 namespace {
@@ -20,6 +21,8 @@ __global__ void __launch_bounds__(kThreads)
     KvAppendKernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
                    const int64_t* slots, int64_t total_slots, int64_t width, KvT* k_cache,
                    KvT* v_cache) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0 || slot >= total_slots) return;  // -1: skipped token; beyond: never write
@@ -52,13 +55,13 @@ KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
   const int64_t total_slots = kv.num_blocks * kv.block_size;
   const unsigned grid = static_cast<unsigned>(a.tokens);
   if (kv.dtype == KvDtype::kF16) {
-    KvAppendKernel<__half><<<grid, kThreads, 0, stream>>>(
-        a.k, a.k_stride, a.v, a.v_stride, a.slots, total_slots, width, static_cast<__half*>(kv.k),
-        static_cast<__half*>(kv.v));
+    LaunchWithPdl(KvAppendKernel<__half>, grid, kThreads, 0, stream, a.k, a.k_stride, a.v,
+                  a.v_stride, a.slots, total_slots, width, static_cast<__half*>(kv.k),
+                  static_cast<__half*>(kv.v));
   } else {
-    KvAppendKernel<float><<<grid, kThreads, 0, stream>>>(
-        a.k, a.k_stride, a.v, a.v_stride, a.slots, total_slots, width, static_cast<float*>(kv.k),
-        static_cast<float*>(kv.v));
+    LaunchWithPdl(KvAppendKernel<float>, grid, kThreads, 0, stream, a.k, a.k_stride, a.v,
+                  a.v_stride, a.slots, total_slots, width, static_cast<float*>(kv.k),
+                  static_cast<float*>(kv.v));
   }
   // cudaGetLastError also clears the launch error so it does not leak into the caller's checks.
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;

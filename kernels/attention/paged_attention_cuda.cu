@@ -20,6 +20,7 @@
 
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/pdl.cuh"
 
 namespace stepserve::kernels {
 namespace {
@@ -130,6 +131,8 @@ __device__ void LoadChunk(const KernelParams& p, const int64_t* base_s, float* k
 // kDimsPerThread: ceil(dims_padded / kThreads), the accumulator columns each thread owns.
 template <typename KvT, int kDimsPerThread>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelParams p) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   extern __shared__ float4 smem4[];
   float* q_s = reinterpret_cast<float*>(smem4);      // [cta_heads][dims_padded]
   float* k_s = q_s + p.cta_heads * p.dims_padded;    // [kChunk][k_stride]
@@ -305,6 +308,8 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
 
 // One CTA per (row, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max_s m_s.
 __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const KernelParams p) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   __shared__ float weight_s[kPagedAttentionCudaMaxSplits];
   __shared__ float inv_total_s;
   const int64_t w = blockIdx.x / p.heads;
@@ -377,7 +382,7 @@ cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  LaunchWithPdl(kernel, grid, kThreads, smem, stream, p);
   return cudaGetLastError();
 }
 
@@ -436,8 +441,8 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   cudaError_t err = kv.dtype == KvDtype::kF16 ? LaunchForDims<__half>(p, grid, smem, stream)
                                               : LaunchForDims<float>(p, grid, smem, stream);
   if (err == cudaSuccess && a.splits > 1) {
-    CombineSplitsKernel<<<static_cast<unsigned>(a.n_rows * a.heads), kCombineThreads, 0, stream>>>(
-        p);
+    LaunchWithPdl(CombineSplitsKernel, static_cast<unsigned>(a.n_rows * a.heads), kCombineThreads,
+                  0, stream, p);
     err = cudaGetLastError();
   }
   if (err != cudaSuccess) {

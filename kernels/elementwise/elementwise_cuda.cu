@@ -22,9 +22,8 @@ __device__ __forceinline__ float ClampLike(float v, float lo, float hi) {
   return v < lo ? lo : (hi < v ? hi : v);
 }
 
-// HeadGate and SwiGlu feed the int8 quantizer of the next projection, which is launched to
-// overlap them and waits for them before reading (kernels/common/pdl.cuh).
 __global__ void HeadGateKernel(HeadGateArgs a) {
+  WaitForPrimaryGrid();
   AllowDependentLaunch();
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (col >= a.heads * a.head_dim) return;
@@ -35,6 +34,7 @@ __global__ void HeadGateKernel(HeadGateArgs a) {
 }
 
 __global__ void SwiGluKernel(SwiGluArgs a, bool clamp) {
+  WaitForPrimaryGrid();
   AllowDependentLaunch();
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (col >= a.n) return;
@@ -48,6 +48,8 @@ __global__ void SwiGluKernel(SwiGluArgs a, bool clamp) {
 }
 
 __global__ void AddKernel(AddArgs a) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t col = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (col >= a.n) return;
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
@@ -74,7 +76,7 @@ KernelStatus HeadGateCuda(const HeadGateArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return KernelStatus::kOk;
   dim3 grid;
   if (!RowGrid(a.heads * a.head_dim, a.rows, &grid)) return KernelStatus::kTooLarge;
-  HeadGateKernel<<<grid, kThreadsPerBlock, 0, stream>>>(a);
+  LaunchWithPdl(HeadGateKernel, grid, kThreadsPerBlock, 0, stream, a);
   return LaunchResult();
 }
 
@@ -83,7 +85,8 @@ KernelStatus SwiGluCuda(const SwiGluArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return KernelStatus::kOk;
   dim3 grid;
   if (!RowGrid(a.n, a.rows, &grid)) return KernelStatus::kTooLarge;
-  SwiGluKernel<<<grid, kThreadsPerBlock, 0, stream>>>(a, a.limit > kSwiGluClampThreshold);
+  LaunchWithPdl(SwiGluKernel, grid, kThreadsPerBlock, 0, stream, a,
+                a.limit > kSwiGluClampThreshold);
   return LaunchResult();
 }
 
@@ -92,7 +95,7 @@ KernelStatus AddCuda(const AddArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return KernelStatus::kOk;
   dim3 grid;
   if (!RowGrid(a.n, a.rows, &grid)) return KernelStatus::kTooLarge;
-  AddKernel<<<grid, kThreadsPerBlock, 0, stream>>>(a);
+  LaunchWithPdl(AddKernel, grid, kThreadsPerBlock, 0, stream, a);
   return LaunchResult();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/matmul/dequant_cuda.cuh"
 #include "kernels/matmul/dequant_cuda.h"
 
@@ -33,6 +34,8 @@ struct DequantRowsParams {
 
 template <GgmlType kType>
 __global__ void DequantRowsKernel(DequantRowsParams p, DequantTables tables) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t groups_per_row = (p.cols + 7) / 8;
   const int64_t total = p.rows * groups_per_row;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -88,8 +91,8 @@ KernelStatus DequantRowsCuda(const DequantRowsArgs& a, cudaStream_t stream) {
     return KernelStatus::kInvalidArgument;
   }
   // Plain types are read element-wise through typed pointers.
-  if (geo.elems == 1 && (a.w_row_bytes % geo.bytes != 0 ||
-                         reinterpret_cast<uintptr_t>(a.w) % geo.bytes != 0)) {
+  if (geo.elems == 1 &&
+      (a.w_row_bytes % geo.bytes != 0 || reinterpret_cast<uintptr_t>(a.w) % geo.bytes != 0)) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.row_ids == nullptr && (a.first_row < 0 || a.first_row + a.rows > a.table_rows)) {
@@ -111,14 +114,14 @@ KernelStatus DequantRowsCuda(const DequantRowsArgs& a, cudaStream_t stream) {
   p.rows = a.rows;
   p.f16_out = a.output == DequantOutput::kF16;
   const int64_t elem_bytes = p.f16_out ? 2 : 4;
-  p.vector_store = reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
-                   (a.out_stride * elem_bytes) % 16 == 0;
+  p.vector_store =
+      reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && (a.out_stride * elem_bytes) % 16 == 0;
   p.out = a.out;
   p.out_stride = a.out_stride;
   const int64_t total = a.rows * groups_per_row;
   const int blocks = static_cast<int>(std::min(kMaxBlocks, (total + kThreads - 1) / kThreads));
   dequant_device::DispatchDequantType(a.type, [&](auto tag) {
-    DequantRowsKernel<decltype(tag)::value><<<blocks, kThreads, 0, stream>>>(p, tables);
+    LaunchWithPdl(DequantRowsKernel<decltype(tag)::value>, blocks, kThreads, 0, stream, p, tables);
   });
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
   return KernelStatus::kOk;

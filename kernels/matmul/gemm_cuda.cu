@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/matmul/cublas_loader.h"
 #include "kernels/matmul/dequant_cuda.h"
 #include "kernels/matmul/gemm_cuda.h"
@@ -36,9 +37,9 @@ bool IsPlainFloat(GgmlType type) {
 }
 
 struct ScratchLayout {
-  int64_t x16_bytes = 0;    // F16 copy of X (0 when X is used as F32)
-  int64_t tile_bytes = 0;   // dequantized weight tile (0 when W is used as stored)
-  int64_t tile_elem = 0;    // 2 (F16) or 4 (F32)
+  int64_t x16_bytes = 0;   // F16 copy of X (0 when X is used as F32)
+  int64_t tile_bytes = 0;  // dequantized weight tile (0 when W is used as stored)
+  int64_t tile_elem = 0;   // 2 (F16) or 4 (F32)
   int64_t total() const { return x16_bytes + tile_bytes; }
 };
 
@@ -60,6 +61,8 @@ ScratchLayout Layout(GgmlType type, int64_t in, int64_t out, int64_t rows, bool 
 
 __global__ void ConvertToF16Kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols,
                                    __half* out, int64_t out_ld) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t total = rows * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -89,8 +92,7 @@ KernelStatus ValidateMatmulCuda(const MatmulCudaArgs& a) {
   return KernelStatus::kOk;
 }
 
-int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows,
-                               bool exact) {
+int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows, bool exact) {
   if (in <= 0 || out <= 0 || rows <= 0) return 0;
   return Layout(type, in, out, rows, exact).total();
 }
@@ -128,7 +130,8 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
   if (layout.x16_bytes > 0) {
     const int64_t total = a.rows * a.in;
     const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 1 << 16));
-    ConvertToF16Kernel<<<blocks, 256, 0, stream>>>(a.x, a.x_stride, a.rows, a.in, x16, ld);
+    LaunchWithPdl(ConvertToF16Kernel, blocks, 256, 0, stream, a.x, a.x_stride, a.rows, a.in, x16,
+                  ld);
     if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
   }
   const float alpha = 1.0f, beta = 0.0f;
@@ -138,12 +141,12 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
     float* y = a.y + o0;
     if (w_f32) {
       return cublas->sgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
-                         static_cast<const float*>(w), w_ldi, a.x, static_cast<int>(a.x_stride),
-                         &beta, y, static_cast<int>(a.y_stride));
+                           static_cast<const float*>(w), w_ldi, a.x, static_cast<int>(a.x_stride),
+                           &beta, y, static_cast<int>(a.y_stride));
     }
     return cublas->gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_16F, w_ldi,
-                        x16, CUDA_R_16F, static_cast<int>(ld), &beta, y, CUDA_R_32F,
-                        static_cast<int>(a.y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                           x16, CUDA_R_16F, static_cast<int>(ld), &beta, y, CUDA_R_32F,
+                           static_cast<int>(a.y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
   if (WeightsAsStored(a.type, a.exact)) {
     const bool ok = gemm(a.w, static_cast<int>(w_ld), a.type == GgmlType::kF32, 0,

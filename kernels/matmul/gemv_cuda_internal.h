@@ -73,8 +73,9 @@ cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t gro
 // stages, unaligned weights, another type): the caller then takes the warp-per-row kernel.
 cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t groups,
                                 bool overlap_previous, cudaStream_t stream);
-// On unless STEPSERVE_GEMV_STREAM=0 at the first use; SetGemvCudaStreamed (matmul_cuda.h) flips it.
-std::atomic<bool>& GemvStreamingSwitch();
+// The GemvStreamMode (matmul_cuda.h) in force: STEPSERVE_GEMV_STREAM at the first use, then
+// whatever SetGemvCudaStreamMode set.
+std::atomic<int>& GemvStreamModeSetting();
 
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,

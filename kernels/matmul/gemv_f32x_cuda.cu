@@ -12,6 +12,7 @@
 // speed, and fewer instantiations keep CI's nvcc time down.
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
 
@@ -64,7 +65,6 @@ __device__ __forceinline__ void RowQ8_0(const GemvParams& p, const uint8_t* row,
     }
   }
 }
-
 
 // Σ nibble(word i, low or high) * x over 16 elements; also Σ x (for the min term).
 __device__ __forceinline__ void DotNibbles16(uint4 q, bool high, const float* x, float* sqx,
@@ -209,6 +209,8 @@ __device__ __forceinline__ void RowQ6_K(const GemvParams& p, const uint8_t* row,
 
 template <GgmlType kType, int R>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const __grid_constant__ GemvParams p) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   __shared__ float kv[16];
   if (kType == GgmlType::kIQ4_XS) {
     if (threadIdx.x < 16) {
@@ -243,9 +245,9 @@ template <GgmlType kType>
 cudaError_t LaunchType(const GemvParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.out + kWarpsPerBlock - 1) / kWarpsPerBlock));
   if (p.rows == 1) {
-    GemvKernel<kType, 1><<<grid, kThreads, 0, stream>>>(p);
+    LaunchWithPdl(GemvKernel<kType, 1>, grid, kThreads, 0, stream, p);
   } else {
-    GemvKernel<kType, 16><<<grid, kThreads, 0, stream>>>(p);
+    LaunchWithPdl(GemvKernel<kType, 16>, grid, kThreads, 0, stream, p);
   }
   return cudaGetLastError();
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/matmul/dequant_cuda.cuh"
 #include "kernels/matmul/gemm_cuda.h"
 
@@ -53,6 +54,8 @@ __device__ __forceinline__ void LoadGroup(const uint8_t* row, int64_t g, int64_t
 template <GgmlType kType, bool kVec16>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     GemvGenericKernel(GemvGenericParams p, DequantTables tables) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   __shared__ float partial[kWarpsPerBlock][kGemvGenericMaxRows];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -142,12 +145,12 @@ KernelStatus GemvGenericCuda(const MatmulCudaArgs& a, cudaStream_t stream) {
   const bool f32_vec16 = a.type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
                          a.w_row_bytes % 16 == 0;
   if (f32_vec16) {
-    GemvGenericKernel<GgmlType::kF32, true>
-        <<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(p, tables);
+    LaunchWithPdl(GemvGenericKernel<GgmlType::kF32, true>, static_cast<unsigned>(blocks),
+                  kThreadsPerBlock, 0, stream, p, tables);
   } else {
     dequant_device::DispatchDequantType(a.type, [&](auto tag) {
-      GemvGenericKernel<decltype(tag)::value, false>
-          <<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(p, tables);
+      LaunchWithPdl(GemvGenericKernel<decltype(tag)::value, false>, static_cast<unsigned>(blocks),
+                    kThreadsPerBlock, 0, stream, p, tables);
     });
   }
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;

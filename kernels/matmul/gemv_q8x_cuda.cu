@@ -18,8 +18,8 @@
 // The lane -> block-piece mapping per type keeps each warp's weight loads on one contiguous
 // stretch of the row (coalesced), 16-byte loads where the block alignment allows.
 #include <cstdint>
-#include <cstdlib>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
 
@@ -121,13 +121,14 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
   const int lane = threadIdx.x & 31;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
   if (o0 >= p.out) return;
-  // Indexed (MoE) mode: this grid row's expert matrix, activation row and output row. The ids
-  // were complete before the quantizer this kernel may overlap with started, so reading them
-  // before WaitForPreviousGrid is safe.
+  // Indexed (MoE) mode: this grid row's expert matrix, activation row and output row. The router
+  // that writes the ids may still run (every kernel lets its dependent start early), so wait
+  // first; the plain mode prefetches its weights into L2 while the kernels before it finish.
   const uint8_t* w = p.w;
   int x_row0 = 0;
   int64_t y_row0 = 0;
   if constexpr (kIndexed) {
+    WaitForPreviousGrid();
     const int g = static_cast<int>(blockIdx.y);
     const int32_t id = p.matrix_ids[g];
     if (id < 0 || id >= p.n_matrices) {
@@ -140,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
   }
   PrefetchRows<NR>(p, w, o0, lane);
   WaitForPreviousGrid();
+  AllowDependentLaunch();
   int x_rows[R];
   int64_t y_rows[R];
 #pragma unroll
@@ -156,11 +158,14 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
 // come from the grouping kernel, which ran before the quantizer this kernel may overlap with.
 template <class P, int R, int NR, int D>
-__global__ void __launch_bounds__(kThreads) GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
+__global__ void __launch_bounds__(kThreads)
+    GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
   if (o0 >= p.out) return;
   const int slot = static_cast<int>(blockIdx.y);
+  WaitForPreviousGrid();  // the grouping kernel that writes the slot arrays may still run
+  AllowDependentLaunch();
   const int32_t id = p.slot_matrix[slot];
   if (id == kSlotUnused) return;
   const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
@@ -171,8 +176,6 @@ __global__ void __launch_bounds__(kThreads) GemvQ8GroupedKernel(const __grid_con
     return;
   }
   const uint8_t* w = p.w + id * p.w_matrix_bytes;
-  PrefetchRows<NR>(p, w, o0, lane);
-  WaitForPreviousGrid();
   for (int c0 = begin; c0 < end; c0 += R) {
     const int n_rows = end - c0 < R ? end - c0 : R;
     int x_rows[R];
@@ -242,7 +245,7 @@ cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int6
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = overlap_previous ? 1 : 0;
+  cfg.numAttrs = overlap_previous || PdlEnabled() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
@@ -265,15 +268,6 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   return Launch<P, 16, 2, 2>(p, overlap_previous, stream);
 }
 
-// STEPSERVE_PDL_QUANTIZE=0 launches the quantizer in plain stream order (for A/B runs).
-bool QuantizerOverlapsPrevious() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_PDL_QUANTIZE");
-    return v == nullptr || v[0] != '0';
-  }();
-  return on;
-}
-
 }  // namespace
 
 cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaStream_t stream) {
@@ -288,7 +282,7 @@ cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaSt
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = QuantizerOverlapsPrevious() ? 1 : 0;
+  cfg.numAttrs = PdlEnabled() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, QuantizeQ8Kernel, p, xq, xd);
 }
 
@@ -368,7 +362,7 @@ cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t gro
       return Launch<PieceQ6_K, 1, 1, PieceQ6_K::kDepth1, true>(p, overlap_previous, stream, groups);
     case GgmlType::kIQ4_XS:
       return Launch<PieceIQ4_XS, 1, 1, PieceIQ4_XS::kDepth1, true>(p, overlap_previous, stream,
-                                                                  groups);
+                                                                   groups);
     default:
       return cudaErrorInvalidValue;
   }

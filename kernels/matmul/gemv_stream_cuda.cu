@@ -6,10 +6,10 @@
 // 64-register cap): a 26.7 MB IQ4_XS matrix took ~15 us, ~43% of the copy bandwidth, about the
 // same time as the 53 MB Q8_0 one (bench/gpu/results-h200-v2.jsonl) - latency-bound, not decode-
 // or bandwidth-bound. Here one thread per CTA keeps up to ~200 KB per SM of contiguous weight rows
-// in flight as bulk copies into a ring of shared-memory stages, and eight consumer warps decode a
-// stage (one row each, the same per-type decoders reading shared memory) while the next ones
-// arrive. Per-lane arithmetic and its order are those of the warp-per-row kernel, so the two give
-// the same sums.
+// in flight as bulk copies into a ring of shared-memory stages, and groups of eight consumer warps
+// take turns decoding a stage (one row each, the same per-type decoders reading shared memory)
+// while the next ones arrive. Per-lane arithmetic and its order are those of the warp-per-row
+// kernel, so the two give the same sums.
 //
 // Work units are (group, chunk of kRowsPerStage rows); a persistent grid of one CTA per SM takes
 // units in a stride, so a stage never straddles two matrices (indexed / MoE mode: group g reads
@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/matmul_cuda.h"
 
 namespace stepserve::kernels::gemv_internal {
 namespace {
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int s = 0; s < plan.stages; ++s) {
-      BarrierInit(&full[s], 1);                // the producer's arrive (+ the copy's bytes)
+      BarrierInit(&full[s], 1);               // the producer's arrive (+ the copy's bytes)
       BarrierInit(&empty[s], kRowsPerStage);  // one arrive per warp of the consuming group
     }
     // Make the initialised barriers visible to the bulk-copy (async) proxy.
@@ -143,8 +145,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 
   if (warp == kConsumerWarps) {  // producer: one thread issues every copy
     if (lane != 0) return;
-    // Only weights are read before the previous grid (the quantizer) finishes; indexed ids were
-    // complete before that grid started (see GemvQ8Kernel).
+    // Only weights are read before the previous grid (the quantizer) finishes; the router that
+    // writes indexed ids may still run, so that mode waits first.
+    if constexpr (kIndexed) WaitForPreviousGrid();
     const uint64_t policy = EvictFirstPolicy();
     int64_t it = 0;
     for (int64_t u = blockIdx.x; u < plan.units; u += gridDim.x, ++it) {
@@ -165,9 +168,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     return;
   }
 
-  // Consumers: warp `warp` of group `cg` takes row `warp % kRowsPerStage` of every kConsumerGroups-th
-  // stage.
+  // Consumers: warp `warp` of group `cg` takes row `warp % kRowsPerStage` of every
+  // kConsumerGroups-th stage.
   WaitForPreviousGrid();
+  AllowDependentLaunch();
   const int cg = warp / kRowsPerStage, row_in_stage = warp % kRowsPerStage;
   int64_t it = cg;
   for (int64_t u = blockIdx.x + static_cast<int64_t>(cg) * gridDim.x; u < plan.units;
@@ -191,9 +195,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   }
 }
 
-bool StreamingEnabledFromEnv() {
+int StreamModeFromEnv() {
   const char* v = std::getenv("STEPSERVE_GEMV_STREAM");
-  return v == nullptr || v[0] != '0';
+  if (v == nullptr || v[0] < '0' || v[0] > '2') return 1;  // kAuto
+  return v[0] - '0';
 }
 
 // The current device's limits, read once per device ordinal.
@@ -264,7 +269,7 @@ cudaError_t LaunchStream(const GemvParams& p, int64_t groups, bool overlap_previ
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = overlap_previous ? 1 : 0;
+  cfg.numAttrs = overlap_previous || PdlEnabled() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, GemvStreamKernel<P, kIndexed>, p, plan);
 }
 
@@ -289,16 +294,26 @@ cudaError_t LaunchStreamTyped(GgmlType type, const GemvParams& p, int64_t groups
 
 }  // namespace
 
-std::atomic<bool>& GemvStreamingSwitch() {
-  static std::atomic<bool> on{StreamingEnabledFromEnv()};
-  return on;
+std::atomic<int>& GemvStreamModeSetting() {
+  static std::atomic<int> mode{StreamModeFromEnv()};
+  return mode;
 }
 
 cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t groups,
                                 bool overlap_previous, cudaStream_t stream) {
-  if (!GemvStreamingSwitch().load(std::memory_order_relaxed) || p.rows != 1 || groups < 1 ||
-      reinterpret_cast<uintptr_t>(p.w) % 16 != 0 || p.w_row_bytes % 16 != 0 ||
-      (p.matrix_ids != nullptr && p.w_matrix_bytes % 16 != 0)) {
+  if (p.rows != 1 || groups < 1 || reinterpret_cast<uintptr_t>(p.w) % 16 != 0 ||
+      p.w_row_bytes % 16 != 0 || (p.matrix_ids != nullptr && p.w_matrix_bytes % 16 != 0)) {
+    return cudaErrorNotSupported;
+  }
+  // Auto: where the streamed kernel measured faster on the H200. bench_gemv --quick (26-53 MB):
+  // Q6_K 25.8-28.3 us vs 30.1-33.9 warp-per-row, the 4-bit types and Q8_0 within +-10% either
+  // way; in whole-model decode (many 1-8 MB matrices, where one CTA per SM and the ring's fill
+  // cost more than they save) the warp-per-row kernel was 1.7% faster; the 433 MB Q6_K LM head
+  // streams at 2.3 TB/s.
+  const int mode = GemvStreamModeSetting().load(std::memory_order_relaxed);
+  if (mode == static_cast<int>(GemvStreamMode::kNever)) return cudaErrorNotSupported;
+  if (mode == static_cast<int>(GemvStreamMode::kAuto) && type != GgmlType::kQ6_K &&
+      p.out * p.w_row_bytes * groups < kGemvStreamAutoBytes) {
     return cudaErrorNotSupported;
   }
   return p.matrix_ids != nullptr

@@ -100,8 +100,8 @@ KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
   }
   if (a.y_stride < a.out) return KernelStatus::kInvalidArgument;
   const bool grouped = a.slot_matrix != nullptr;
-  if (grouped && (a.slot_begin == nullptr || a.group_order == nullptr || a.slots < 1 ||
-                  a.slots > 65535)) {
+  if (grouped &&
+      (a.slot_begin == nullptr || a.group_order == nullptr || a.slots < 1 || a.slots > 65535)) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
@@ -148,7 +148,10 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   return KernelStatus::kOk;
 }
 
-bool SetGemvCudaStreamed(bool on) { return gemv_internal::GemvStreamingSwitch().exchange(on); }
+GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode) {
+  return static_cast<GemvStreamMode>(
+      gemv_internal::GemvStreamModeSetting().exchange(static_cast<int>(mode)));
+}
 
 KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvCuda(a);

@@ -4,10 +4,10 @@
 // row-major with their own strides), with every pointer in device memory and the work enqueued on
 // `stream` (asynchronous: errors from the kernel itself surface at the next synchronization).
 //
-// Supported types: Q8_0, Q4_K, Q5_K (kQ8 only), Q6_K, IQ4_XS. Alignment: `w` and `w_row_bytes` must be multiples of
-// 16 bytes, so every weight row starts on a 16-byte boundary and the kernels can use wide loads.
-// GGUF rows whose byte size is not a multiple of 16 (e.g. IQ4_XS with in = 256: 136 bytes) are
-// padded on upload (cudaMemcpy2D with a padded pitch).
+// Supported types: Q8_0, Q4_K, Q5_K (kQ8 only), Q6_K, IQ4_XS. Alignment: `w` and `w_row_bytes` must
+// be multiples of 16 bytes, so every weight row starts on a 16-byte boundary and the kernels can
+// use wide loads. GGUF rows whose byte size is not a multiple of 16 (e.g. IQ4_XS with in = 256: 136
+// bytes) are padded on upload (cudaMemcpy2D with a padded pitch).
 //
 // Two activation modes (GemvCudaArgs::activations):
 //  - kQ8 (default, fast): X is first quantized per 32 values to int8 with one F32 scale
@@ -56,13 +56,16 @@ struct GemvCudaArgs {
   bool x_prequantized = false;  // kQ8 only: scratch already holds this X (x may then be null)
 };
 
-// One activation row in kQ8 mode (GemvCuda with rows == 1, GemvIndexedCuda without grouping) runs
-// a kernel that streams the weights through shared memory with bulk copies (sm_90) when the rows
-// fit its stages, else the warp-per-row kernel; both compute the same per-lane sums in the same
-// order. On by default; STEPSERVE_GEMV_STREAM=0 in the environment (read at the first GEMV) or
-// SetGemvCudaStreamed(false) selects the warp-per-row kernel for every later launch (A/B runs and
-// tests). Returns the previous setting.
-bool SetGemvCudaStreamed(bool on);
+// One activation row in kQ8 mode (GemvCuda with rows == 1, GemvIndexedCuda without grouping) can
+// run a kernel that streams the weights through shared memory with bulk copies (sm_90) instead of
+// the warp-per-row kernel; both compute the same per-lane sums in the same order. kAuto (the
+// default) streams where it measured faster on the H200 (bench_gemv, model decode): Q6_K, and any
+// matrix of at least kGemvStreamAutoBytes (the LM head). STEPSERVE_GEMV_STREAM=0 / 1 / 2 in the
+// environment (read at the first GEMV) selects never / auto / always; SetGemvCudaStreamMode
+// overrides it for every later launch (tests, A/B runs) and returns the previous mode.
+enum class GemvStreamMode : int { kNever = 0, kAuto = 1, kAlways = 2 };
+inline constexpr int64_t kGemvStreamAutoBytes = int64_t{64} << 20;
+GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode);
 
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);

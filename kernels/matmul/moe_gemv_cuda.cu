@@ -42,8 +42,10 @@ Layout MakeLayout(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
 // group_order[slot_begin[s] .. slot_begin[s + 1]) = its groups; slots past the used ones get
 // kSlotUnused and empty ranges. One CTA: counts in shared memory, one warp scans them.
 __global__ void __launch_bounds__(1024)
-    GroupByIdKernel(const int32_t* ids, int groups, int n_matrices, int slots,
-                    int32_t* slot_matrix, int32_t* slot_begin, int32_t* group_order) {
+    GroupByIdKernel(const int32_t* ids, int groups, int n_matrices, int slots, int32_t* slot_matrix,
+                    int32_t* slot_begin, int32_t* group_order) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   extern __shared__ int shared[];
   __shared__ int used_slots;
   const int n_buckets = n_matrices + 1;
@@ -103,7 +105,8 @@ __global__ void __launch_bounds__(1024)
 }
 
 __global__ void SwiGluRowsKernel(float* g, const float* u, int64_t n, float limit, bool clamp) {
-  AllowDependentLaunch();  // the down projection's quantizer waits for this grid before reading
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float gv = g[i];
@@ -119,6 +122,8 @@ __global__ void SwiGluRowsKernel(float* g, const float* u, int64_t n, float limi
 // y[t][i] += sum_k w[t][k] * down[t*k + k][i]; one thread per (t, i).
 __global__ void CombineKernel(const float* down, const float* weights, int64_t top_k,
                               int64_t n_embd, float* y, int64_t y_stride, int64_t tokens) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t t = blockIdx.y;
   if (i >= n_embd || t >= tokens) return;
@@ -150,9 +155,8 @@ KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& a) {
   }
   // n_experts bounds the grouping kernel's shared memory (3 ints per expert, 48 KiB).
   if (a.tokens < 1 || a.tokens > kMoeGemvMaxTokens || a.top_k < 1 || a.top_k > a.n_experts ||
-      a.n_experts > kMoeGemvMaxExperts ||
-      a.n_embd <= 0 || a.n_ff <= 0 || a.y_stride < a.n_embd || a.x_stride < a.n_embd ||
-      a.n_ff % 4 != 0) {
+      a.n_experts > kMoeGemvMaxExperts || a.n_embd <= 0 || a.n_ff <= 0 || a.y_stride < a.n_embd ||
+      a.x_stride < a.n_embd || a.n_ff % 4 != 0) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.workspace_bytes < MoeGemvCudaWorkspaceBytes(a.tokens, a.top_k, a.n_embd, a.n_ff)) {
@@ -180,9 +184,9 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   auto* group_order = reinterpret_cast<int32_t*>(base + l.group_order);
   if (grouped) {
     const size_t shared = 3 * static_cast<size_t>(a.n_experts + 1) * sizeof(int);
-    GroupByIdKernel<<<1, 1024, shared, stream>>>(
-        a.ids, static_cast<int>(groups), static_cast<int>(a.n_experts), static_cast<int>(slots),
-        slot_matrix, slot_begin, group_order);
+    LaunchWithPdl(GroupByIdKernel, 1, 1024, shared, stream, a.ids, static_cast<int>(groups),
+                  static_cast<int>(a.n_experts), static_cast<int>(slots), slot_matrix, slot_begin,
+                  group_order);
     if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
   }
 
@@ -220,8 +224,8 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = GemvIndexedCuda(u, stream); s != KernelStatus::kOk) return s;
 
   const int64_t n = groups * a.n_ff;
-  SwiGluRowsKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-      gate, up, n, a.limit, a.limit > kSwiGluClampThreshold);
+  LaunchWithPdl(SwiGluRowsKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, gate, up,
+                n, a.limit, a.limit > kSwiGluClampThreshold);
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
 
   GemvIndexedCudaArgs d;
@@ -251,8 +255,8 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = GemvIndexedCuda(d, stream); s != KernelStatus::kOk) return s;
 
   const dim3 grid(static_cast<unsigned>((a.n_embd + 255) / 256), static_cast<unsigned>(a.tokens));
-  CombineKernel<<<grid, 256, 0, stream>>>(down, a.weights, a.top_k, a.n_embd, a.y, a.y_stride,
-                                          a.tokens);
+  LaunchWithPdl(CombineKernel, grid, 256, 0, stream, down, a.weights, a.top_k, a.n_embd, a.y,
+                a.y_stride, a.tokens);
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
   return KernelStatus::kOk;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
 
 namespace stepserve::kernels {
@@ -22,6 +23,8 @@ KernelStatus LaunchResult() {
 
 __global__ void GatherRowsKernel(const float* src, int64_t src_stride, const int32_t* src_rows,
                                  int64_t n, int64_t cols, float* dst, int64_t dst_stride) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t total = n * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -34,6 +37,8 @@ __global__ void GatherRowsKernel(const float* src, int64_t src_stride, const int
 __global__ void ScatterAddKernel(const float* pair_rows, int64_t pair_stride,
                                  const int32_t* pair_slot, const float* weights, int64_t tokens,
                                  int64_t top_k, int64_t cols, float* y, int64_t y_stride) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   const int64_t total = tokens * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -92,8 +97,8 @@ KernelStatus GatherRowsCuda(const float* src, int64_t src_stride, const int32_t*
   if (src == nullptr || src_rows == nullptr || dst == nullptr) {
     return KernelStatus::kInvalidArgument;
   }
-  GatherRowsKernel<<<Blocks(n * cols), kThreads, 0, stream>>>(src, src_stride, src_rows, n, cols,
-                                                                dst, dst_stride);
+  LaunchWithPdl(GatherRowsKernel, Blocks(n * cols), kThreads, 0, stream, src, src_stride, src_rows,
+                n, cols, dst, dst_stride);
   return LaunchResult();
 }
 
@@ -108,8 +113,8 @@ KernelStatus MoeScatterAddCuda(const float* pair_rows, int64_t pair_stride,
   if (pair_rows == nullptr || pair_slot == nullptr || weights == nullptr || y == nullptr) {
     return KernelStatus::kInvalidArgument;
   }
-  ScatterAddKernel<<<Blocks(tokens * cols), kThreads, 0, stream>>>(
-      pair_rows, pair_stride, pair_slot, weights, tokens, top_k, cols, y, y_stride);
+  LaunchWithPdl(ScatterAddKernel, Blocks(tokens * cols), kThreads, 0, stream, pair_rows,
+                pair_stride, pair_slot, weights, tokens, top_k, cols, y, y_stride);
   return LaunchResult();
 }
 

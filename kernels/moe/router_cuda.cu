@@ -67,7 +67,8 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 // the best expert ranked after pick k-1: warp-wide argmax, the per-warp winners through shared
 // memory (double-buffered, so one __syncthreads per round), then every warp reduces those.
 __global__ void __launch_bounds__(kMaxThreads) RouterKernel(RouterArgs a) {
-  AllowDependentLaunch();  // the experts' quantizer waits for this grid before reading
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   __shared__ float reduce_scratch[kWarpSize];
   __shared__ Candidate warp_best[2][kWarpSize];
   __shared__ int picked_id[kRouterCudaMaxTopK];
@@ -135,7 +136,7 @@ KernelStatus RouterCuda(const RouterArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return KernelStatus::kOk;
   if (a.rows > std::numeric_limits<int32_t>::max()) return KernelStatus::kTooLarge;
   const int threads = static_cast<int>((a.n_experts + kWarpSize - 1) / kWarpSize * kWarpSize);
-  RouterKernel<<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(a);
+  LaunchWithPdl(RouterKernel, static_cast<unsigned>(a.rows), threads, 0, stream, a);
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
 }
 

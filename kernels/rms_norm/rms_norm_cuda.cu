@@ -49,9 +49,8 @@ __device__ __forceinline__ void WriteNormalized(const float* x, float* y, const 
   for (int64_t i = tid; i < n; i += threads) y[i] = x[i] * inv * weight[i];
 }
 
-// Every norm kernel lets a PDL-launched consumer (the int8 quantizer) start at once: it waits for
-// this grid before reading (kernels/common/pdl.cuh).
 __global__ void RmsNormWarpKernel(RmsNormParams p) {
+  WaitForPrimaryGrid();
   AllowDependentLaunch();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t v = int64_t{blockIdx.x} * kVectorsPerWarpBlock + threadIdx.x / kWarpSize;
@@ -65,6 +64,7 @@ __global__ void RmsNormWarpKernel(RmsNormParams p) {
 }
 
 __global__ void RmsNormBlockKernel(RmsNormParams p) {
+  WaitForPrimaryGrid();
   AllowDependentLaunch();
   __shared__ float scratch[kWarpSize];
   const int64_t v = blockIdx.x;
@@ -83,6 +83,7 @@ __global__ void RmsNormBlockKernel(RmsNormParams p) {
 // read.
 template <int kVecPerThread>
 __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
+  WaitForPrimaryGrid();
   AllowDependentLaunch();
   __shared__ float scratch[kWarpSize];
   const int64_t v = blockIdx.x;
@@ -127,13 +128,13 @@ bool LaunchBlockVec4(const RmsNormParams& p, cudaStream_t stream) {
   const int64_t per_thread = (n4 + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(p.vectors);
   if (per_thread <= 1) {
-    RmsNormBlockVec4Kernel<1><<<blocks, threads, 0, stream>>>(p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<1>, blocks, threads, 0, stream, p);
   } else if (per_thread <= 2) {
-    RmsNormBlockVec4Kernel<2><<<blocks, threads, 0, stream>>>(p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<2>, blocks, threads, 0, stream, p);
   } else if (per_thread <= 4) {
-    RmsNormBlockVec4Kernel<4><<<blocks, threads, 0, stream>>>(p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<4>, blocks, threads, 0, stream, p);
   } else {
-    RmsNormBlockVec4Kernel<8><<<blocks, threads, 0, stream>>>(p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<8>, blocks, threads, 0, stream, p);
   }
   return true;
 }
@@ -149,7 +150,7 @@ KernelStatus RmsNormCuda(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.n <= kWarpPerVectorMaxN) {
     const int64_t blocks = (vectors + kVectorsPerWarpBlock - 1) / kVectorsPerWarpBlock;
     if (blocks > kMaxGrid) return KernelStatus::kTooLarge;
-    RmsNormWarpKernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(p);
+    LaunchWithPdl(RmsNormWarpKernel, static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream, p);
   } else {
     if (vectors > kMaxGrid) return KernelStatus::kTooLarge;
     if (LaunchBlockVec4(p, stream)) {
@@ -157,7 +158,7 @@ KernelStatus RmsNormCuda(const RmsNormArgs& a, cudaStream_t stream) {
     }
     // About 16 elements per thread: 256 threads for n_embd = 4096, 1024 from 16384 on.
     const int threads = a.n <= 4096 ? 256 : (a.n <= 8192 ? 512 : 1024);
-    RmsNormBlockKernel<<<static_cast<unsigned>(vectors), threads, 0, stream>>>(p);
+    LaunchWithPdl(RmsNormBlockKernel, static_cast<unsigned>(vectors), threads, 0, stream, p);
   }
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
   return KernelStatus::kOk;

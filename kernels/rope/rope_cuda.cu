@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/rope/rope_cuda.h"
 
 namespace stepserve::kernels {
@@ -25,6 +26,8 @@ struct QkNormRopeParams {
 // normalises and rotates one head, holding its elements in registers between the two passes.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     QkNormRopeKernel(QkNormRopeParams params) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   __shared__ float cos_table[kMaxHeadDim / 2];
   __shared__ float sin_table[kMaxHeadDim / 2];
   __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
@@ -120,7 +123,7 @@ KernelStatus QkNormRopeCuda(const QkNormRopeCudaArgs& a, cudaStream_t stream) {
   const int64_t head_chunks = (a.q_heads + a.k_heads + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const dim3 grid(static_cast<unsigned>(a.tokens),
                   static_cast<unsigned>(head_chunks < kMaxGridY ? head_chunks : kMaxGridY));
-  QkNormRopeKernel<<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(params);
+  LaunchWithPdl(QkNormRopeKernel, grid, kWarpsPerBlock * kWarpSize, 0, stream, params);
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
 }
 

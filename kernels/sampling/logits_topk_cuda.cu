@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/sampling/logits_topk_cuda.h"
 
 namespace stepserve::kernels {
@@ -214,6 +215,8 @@ __device__ void BitonicSortDescending(u64* s) {
 
 // One CTA per (row, chunk): stats and the chunk's top min(k, len) composites.
 __global__ void __launch_bounds__(kThreads) LogitsChunkKernel(Params p) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   __shared__ SelectShared sh;
   __shared__ float red[kWarpSize];
   const int64_t row = blockIdx.x / p.chunks;
@@ -276,6 +279,8 @@ __device__ void SelectInRegisters(const u64* cand, int n, int k, SelectShared& s
 
 // One CTA per row: merges the chunks' survivors and stats into the row's outputs.
 __global__ void __launch_bounds__(kThreads) LogitsCombineKernel(Params p) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   __shared__ SelectShared sh;
   __shared__ u64 top[kThreads];
   __shared__ float red[kWarpSize];
@@ -384,8 +389,8 @@ KernelStatus LogitsTopKCuda(const LogitsTopKArgs& a, void* scratch, size_t scrat
   p.argmax = a.argmax;
   p.row_max = a.row_max;
   p.log_sum_exp = a.log_sum_exp;
-  LogitsChunkKernel<<<static_cast<unsigned>(chunk_blocks), kThreads, 0, stream>>>(p);
-  LogitsCombineKernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(p);
+  LaunchWithPdl(LogitsChunkKernel, static_cast<unsigned>(chunk_blocks), kThreads, 0, stream, p);
+  LaunchWithPdl(LogitsCombineKernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, p);
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
   return KernelStatus::kOk;
 }

@@ -1,7 +1,7 @@
 // The streamed one-row GEMV (bulk copies through shared memory, kernels/matmul/gemv_stream_cuda.cu)
 // on fresh random blocks: against the CPU (DequantizeRow + double dot with the F32 activations,
 // bounded by the int8 activation rounding) and against the warp-per-row kernel it replaces
-// (SetGemvCudaStreamed(false)), which computes the same per-lane sums in the same order. Shapes
+// (SetGemvCudaStreamMode), which computes the same per-lane sums in the same order. Shapes
 // make each CTA take more units than its ring has stages (the barrier phases wrap) and end in a
 // partial stage; the indexed (MoE) mode mixes valid and out-of-range matrix ids.
 #include <cuda_runtime_api.h>
@@ -108,15 +108,15 @@ void RunPoisoned(Launch launch, void* dy, int64_t rows, int64_t out, int64_t y_s
   }
 }
 
-// Runs `launch` streamed (the default) and with the warp-per-row kernel; restores the switch.
+// Runs `launch` streamed (kAlways) and with the warp-per-row kernel (kNever); restores the mode.
 template <class Launch>
 void RunBothKernels(Launch launch, void* dy, int64_t rows, int64_t out, int64_t y_stride,
                     std::vector<double>* streamed, std::vector<double>* warp_rows) {
-  const bool was = SetGemvCudaStreamed(true);
+  const GemvStreamMode was = SetGemvCudaStreamMode(GemvStreamMode::kAlways);
   RunPoisoned(launch, dy, rows, out, y_stride, streamed);
-  SetGemvCudaStreamed(false);
+  SetGemvCudaStreamMode(GemvStreamMode::kNever);
   if (!::testing::Test::HasFatalFailure()) RunPoisoned(launch, dy, rows, out, y_stride, warp_rows);
-  SetGemvCudaStreamed(was);
+  SetGemvCudaStreamMode(was);
 }
 
 struct Shape {
@@ -159,8 +159,8 @@ TEST_P(GemvStreamTest, OneRowMatchesCpuAndWarpRows) {
   std::vector<double> streamed, warp_rows;
   ASSERT_NO_FATAL_FAILURE(RunBothKernels([&] { return GemvCuda(args, nullptr); }, dy.ptr, 1, out,
                                          y_stride, &streamed, &warp_rows));
-  const std::string what = std::string(GgmlTypeName(type)) + " out " + std::to_string(out) +
-                           " in " + std::to_string(in);
+  const std::string what =
+      std::string(GgmlTypeName(type)) + " out " + std::to_string(out) + " in " + std::to_string(in);
   const double vs_f32 = RelError(streamed, ref), vs_warp = RelError(streamed, warp_rows);
   EXPECT_LE(vs_f32, kMaxRelErrorVsF32) << what;
   EXPECT_LE(vs_warp, kMaxRelErrorVsWarpRows) << what;
