@@ -3,13 +3,15 @@
 //
 // Why: the warp-per-row kernel (gemv_q8x_cuda.cu) holds a row's loads in registers, so the bytes
 // in flight per SM are capped by registers and warps (one row of 2-7 KB per warp, 32 warps at the
-// 64-register cap): a 26.7 MB IQ4_XS matrix took ~15 us, ~43% of the copy bandwidth, about the
-// same time as the 53 MB Q8_0 one (bench/gpu/results-h200-v2.jsonl) - latency-bound, not decode-
-// or bandwidth-bound. Here one thread per CTA keeps up to ~200 KB per SM of contiguous weight rows
+// 64-register cap). Here one thread per CTA keeps up to ~200 KB per SM of contiguous weight rows
 // in flight as bulk copies into a ring of shared-memory stages, and groups of eight consumer warps
 // take turns decoding a stage (one row each, the same per-type decoders reading shared memory)
 // while the next ones arrive. Per-lane arithmetic and its order are those of the warp-per-row
 // kernel, so the two give the same sums.
+// Measured on the H200 (docs/cuda-engine.md): more bytes in flight was not what the warp-per-row
+// kernel lacked for the 4-bit types - both are issue-bound on the decode (~45% of a read-only
+// kernel over the same bytes) - but this one is faster for Q6_K (24-27 us vs 30-34 for 41 MB) and
+// for the 433 MB LM head, so GemvStreamMode::kAuto uses it there only.
 //
 // Work units are (group, chunk of kRowsPerStage rows); a persistent grid of one CTA per SM takes
 // units in a stride, so a stage never straddles two matrices (indexed / MoE mode: group g reads
