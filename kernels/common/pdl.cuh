@@ -48,11 +48,10 @@ inline bool PdlEnabled() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
-// PdlEnabled(). The kernel must call WaitForPrimaryGrid() before touching memory other kernels
-// write.
+// `overlap`. The kernel must call WaitForPrimaryGrid() before touching memory other kernels write.
 template <class... KernelArgs, class... Args>
-cudaError_t LaunchWithPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t stream, Args&&... args) {
+cudaError_t LaunchOverlapping(bool overlap, void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
+                              size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -62,8 +61,16 @@ cudaError_t LaunchWithPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, 
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = PdlEnabled() ? 1 : 0;
+  cfg.numAttrs = overlap ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// LaunchOverlapping when PdlEnabled().
+template <class... KernelArgs, class... Args>
+cudaError_t LaunchWithPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  return LaunchOverlapping(PdlEnabled(), kernel, grid, block, smem, stream,
+                           std::forward<Args>(args)...);
 }
 
 }  // namespace stepserve::kernels

@@ -100,7 +100,7 @@ __device__ __forceinline__ void StoreRows(const GemvParams& p, float (&acc)[NR][
 }
 
 // Up to the first 4 KiB of each of the warp's rows (one 128-byte line per lane) into L2 while the
-// quantizer may still run: only weights are touched before WaitForPreviousGrid.
+// quantizer may still run: only weights are touched before WaitForPrimaryGrid.
 template <int NR>
 __device__ __forceinline__ void PrefetchRows(const GemvParams& p, const uint8_t* w, int64_t o0,
                                              int lane) {
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
   int x_row0 = 0;
   int64_t y_row0 = 0;
   if constexpr (kIndexed) {
-    WaitForPreviousGrid();
+    WaitForPrimaryGrid();
     const int g = static_cast<int>(blockIdx.y);
     const int32_t id = p.matrix_ids[g];
     if (id < 0 || id >= p.n_matrices) {
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     y_row0 = g;
   }
   PrefetchRows<NR>(p, w, o0, lane);
-  WaitForPreviousGrid();
+  WaitForPrimaryGrid();
   AllowDependentLaunch();
   int x_rows[R];
   int64_t y_rows[R];
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
 
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
-// come from the grouping kernel, which ran before the quantizer this kernel may overlap with.
+// come from the grouping kernel, which may still run when this one starts: read after the wait.
 template <class P, int R, int NR, int D>
 __global__ void __launch_bounds__(kThreads)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
   if (o0 >= p.out) return;
   const int slot = static_cast<int>(blockIdx.y);
-  WaitForPreviousGrid();  // the grouping kernel that writes the slot arrays may still run
+  WaitForPrimaryGrid();  // the grouping kernel that writes the slot arrays may still run
   AllowDependentLaunch();
   const int32_t id = p.slot_matrix[slot];
   if (id == kSlotUnused) return;
@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(256)
   // Let the dependent GEMV launch now; it waits for this grid's completion before reading. This
   // grid itself may have started before the kernel that writes x finished (it is launched with
   // programmatic serialization): wait for that one before reading x or writing the scratch.
-  asm volatile("griddepcontrol.launch_dependents;");
-  WaitForPreviousGrid();
+  AllowDependentLaunch();
+  WaitForPrimaryGrid();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t per_row = p.in / 4;
   if (t >= per_row * p.rows) return;
@@ -236,17 +236,10 @@ template <int NR>
 cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int64_t grid_y,
                            bool overlap_previous, cudaStream_t stream) {
   const int64_t warps = (p.out + NR - 1) / NR;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                     static_cast<unsigned>(grid_y));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = overlap_previous || PdlEnabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                  static_cast<unsigned>(grid_y));
+  return LaunchOverlapping(overlap_previous || PdlEnabled(), kernel, grid, dim3(kThreads), 0,
+                           stream, p);
 }
 
 template <class P, int R, int NR, int D, bool kIndexed = false>
@@ -272,18 +265,10 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
 
 cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaStream_t stream) {
   const int64_t threads = p.in / 4 * p.rows;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>((threads + 255) / 256));
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  // Overlaps the kernel before it (a norm, gate or SwiGLU that allows it early), so the GEMV that
-  // follows, itself overlapping this one, starts streaming weights sooner.
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = PdlEnabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, QuantizeQ8Kernel, p, xq, xd);
+  // Overlaps the kernel before it, so the GEMV that follows, itself overlapping this one, starts
+  // streaming weights sooner.
+  return LaunchWithPdl(QuantizeQ8Kernel, dim3(static_cast<unsigned>((threads + 255) / 256)),
+                       dim3(256), 0, stream, p, xq, xd);
 }
 
 cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previous,

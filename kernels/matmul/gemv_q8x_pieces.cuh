@@ -19,12 +19,6 @@ __device__ __forceinline__ float IntToFloat(int i) {
   return __int_as_float(0x4B400000 + i) - 12582912.0f;
 }
 
-// Waits until the grid this one depends on (the quantizer) has finished and its writes are
-// visible; returns at once when the kernel was launched without programmatic serialization.
-__device__ __forceinline__ void WaitForPreviousGrid() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
 // Weight loads from global memory: each byte is read once, so evict-first (__ldcs).
 struct StreamLoad {
   template <class T>

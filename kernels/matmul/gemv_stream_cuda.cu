@@ -95,7 +95,7 @@ struct StreamPlan {
   int stages;
 };
 
-// The row of unit `u`'s matrix a consumer warp works on, or null for an out-of-range id.
+// The weight matrix of `group` (plain mode: the only one), or null for an out-of-range id.
 template <bool kIndexed>
 __device__ __forceinline__ const uint8_t* UnitMatrix(const GemvParams& p, int64_t group) {
   if constexpr (kIndexed) {
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     if (lane != 0) return;
     // Only weights are read before the previous grid (the quantizer) finishes; the router that
     // writes indexed ids may still run, so that mode waits first.
-    if constexpr (kIndexed) WaitForPreviousGrid();
+    if constexpr (kIndexed) WaitForPrimaryGrid();
     const uint64_t policy = EvictFirstPolicy();
     int64_t it = 0;
     for (int64_t u = blockIdx.x; u < plan.units; u += gridDim.x, ++it) {
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 
   // Consumers: warp `warp` of group `cg` takes row `warp % kRowsPerStage` of every
   // kConsumerGroups-th stage.
-  WaitForPreviousGrid();
+  WaitForPrimaryGrid();
   AllowDependentLaunch();
   const int cg = warp / kRowsPerStage, row_in_stage = warp % kRowsPerStage;
   int64_t it = cg;
@@ -262,17 +262,9 @@ cudaError_t LaunchStream(const GemvParams& p, int64_t groups, bool overlap_previ
     if (err != cudaSuccess) return err;
     attribute_set.fetch_or(bit, std::memory_order_release);
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(plan.units < limits.sms ? plan.units : limits.sms));
-  cfg.blockDim = dim3(kStreamThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = overlap_previous || PdlEnabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, GemvStreamKernel<P, kIndexed>, p, plan);
+  const dim3 grid(static_cast<unsigned>(plan.units < limits.sms ? plan.units : limits.sms));
+  return LaunchOverlapping(overlap_previous || PdlEnabled(), GemvStreamKernel<P, kIndexed>, grid,
+                           dim3(kStreamThreads), static_cast<size_t>(smem), stream, p, plan);
 }
 
 template <bool kIndexed>

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/matmul/matmul_cuda.h"
+#include "tests/gpu/cuda_test_util.h"
 
 namespace stepserve::kernels {
 namespace {
@@ -64,18 +65,8 @@ HostQ8 QuantizeHost(const std::vector<float>& x, int64_t rows, int64_t in, int64
   return h;
 }
 
-int64_t PaddedRowBytes(GgmlType type, int64_t in) { return (RowBytes(type, in) + 15) / 16 * 16; }
-
-// Device buffer freed on scope exit.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-};
+using testing::DeviceBuffer;
+using testing::PaddedRowBytes;
 
 TEST(GemvCudaValidateTest, RejectsBadArguments) {
   // Host-side checks only: runs without a GPU.
@@ -301,14 +292,14 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(GemvCudaActivations::kQ8, GemvCudaActivations::kF32)));
 
 // Q5_K has the int8 path only (the exact F32 mode takes the generic GEMV).
-INSTANTIATE_TEST_SUITE_P(
-    Q5K, GemvCudaTest,
-    ::testing::Combine(::testing::Values(GgmlType::kQ5_K),
-                       ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
-                                         std::pair<int64_t, int64_t>{33, 4096},
-                                         std::pair<int64_t, int64_t>{4095, 768}),
-                       ::testing::Values(1, 3, 8, 16),
-                       ::testing::Values(GemvCudaActivations::kQ8)));
+INSTANTIATE_TEST_SUITE_P(Q5K, GemvCudaTest,
+                         ::testing::Combine(::testing::Values(GgmlType::kQ5_K),
+                                            ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
+                                                              std::pair<int64_t, int64_t>{33, 4096},
+                                                              std::pair<int64_t, int64_t>{4095,
+                                                                                          768}),
+                                            ::testing::Values(1, 3, 8, 16),
+                                            ::testing::Values(GemvCudaActivations::kQ8)));
 
 }  // namespace
 }  // namespace stepserve::kernels

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/matmul/matmul_cuda.h"
+#include "tests/gpu/cuda_test_util.h"
 
 namespace stepserve::kernels {
 namespace {
@@ -31,17 +32,8 @@ constexpr double kMaxRelErrorVsF32 = 3e-2;
 // the last multiply-add could differ (~1e-7).
 constexpr double kMaxRelErrorVsWarpRows = 1e-6;
 
-int64_t PaddedRowBytes(GgmlType type, int64_t in) { return (RowBytes(type, in) + 15) / 16 * 16; }
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-};
+using testing::DeviceBuffer;
+using testing::PaddedRowBytes;
 
 double RelError(const std::vector<double>& a, const std::vector<double>& b) {
   double diff2 = 0, ref2 = 0;

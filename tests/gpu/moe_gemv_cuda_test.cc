@@ -4,14 +4,16 @@
 // are never picked, and several weight types and token counts are covered. The GEMVs round the
 // activations (x and the SwiGLU intermediate) to int8 per 32 values, so the bound is the kQ8
 // bound of gemv_cuda_test (~5e-3 typical, 3e-2 limit) rather than float rounding.
+#include "kernels/matmul/moe_gemv_cuda.h"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -22,8 +24,8 @@
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/common/cuda_check.h"
-#include "kernels/matmul/moe_gemv_cuda.h"
 #include "kernels/moe/moe.h"
+#include "tests/gpu/cuda_test_util.h"
 #include "tests/kernels/test_util.h"
 
 namespace stepserve::kernels {
@@ -31,15 +33,7 @@ namespace {
 
 constexpr double kMaxRelError = 3e-2;
 
-struct DeviceBytes {
-  void* ptr = nullptr;
-  explicit DeviceBytes(size_t bytes) {
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBytes() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-};
+using testing::DeviceBuffer;
 
 // A random 3-D expert weight (E matrices of `out` rows of `in`): host packed rows and the device
 // copy with rows padded to 16 bytes.
@@ -48,7 +42,7 @@ struct Experts {
   int64_t in, out, n;
   int64_t row_bytes, pitch;
   std::vector<uint8_t> host;
-  std::unique_ptr<DeviceBytes> device;
+  std::unique_ptr<DeviceBuffer> device;
 
   Experts(GgmlType t, int64_t in_, int64_t out_, int64_t n_, uint64_t seed)
       : type(t), in(in_), out(out_), n(n_) {
@@ -63,19 +57,17 @@ struct Experts {
     for (int64_t r = 0; r < out * n; ++r) {
       std::memcpy(padded.data() + r * pitch, host.data() + r * row_bytes, row_bytes);
     }
-    device = std::make_unique<DeviceBytes>(padded.size());
+    device = std::make_unique<DeviceBuffer>(padded.size());
     EXPECT_EQ(cudaMemcpy(device->ptr, padded.data(), padded.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
   }
-  ExpertMatrix HostMatrix() const {
-    return {type, host.data(), row_bytes, row_bytes * out};
-  }
+  ExpertMatrix HostMatrix() const { return {type, host.data(), row_bytes, row_bytes * out}; }
   ExpertMatrixCuda DeviceMatrix() const { return {type, device->ptr, pitch, pitch * out}; }
 };
 
 template <class T>
-std::unique_ptr<DeviceBytes> ToDevice(const std::vector<T>& v) {
-  auto d = std::make_unique<DeviceBytes>(v.size() * sizeof(T));
+std::unique_ptr<DeviceBuffer> ToDevice(const std::vector<T>& v) {
+  auto d = std::make_unique<DeviceBuffer>(v.size() * sizeof(T));
   EXPECT_EQ(cudaMemcpy(d->ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
             cudaSuccess);
   return d;
@@ -128,7 +120,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
 
   auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
   const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
-  DeviceBytes workspace(static_cast<size_t>(ws));
+  DeviceBuffer workspace(static_cast<size_t>(ws));
   ASSERT_EQ(cudaMemset(workspace.ptr, 0xFF, ws), cudaSuccess);  // poison (NaN floats)
   MoeGemvCudaArgs a;
   a.x = static_cast<const float*>(dx->ptr);
@@ -166,13 +158,12 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
               std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit, err);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TypesAndTokens, MoeGemvCudaTest,
-    ::testing::Values(Param{GgmlType::kQ4_K, GgmlType::kQ4_K, 1, 0.0f},
-                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 1, 7.0f},
-                      Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 5, 7.0f},
-                      Param{GgmlType::kQ8_0, GgmlType::kQ8_0, 16, 0.0f},
-                      Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f}));
+INSTANTIATE_TEST_SUITE_P(TypesAndTokens, MoeGemvCudaTest,
+                         ::testing::Values(Param{GgmlType::kQ4_K, GgmlType::kQ4_K, 1, 0.0f},
+                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 1, 7.0f},
+                                           Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 5, 7.0f},
+                                           Param{GgmlType::kQ8_0, GgmlType::kQ8_0, 16, 0.0f},
+                                           Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;
