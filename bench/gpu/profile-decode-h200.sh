@@ -2,7 +2,8 @@
 # One device call: where a decode step's time goes. Builds bench_model, times 45-layer decode at
 # batch 1 and 16 (with the share of the step the host spent blocked on the device), then takes
 # ncu per-kernel GPU times of decode steps of a 4-layer model and sums them per step.
-# Usage: bash bench/gpu/profile-decode-h200.sh [BUILD_DIR]   (logs in $OUT or ./out-h200)
+# Usage: [BATCHES="1 16"] [WALL=1] bash bench/gpu/profile-decode-h200.sh [BUILD_DIR]
+#   (logs in $OUT or ./out-h200; WALL=0 skips the 45-layer timing)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-h200}
@@ -14,9 +15,9 @@ bash scripts/bundle-deps.sh build "$build" bench_model -- -DCMAKE_BUILD_TYPE=Rel
 echo "build: $(($(date +%s) - start)) s"
 source <(bash scripts/bundle-deps.sh env)
 bench="$build/bench/gpu/bench_model"
-timeout 200 "$bench" --synthetic step-3.5-flash --layers 45 --recipe iq4_xs --batches 1,16 \
+[[ ${WALL:-1} == 1 ]] && timeout 200 "$bench" --synthetic step-3.5-flash --layers 45 --recipe iq4_xs --batches 1,16 \
   --decode-steps 8 --prefill "" 2>"$out/wall.err" | grep -v '"layer"' | tee "$out/wall.jsonl"
-for batch in 1 16; do
+for batch in ${BATCHES:-1 16}; do
   # 4 layers: load/fill kernels first, then 4 context-fill forwards, then the decode steps.
   timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
     "$bench" --synthetic step-3.5-flash --layers 4 --recipe iq4_xs --batches $batch \

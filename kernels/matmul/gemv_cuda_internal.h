@@ -18,7 +18,9 @@ inline constexpr int kWarpsPerBlock = 4;
 inline constexpr int kThreads = 32 * kWarpsPerBlock;
 
 // Quantized activations: for every activation row, `in` int8 values, then (after the int8 part of
-// all rows, 16-byte aligned) one float2 {d, d * sum(q)} per 32 values. d = max|x| / 127.
+// all rows, 16-byte aligned) one float2 {d, d * sum(q)} per 32 values. d = max|x| / 127. Within a
+// 32-value block the values are in order, or in pair order for IQ4_XS (Q8ScratchPosition in
+// matmul_cuda.h; GemvParams::x_pair_order).
 inline constexpr int64_t kQ8BlockElems = 32;
 
 inline int64_t Q8ScalesOffset(int64_t in, int64_t rows) { return (in * rows + 15) / 16 * 16; }
@@ -33,6 +35,7 @@ struct GemvParams {
   const int8_t* xq;  // int8 activations, row stride `in` (Q8 path)
   const float2* xd;  // {d, d * sum} per 32 activations, row stride in / 32 (Q8 path)
   int rows;
+  bool x_pair_order;  // the quantizer writes, and the IQ4_XS piece reads, blocks in pair order
   float* y;
   int64_t y_stride;
   uint32_t iq4nl[4];  // kvalues_iq4nl as 16 int8 bytes, by value so no device-global state

@@ -99,6 +99,79 @@ __device__ __forceinline__ void StoreRows(const GemvParams& p, float (&acc)[NR][
   }
 }
 
+// Short rows (fewer blocks than two warp steps, e.g. the experts' down projection: 1280 IQ4_XS
+// weights = 5 blocks, which AccumulateRows spreads 4 blocks a step over the lanes, so the second
+// step runs with one lane group in four): each lane group instead takes a row of its own, o0 + g,
+// and walks all of its blocks, so every lane works on every step. acc[r] += that row dotted with
+// activation row x_rows[r], r < n_rows.
+template <class P>
+inline constexpr int kShortRowsPerWarp = 32 / P::kLanes;
+
+template <class P>
+__host__ __device__ inline bool IsShortRow(int64_t in) {
+  return in / P::kElems < 2 * kShortRowsPerWarp<P>;
+}
+
+template <class P, int R, int D>
+__device__ __forceinline__ void AccumulateShortRows(const GemvParams& p, const uint8_t* w,
+                                                    int64_t o0, int lane, const int (&x_rows)[R],
+                                                    int n_rows, float (&acc)[R]) {
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const uint8_t* row = w + (o0 + g < p.out ? o0 + g : p.out - 1) * p.w_row_bytes;
+  const int64_t nb = p.in / P::kElems;
+  typename P::Raw ring[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    if (k < nb) ring[k] = P::LoadRaw(row + k * P::kBytes, c);
+  }
+  for (int64_t b0 = 0; b0 < nb; b0 += D) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int64_t b = b0 + k;
+      if (b < nb) {
+        const typename P::W wv = P::Decode(ring[k], b, c, p);
+        if (b + D < nb) ring[k] = P::LoadRaw(row + (b + D) * P::kBytes, c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < n_rows) acc[r] += P::Dot(wv, P::LoadX(p, x_rows[r], b, c), c);
+        }
+      }
+    }
+  }
+}
+
+// Reduces acc over each lane group and stores y[y_rows[r]][o0 + g] for r < n_rows, o0 + g < out.
+template <class P, int R>
+__device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)[R], int lane,
+                                               int64_t o0, const int64_t (&y_rows)[R], int n_rows) {
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r < n_rows) {
+      float v = acc[r];
+#pragma unroll
+      for (int off = P::kLanes / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+      if (c == 0 && o0 + g < p.out) p.y[y_rows[r] * p.y_stride + o0 + g] = v;
+    }
+  }
+}
+
+// The warp's rows with either mapping: acc sized for both, only the first slot used when short.
+template <class P, int R, int NR, int D, bool kShort>
+__device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
+                                            int lane, const int (&x_rows)[R],
+                                            const int64_t (&y_rows)[R], int n_rows) {
+  if constexpr (kShort) {
+    float acc[R] = {};
+    AccumulateShortRows<P, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
+  } else {
+    float acc[NR][R] = {};
+    AccumulateRows<P, R, NR, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
+  }
+}
+
 // Up to the first 4 KiB of each of the warp's rows (one 128-byte line per lane) into L2 while the
 // quantizer may still run: only weights are touched before WaitForPrimaryGrid.
 template <int NR>
@@ -115,11 +188,13 @@ __device__ __forceinline__ void PrefetchRows(const GemvParams& p, const uint8_t*
 // One warp: output rows o0 .. o0+NR-1, all activation rows (batch) reusing one decode of the
 // weights. With one activation row the whole 4096-row matrix is one wave only at >= 8 blocks per
 // SM, so registers are capped at 64 there.
-template <class P, int R, int NR, int D, bool kIndexed>
+template <class P, int R, int NR, int D, bool kIndexed, bool kShort>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     GemvQ8Kernel(const __grid_constant__ GemvParams p) {
+  constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
   const int lane = threadIdx.x & 31;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
+  const int64_t o0 =
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kRows;
   if (o0 >= p.out) return;
   // Indexed (MoE) mode: this grid row's expert matrix, activation row and output row. The router
   // that writes the ids may still run (every kernel lets its dependent start early), so wait
@@ -132,14 +207,14 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     const int g = static_cast<int>(blockIdx.y);
     const int32_t id = p.matrix_ids[g];
     if (id < 0 || id >= p.n_matrices) {
-      if (lane < NR && o0 + lane < p.out) p.y[g * p.y_stride + o0 + lane] = 0.f;
+      if (lane < kRows && o0 + lane < p.out) p.y[g * p.y_stride + o0 + lane] = 0.f;
       return;
     }
     w += id * p.w_matrix_bytes;
     x_row0 = g / p.x_group_div;
     y_row0 = g;
   }
-  PrefetchRows<NR>(p, w, o0, lane);
+  PrefetchRows<kRows>(p, w, o0, lane);
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   int x_rows[R];
@@ -149,19 +224,19 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     x_rows[r] = x_row0 + r;
     y_rows[r] = y_row0 + r;
   }
-  float acc[NR][R] = {};
-  AccumulateRows<P, R, NR, D>(p, w, o0, lane, x_rows, p.rows, acc);
-  StoreRows<R, NR>(p, acc, lane, o0, y_rows, p.rows);
+  DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, p.rows);
 }
 
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
 // come from the grouping kernel, which may still run when this one starts: read after the wait.
-template <class P, int R, int NR, int D>
+template <class P, int R, int NR, int D, bool kShort>
 __global__ void __launch_bounds__(kThreads)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
+  constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
   const int lane = threadIdx.x & 31;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * NR;
+  const int64_t o0 =
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kRows;
   if (o0 >= p.out) return;
   const int slot = static_cast<int>(blockIdx.y);
   WaitForPrimaryGrid();  // the grouping kernel that writes the slot arrays may still run
@@ -171,7 +246,9 @@ __global__ void __launch_bounds__(kThreads)
   const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
   if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
     for (int i = begin; i < end; ++i) {
-      if (lane < NR && o0 + lane < p.out) p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
+      if (lane < kRows && o0 + lane < p.out) {
+        p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
+      }
     }
     return;
   }
@@ -186,9 +263,7 @@ __global__ void __launch_bounds__(kThreads)
       x_rows[r] = group / p.x_group_div;
       y_rows[r] = group;
     }
-    float acc[NR][R] = {};
-    AccumulateRows<P, R, NR, D>(p, w, o0, lane, x_rows, n_rows, acc);
-    StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
+    DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
   }
 }
 
@@ -224,37 +299,57 @@ __global__ void __launch_bounds__(256)
   const uint32_t packed =
       (static_cast<uint32_t>(q[0]) & 0xFFu) | ((static_cast<uint32_t>(q[1]) & 0xFFu) << 8) |
       ((static_cast<uint32_t>(q[2]) & 0xFFu) << 16) | ((static_cast<uint32_t>(q[3]) & 0xFFu) << 24);
-  *reinterpret_cast<uint32_t*>(xq + r * p.in + k) = packed;
+  if (p.x_pair_order) {
+    // Thread j < 4 of the block's 8 holds elements 4j..4j+3, thread j + 4 elements 16+4j..: j
+    // interleaves the two into block bytes 8j..8j+7 (Q8ScratchPosition).
+    const uint32_t partner = __shfl_down_sync(mask, packed, 4, 8);
+    const int j = threadIdx.x & 7;
+    if (j < 4) {
+      const int64_t block = k & ~int64_t{31};
+      *reinterpret_cast<uint2*>(xq + r * p.in + block + 8 * j) =
+          make_uint2(__byte_perm(packed, partner, 0x5140u), __byte_perm(packed, partner, 0x7362u));
+    }
+  } else {
+    *reinterpret_cast<uint32_t*>(xq + r * p.in + k) = packed;
+  }
   if ((threadIdx.x & 7) == 0) {
     xd[r * (p.in / 32) + k / 32] = make_float2(d, d * static_cast<float>(sum));
   }
 }
 
-// Launches `kernel` with one warp per NR output rows (grid x) and `grid_y` grid rows, optionally
-// with programmatic stream serialization (see LaunchGemvQ8x).
-template <int NR>
+// Launches `kernel` with one warp per kRows output rows (grid x) and `grid_y` grid rows,
+// optionally with programmatic stream serialization (see LaunchGemvQ8x).
+template <int kRows>
 cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int64_t grid_y,
                            bool overlap_previous, cudaStream_t stream) {
-  const int64_t warps = (p.out + NR - 1) / NR;
+  const int64_t warps = (p.out + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>(grid_y));
   return LaunchOverlapping(overlap_previous || PdlEnabled(), kernel, grid, dim3(kThreads), 0,
                            stream, p);
 }
 
-template <class P, int R, int NR, int D, bool kIndexed = false>
+template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false>
 cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
                    int64_t groups = 1) {
-  return LaunchWarpRows<NR>(GemvQ8Kernel<P, R, NR, D, kIndexed>, p, groups, overlap_previous,
-                            stream);
+  return LaunchWarpRows < kShort ? kShortRowsPerWarp<P>
+                                 : NR > (GemvQ8Kernel<P, R, NR, D, kIndexed, kShort>, p, groups,
+                                         overlap_previous, stream);
 }
 
 // Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
 // (sharing activation loads) and pipeline depth D. Measured on the H200 (docs/cuda-host.md): the
 // first version (no ring, NR up to 4) stalled on load latency (ncu: 68% of stall cycles waiting on
 // L1TEX) and had too few warps at NR = 4, so NR stays at 2 and the ring keeps loads in flight.
+// Short rows take the row-per-lane-group mapping at the one-row depth (R = 8 shares R = 16's).
 template <class P>
 cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
+  if (IsShortRow<P>(p.in)) {
+    constexpr int D = P::kDepth1;
+    if (p.rows == 1) return Launch<P, 1, 1, D, false, true>(p, overlap_previous, stream);
+    if (p.rows <= 4) return Launch<P, 4, 1, D, false, true>(p, overlap_previous, stream);
+    return Launch<P, 16, 1, D, false, true>(p, overlap_previous, stream);
+  }
   if (p.rows == 1) return Launch<P, 1, 1, P::kDepth1>(p, overlap_previous, stream);
   if (p.rows <= 4) return Launch<P, 4, 2, 2>(p, overlap_previous, stream);
   if (p.rows <= 8) return Launch<P, 8, 2, 2>(p, overlap_previous, stream);
@@ -299,8 +394,20 @@ template <class P>
 cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
                           cudaStream_t stream) {
   constexpr int kR = 4, kNR = 2, kD = 2;  // the rows <= 4 shape of LaunchRows
-  return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD>, p, slots, overlap_previous,
+  if (IsShortRow<P>(p.in)) {
+    return LaunchWarpRows<kShortRowsPerWarp<P>>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p,
+                                                slots, overlap_previous, stream);
+  }
+  return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots, overlap_previous,
                              stream);
+}
+
+template <class P>
+cudaError_t LaunchIndexed(const GemvParams& p, int64_t groups, bool overlap_previous,
+                          cudaStream_t stream) {
+  constexpr int D = P::kDepth1;
+  return IsShortRow<P>(p.in) ? Launch<P, 1, 1, D, true, true>(p, overlap_previous, stream, groups)
+                             : Launch<P, 1, 1, D, true, false>(p, overlap_previous, stream, groups);
 }
 
 }  // namespace
@@ -338,16 +445,15 @@ cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t gro
   }
   switch (type) {
     case GgmlType::kQ8_0:
-      return Launch<PieceQ8_0, 1, 1, PieceQ8_0::kDepth1, true>(p, overlap_previous, stream, groups);
+      return LaunchIndexed<PieceQ8_0>(p, groups, overlap_previous, stream);
     case GgmlType::kQ4_K:
-      return Launch<PieceQ4_K, 1, 1, PieceQ4_K::kDepth1, true>(p, overlap_previous, stream, groups);
+      return LaunchIndexed<PieceQ4_K>(p, groups, overlap_previous, stream);
     case GgmlType::kQ5_K:
-      return Launch<PieceQ5_K, 1, 1, PieceQ5_K::kDepth1, true>(p, overlap_previous, stream, groups);
+      return LaunchIndexed<PieceQ5_K>(p, groups, overlap_previous, stream);
     case GgmlType::kQ6_K:
-      return Launch<PieceQ6_K, 1, 1, PieceQ6_K::kDepth1, true>(p, overlap_previous, stream, groups);
+      return LaunchIndexed<PieceQ6_K>(p, groups, overlap_previous, stream);
     case GgmlType::kIQ4_XS:
-      return Launch<PieceIQ4_XS, 1, 1, PieceIQ4_XS::kDepth1, true>(p, overlap_previous, stream,
-                                                                   groups);
+      return LaunchIndexed<PieceIQ4_XS>(p, groups, overlap_previous, stream);
     default:
       return cudaErrorInvalidValue;
   }

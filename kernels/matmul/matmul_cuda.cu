@@ -55,12 +55,22 @@ KernelStatus ValidateGemvCuda(const GemvCudaArgs& a) {
   return KernelStatus::kOk;
 }
 
+int Q8ScratchPosition(GgmlType type, int e) {
+  if (type != GgmlType::kIQ4_XS) return e;
+  return e < 16 ? 8 * (e / 4) + 2 * (e % 4) : 8 * ((e - 16) / 4) + 2 * (e % 4) + 1;
+}
+
+bool SameQ8ScratchOrder(GgmlType a, GgmlType b) {
+  return (a == GgmlType::kIQ4_XS) == (b == GgmlType::kIQ4_XS);
+}
+
 namespace {
 
 // The parameter block both entry points share: weights, activations, outputs, IQ4_NL table.
-GemvParams BaseParams(const void* w, int64_t w_row_bytes, int64_t in, int64_t out, const float* x,
-                      int64_t x_stride, float* y, int64_t y_stride) {
+GemvParams BaseParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in, int64_t out,
+                      const float* x, int64_t x_stride, float* y, int64_t y_stride) {
   GemvParams p{};
+  p.x_pair_order = type == GgmlType::kIQ4_XS;  // see Q8ScratchPosition
   p.w = static_cast<const uint8_t*>(w);
   p.w_row_bytes = w_row_bytes;
   p.in = in;
@@ -115,7 +125,8 @@ KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvIndexedCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p = BaseParams(a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
+  GemvParams p =
+      BaseParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
   auto* base = static_cast<uint8_t*>(a.scratch);
   p.xq = reinterpret_cast<int8_t*>(base);
   p.xd = reinterpret_cast<float2*>(base + gemv_internal::Q8ScalesOffset(a.in, a.x_rows));
@@ -156,7 +167,8 @@ GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode) {
 KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p = BaseParams(a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
+  GemvParams p =
+      BaseParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
   p.rows = static_cast<int>(a.rows);
   cudaError_t err = cudaSuccess;
   if (a.activations == GemvCudaActivations::kF32) {

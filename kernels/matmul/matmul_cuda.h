@@ -17,7 +17,8 @@
 //    (the weights stay exact). Against the same computation on the quantized X it is exact up to
 //    F32 accumulation order (~1e-7). With `x_prequantized` the quantization step is skipped and the
 //    scratch from an earlier call with the same X, `in` and `rows` is reused (several matmuls that
-//    share an input quantize it once).
+//    share an input quantize it once); that call's type must keep the int8 values in the same
+//    order (SameQ8ScratchOrder).
 //  - kF32 (reference): every weight is dequantized and multiplied by the F32 activation; exact up
 //  to
 //    accumulation order, several times slower (bound by L1 traffic, see docs/cuda-host.md).
@@ -72,6 +73,15 @@ int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 
 // Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS (Q5_K with kQ8 activations only).
 bool GemvCudaSupports(GgmlType type);
+
+// Where the int8 scratch keeps element e (0..31) of each 32-value activation block for weights of
+// `type`: at e, except for IQ4_XS, whose GEMV reads the block in the order its table lookup
+// yields weights (the nibbles of a 32-bit word in place: low, high nibble of byte 0, then of byte
+// 1, ...), so no de-interleave per weight is needed: element 4i + j at 8i + 2j and 16 + 4i + j at
+// 8i + 2j + 1 (i, j < 4). The scales and sums are per block either way.
+int Q8ScratchPosition(GgmlType type, int e);
+// Whether a scratch quantized for type `a` can be reused (x_prequantized) by a call for `b`.
+bool SameQ8ScratchOrder(GgmlType a, GgmlType b);
 
 // Checks sizes, strides, alignment and type (host-side only; pointers are not dereferenced).
 KernelStatus ValidateGemvCuda(const GemvCudaArgs& args);

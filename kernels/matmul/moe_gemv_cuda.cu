@@ -220,7 +220,8 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   u.w_row_bytes = a.up.row_bytes;
   u.w_matrix_bytes = a.up.matrix_bytes;
   u.y = up;
-  u.x_prequantized = true;
+  // Shares the gate's quantized activations unless the types keep them in different orders.
+  u.x_prequantized = SameQ8ScratchOrder(a.gate.type, a.up.type);
   if (KernelStatus s = GemvIndexedCuda(u, stream); s != KernelStatus::kOk) return s;
 
   const int64_t n = groups * a.n_ff;

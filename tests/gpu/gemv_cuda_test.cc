@@ -68,6 +68,27 @@ HostQ8 QuantizeHost(const std::vector<float>& x, int64_t rows, int64_t in, int64
 using testing::DeviceBuffer;
 using testing::PaddedRowBytes;
 
+TEST(Q8ScratchPositionTest, EachTypeStoresABlockAsAPermutation) {
+  for (GgmlType type :
+       {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS}) {
+    std::vector<int> seen(32, 0);
+    for (int e = 0; e < 32; ++e) {
+      const int at = Q8ScratchPosition(type, e);
+      ASSERT_GE(at, 0);
+      ASSERT_LT(at, 32);
+      ++seen[at];
+    }
+    for (int n : seen) EXPECT_EQ(n, 1) << GgmlTypeName(type);
+  }
+  // IQ4_XS: word 2i + j/2 of the block pairs element 4i + j (even byte) with 16 + 4i + j (odd).
+  EXPECT_EQ(Q8ScratchPosition(GgmlType::kIQ4_XS, 0), 0);
+  EXPECT_EQ(Q8ScratchPosition(GgmlType::kIQ4_XS, 16), 1);
+  EXPECT_EQ(Q8ScratchPosition(GgmlType::kIQ4_XS, 5), 10);
+  EXPECT_EQ(Q8ScratchPosition(GgmlType::kIQ4_XS, 31), 31);
+  EXPECT_TRUE(SameQ8ScratchOrder(GgmlType::kQ4_K, GgmlType::kQ6_K));
+  EXPECT_FALSE(SameQ8ScratchOrder(GgmlType::kQ4_K, GgmlType::kIQ4_XS));
+}
+
 TEST(GemvCudaValidateTest, RejectsBadArguments) {
   // Host-side checks only: runs without a GPU.
   alignas(16) static uint8_t w[4096];
@@ -252,10 +273,15 @@ TEST_P(GemvCudaTest, MatchesCpuReference) {
     return;
   }
 
-  // The quantized activations in the scratch, byte for byte.
+  // The quantized activations in the scratch, byte for byte, in the type's order.
   std::vector<uint8_t> scratch(scratch_bytes);
   ASSERT_EQ(cudaMemcpy(scratch.data(), ds.ptr, scratch_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(std::memcmp(scratch.data(), hq.q.data(), hq.q.size()), 0)
+  std::vector<int8_t> expect_q(hq.q.size());
+  for (size_t i = 0; i < hq.q.size(); ++i) {
+    const size_t block = i / 32 * 32;
+    expect_q[block + Q8ScratchPosition(type, static_cast<int>(i % 32))] = hq.q[i];
+  }
+  ASSERT_EQ(std::memcmp(scratch.data(), expect_q.data(), expect_q.size()), 0)
       << what << ": int8 activations differ from the host quantization";
   const int64_t scales_at = GemvCudaScratchBytes(in, rows) - rows * (in / 32) * 8;
   for (int64_t i = 0; i < rows * (in / 32); ++i) {
@@ -287,7 +313,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          GgmlType::kIQ4_XS),
                        ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
                                          std::pair<int64_t, int64_t>{33, 4096},
-                                         std::pair<int64_t, int64_t>{4095, 768}),
+                                         std::pair<int64_t, int64_t>{4095, 768},
+                                         std::pair<int64_t, int64_t>{37, 1280}),
                        ::testing::Values(1, 3, 8, 16),
                        ::testing::Values(GemvCudaActivations::kQ8, GemvCudaActivations::kF32)));
 

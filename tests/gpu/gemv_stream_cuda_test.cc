@@ -1,7 +1,8 @@
 // The streamed one-row GEMV (bulk copies through shared memory, kernels/matmul/gemv_stream_cuda.cu)
 // on fresh random blocks: against the CPU (DequantizeRow + double dot with the F32 activations,
 // bounded by the int8 activation rounding) and against the warp-per-row kernel it replaces
-// (SetGemvCudaStreamMode), which computes the same per-lane sums in the same order. Shapes
+// (SetGemvCudaStreamMode), which computes the same per-lane sums (in another order on short
+// rows). Shapes
 // make each CTA take more units than its ring has stages (the barrier phases wrap) and end in a
 // partial stage; the indexed (MoE) mode mixes valid and out-of-range matrix ids.
 #include <cuda_runtime_api.h>
@@ -28,9 +29,12 @@ namespace {
 // int8 activations vs the exact F32 product: ~5e-3 on normal data (matmul_cuda.h); an indexing
 // error gives order 1.
 constexpr double kMaxRelErrorVsF32 = 3e-2;
-// Streamed vs warp-per-row: the same sums in the same order; only the compiler's contraction of
-// the last multiply-add could differ (~1e-7).
-constexpr double kMaxRelErrorVsWarpRows = 1e-6;
+// Streamed vs warp-per-row: the same per-lane sums in the same order (only the compiler's
+// contraction of the last multiply-add could differ, ~1e-7), except on short rows (fewer blocks
+// than two warp steps, the 1280-wide expert-down row of the 4-bit types), where the warp-per-row
+// kernel gives each lane group a row of its own and so adds the F32 partials in another order:
+// ~1e-7 relative per add over <= 40 partials.
+constexpr double kMaxRelErrorVsWarpRows = 1e-5;
 
 using testing::DeviceBuffer;
 using testing::PaddedRowBytes;
