@@ -47,8 +47,8 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
                double copy_gbps) {
   int64_t row_bytes = 0, w_bytes = 0;
   int copies = 0;
-  uint8_t* w = DeviceWeightCopies(type, in, out, int64_t{1} << 30, 1234, &row_bytes, &w_bytes,
-                                  &copies);
+  uint8_t* w =
+      DeviceWeightCopies(type, in, out, int64_t{1} << 30, 1234, &row_bytes, &w_bytes, &copies);
   std::vector<float> hx(rows * in);
   for (size_t i = 0; i < hx.size(); ++i) hx[i] = static_cast<float>((i * 2654435761u) % 1000) - 500;
   float *x, *y;
@@ -114,7 +114,10 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
 }
 
 // --quick: every int8-path type, 4096x12288 and 12288x4096, one row (decode), int8 activations.
-int Main(bool quick) {
+// --rows: IQ4_XS and Q4_K at 1, 2, 4, 8, 12 and 16 activation rows (the tensor-core and dp4a
+// multi-row kernels), int8 activations quantized in the call.
+int Main(const std::string& mode) {
+  const bool quick = mode == "--quick";
   if (CudaDeviceCount() == 0) {
     std::fprintf(stderr, "bench_gemv: no CUDA device visible\n");
     return 1;
@@ -128,10 +131,19 @@ int Main(bool quick) {
   const int64_t copy_bytes = int64_t{2} << 30;
   const double kernel_gbps = BenchCopy(stream, true, copy_bytes);  // every fraction needs it
   if (quick) {
-    for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                          GgmlType::kQ8_0}) {
+    for (GgmlType type :
+         {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
       BenchGemv(stream, type, 4096, 12288, 1, Act::kQ8, kernel_gbps);
       BenchGemv(stream, type, 12288, 4096, 1, Act::kQ8, kernel_gbps);
+    }
+    return 0;
+  }
+  if (mode == "--rows") {
+    for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K}) {
+      for (int64_t rows : {1, 2, 4, 8, 12, 16}) {
+        BenchGemv(stream, type, 4096, 12288, rows, Act::kQ8, kernel_gbps);
+        BenchGemv(stream, type, 12288, 4096, rows, Act::kQ8, kernel_gbps);
+      }
     }
     return 0;
   }
@@ -152,6 +164,4 @@ int Main(bool quick) {
 }  // namespace
 }  // namespace stepserve::kernels
 
-int main(int argc, char** argv) {
-  return stepserve::kernels::Main(argc > 1 && std::string(argv[1]) == "--quick");
-}
+int main(int argc, char** argv) { return stepserve::kernels::Main(argc > 1 ? argv[1] : ""); }

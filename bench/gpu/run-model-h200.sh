@@ -4,10 +4,13 @@
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
 # Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab] [BUILD_DIR]
-#   ab: batch 1 and 64 decode with the defaults, with the one-row GEMV never streamed
-#   (STEPSERVE_GEMV_STREAM=0; default auto), with every kernel in plain stream order
-#   (STEPSERVE_PDL=0), and without fused projections and device top-k.
+#   ab: batch 1 and 64 (AB_BATCHES) decode with the defaults, with the one-row GEMV never
+#   streamed (STEPSERVE_GEMV_STREAM=0; default auto), with every kernel in plain stream order
+#   (STEPSERVE_PDL=0), without the tensor-core GEMV (STEPSERVE_GEMV_MMA=0), and without fused
+#   projections and device top-k; AB_RUNS=';A=1;--flag' picks the runs.
 #   gemv: the GEMV tests and bench_gemv --quick with the streamed one-row GEMV on and off.
+#   rows: bench_gemv --rows and decode at batch 1, 4, 16 with the tensor-core multi-row GEMV on
+#   and off (STEPSERVE_GEMV_MMA=1/0); run `tests` for the tests.
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -28,6 +31,7 @@ done
 extra=(stepserve)
 [[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
 [[ $what == gemv ]] && targets=(gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test) extra=(bench_gemv)
+[[ $what == rows ]] && targets=() extra=(bench_gemv bench_model)
 bash scripts/bundle-deps.sh build "$build" "${targets[@]}" "${extra[@]}" \
   -- -DCMAKE_BUILD_TYPE=Release >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; tail -20 "$out/build.log"; exit 1; }
@@ -68,14 +72,15 @@ if [[ $what == bench || $what == all ]]; then
   tail -5 "$out/bench-iq4xs.err"
 fi
 if [[ $what == ab ]]; then
-  for run in "" "STEPSERVE_GEMV_STREAM=0" "STEPSERVE_PDL=0" \
-    "--fuse-projections=false --logit-top-k 0"; do
+  # AB_RUNS (';'-separated) overrides the list; an empty entry is the defaults.
+  IFS=';' read -r -a runs <<<"${AB_RUNS:-;STEPSERVE_GEMV_STREAM=0;STEPSERVE_PDL=0;STEPSERVE_GEMV_MMA=0;--fuse-projections=false --logit-top-k 0}"
+  for run in "${runs[@]}"; do
     env_set=() flags=()
     for word in $run; do
       if [[ $word == *=* && $word != --* ]]; then env_set+=("$word"); else flags+=("$word"); fi
     done
     timeout 120 env "${env_set[@]}" "$build/bench/gpu/bench_model" --synthetic step-3.5-flash \
-      --layers 45 --recipe iq4_xs --batches 1,64 --decode-steps 12 --prefill "" \
+      --layers 45 --recipe iq4_xs --batches ${AB_BATCHES:-1,64} --decode-steps 12 --prefill "" \
       --layer-times=false "${flags[@]}" >"$out/bench-ab.jsonl" 2>"$out/bench-ab.err"
     echo "ab [$run] rc=$?"
     grep decode "$out/bench-ab.jsonl"
@@ -93,6 +98,21 @@ if [[ $what == gemv ]]; then
       >"$out/bench-gemv-stream$stream.jsonl" 2>&1
     echo "bench_gemv --quick STEPSERVE_GEMV_STREAM=$stream rc=$?"
     grep -E '"rows":1,|hbm_copy' "$out/bench-gemv-stream$stream.jsonl"
+  done
+fi
+if [[ $what == rows ]]; then
+  for mma in 1 0; do
+    STEPSERVE_GEMV_MMA=$mma timeout 90 "$build/bench/gpu/bench_gemv" --rows \
+      >"$out/bench-gemv-rows-mma$mma.jsonl" 2>&1
+    echo "bench_gemv --rows STEPSERVE_GEMV_MMA=$mma rc=$?"
+    grep -E '"gemv"|hbm_copy' "$out/bench-gemv-rows-mma$mma.jsonl" |
+      sed -E 's/.*"type":"([^"]*)","out":([0-9]*),"in":([0-9]*),"rows":([0-9]*).*"us":([0-9.]*).*/\1 \2x\3 rows \4: \5 us/'
+    STEPSERVE_GEMV_MMA=$mma timeout 150 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash \
+      --layers 45 --recipe iq4_xs --batches 1,4,16 --decode-steps 12 --prefill "" \
+      --layer-times=false >"$out/bench-rows-mma$mma.jsonl" 2>"$out/bench-rows-mma$mma.err"
+    echo "bench_model STEPSERVE_GEMV_MMA=$mma rc=$?"
+    grep decode "$out/bench-rows-mma$mma.jsonl"
+    tail -2 "$out/bench-rows-mma$mma.err"
   done
 fi
 if [[ $what == mixes ]]; then

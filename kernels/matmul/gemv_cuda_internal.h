@@ -80,6 +80,19 @@ cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t grou
 // whatever SetGemvCudaStreamMode set.
 std::atomic<int>& GemvStreamModeSetting();
 
+// 2..kGemvMmaMaxRows activation rows of IQ4_XS (plain mode, p.x_pair_order) through the
+// tensor-core kernel (gemv_mma_cuda.cu); cudaErrorNotSupported, with nothing launched, for
+// anything else or when STEPSERVE_GEMV_MMA=0 (GemvMmaEnabled): the caller then takes the dp4a
+// kernels. LaunchGemvQ8x takes it from kGemvMmaMinRows rows.
+// From 8 rows: below that the dp4a kernels measured faster (H200, bench_gemv --rows, IQ4_XS
+// 4096x12288: 2 / 4 / 8 / 16 rows 30.3 / 31.6 / 32.5 / 50.6 us tensor-core vs 18.2 / 22.2 / 36.8
+// / 67.8 dp4a): the tensor-core kernel's weight loads are 16 bytes per row per instruction.
+inline constexpr int kGemvMmaMinRows = 8;
+inline constexpr int kGemvMmaMaxRows = 16;
+bool GemvMmaEnabled();
+cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
+                             cudaStream_t stream);
+
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream);

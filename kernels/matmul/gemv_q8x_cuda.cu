@@ -371,6 +371,9 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
   if (p.rows == 1) {
     const cudaError_t err = LaunchGemvQ8xStream(type, p, 1, overlap_previous, stream);
     if (err != cudaErrorNotSupported) return err;
+  } else if (p.rows >= kGemvMmaMinRows) {
+    const cudaError_t err = LaunchGemvQ8xMma(type, p, overlap_previous, stream);
+    if (err != cudaErrorNotSupported) return err;
   }
   switch (type) {
     case GgmlType::kQ8_0:
@@ -393,7 +396,10 @@ namespace {
 template <class P>
 cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
                           cudaStream_t stream) {
-  constexpr int kR = 4, kNR = 2, kD = 2;  // the rows <= 4 shape of LaunchRows
+  // The rows <= 4 shape of LaunchRows. One row per warp with the one-row ring depth (more warps,
+  // more blocks in flight) measured slower on the H200: batch 16 / 64 decode 450.9 / 709.4 vs
+  // 514.9 / 827.0 tok/s (bench/gpu/results-h200-ab-v5.txt).
+  constexpr int kR = 4, kNR = 2, kD = 2;
   if (IsShortRow<P>(p.in)) {
     return LaunchWarpRows<kShortRowsPerWarp<P>>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p,
                                                 slots, overlap_previous, stream);
