@@ -9,8 +9,8 @@
 #   (STEPSERVE_PDL=0), without the tensor-core GEMV (STEPSERVE_GEMV_MMA=0), and without fused
 #   projections and device top-k; AB_RUNS=';A=1;--flag' picks the runs.
 #   gemv: the GEMV tests and bench_gemv --quick with the streamed one-row GEMV on and off.
-#   rows: bench_gemv --rows and decode at batch 1, 4, 16 with the tensor-core multi-row GEMV on
-#   and off (STEPSERVE_GEMV_MMA=1/0); run `tests` for the tests.
+#   rows: gemv_cuda_test, bench_gemv --rows with the tensor-core GEMV from 2 rows and off
+#   (STEPSERVE_GEMV_MMA=2/0), decode at batch 4 and 16 with it from 2 rows, from 8 (default), off.
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -31,7 +31,7 @@ done
 extra=(stepserve)
 [[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
 [[ $what == gemv ]] && targets=(gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test) extra=(bench_gemv)
-[[ $what == rows ]] && targets=() extra=(bench_gemv bench_model)
+[[ $what == rows ]] && targets=(gemv_cuda_test) extra=(bench_gemv bench_model)
 bash scripts/bundle-deps.sh build "$build" "${targets[@]}" "${extra[@]}" \
   -- -DCMAKE_BUILD_TYPE=Release >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; tail -20 "$out/build.log"; exit 1; }
@@ -101,17 +101,22 @@ if [[ $what == gemv ]]; then
   done
 fi
 if [[ $what == rows ]]; then
-  for mma in 1 0; do
+  timeout 300 "$build/tests/gpu/gemv_cuda_test" >"$out/gemv_cuda_test.log" 2>&1
+  echo "gemv_cuda_test rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/gemv_cuda_test.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED' "$out/gemv_cuda_test.log" | head -20
+  for mma in 2 0; do
     STEPSERVE_GEMV_MMA=$mma timeout 90 "$build/bench/gpu/bench_gemv" --rows \
       >"$out/bench-gemv-rows-mma$mma.jsonl" 2>&1
     echo "bench_gemv --rows STEPSERVE_GEMV_MMA=$mma rc=$?"
-    grep -E '"gemv"|hbm_copy' "$out/bench-gemv-rows-mma$mma.jsonl" |
+    grep -E '"gemv"' "$out/bench-gemv-rows-mma$mma.jsonl" | grep iq4_xs |
       sed -E 's/.*"type":"([^"]*)","out":([0-9]*),"in":([0-9]*),"rows":([0-9]*).*"us":([0-9.]*).*/\1 \2x\3 rows \4: \5 us/'
+  done
+  for mma in 2 1 0; do
     STEPSERVE_GEMV_MMA=$mma timeout 150 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash \
-      --layers 45 --recipe iq4_xs --batches 1,4,16 --decode-steps 12 --prefill "" \
+      --layers 45 --recipe iq4_xs --batches 4,16 --decode-steps 12 --prefill "" \
       --layer-times=false >"$out/bench-rows-mma$mma.jsonl" 2>"$out/bench-rows-mma$mma.err"
     echo "bench_model STEPSERVE_GEMV_MMA=$mma rc=$?"
-    grep decode "$out/bench-rows-mma$mma.jsonl"
+    grep decode "$out/bench-rows-mma$mma.jsonl" | cut -c1-110
     tail -2 "$out/bench-rows-mma$mma.err"
   done
 fi

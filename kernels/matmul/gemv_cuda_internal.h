@@ -82,14 +82,15 @@ std::atomic<int>& GemvStreamModeSetting();
 
 // 2..kGemvMmaMaxRows activation rows of IQ4_XS (plain mode, p.x_pair_order) through the
 // tensor-core kernel (gemv_mma_cuda.cu); cudaErrorNotSupported, with nothing launched, for
-// anything else or when STEPSERVE_GEMV_MMA=0 (GemvMmaEnabled): the caller then takes the dp4a
-// kernels. LaunchGemvQ8x takes it from kGemvMmaMinRows rows.
-// From 8 rows: below that the dp4a kernels measured faster (H200, bench_gemv --rows, IQ4_XS
-// 4096x12288: 2 / 4 / 8 / 16 rows 30.3 / 31.6 / 32.5 / 50.6 us tensor-core vs 18.2 / 22.2 / 36.8
-// / 67.8 dp4a): the tensor-core kernel's weight loads are 16 bytes per row per instruction.
+// anything else: the caller then takes the dp4a kernels. LaunchGemvQ8x takes it from
+// GemvMmaMinRows() rows: kGemvMmaMinRows, or per STEPSERVE_GEMV_MMA 0 = never, 2 = from 2 rows.
+// From 8 rows by default: below that the dp4a kernels are as fast or faster (H200, bench_gemv
+// --rows, IQ4_XS 4096x12288 at 2 / 4 / 8 / 16 rows: 26.8 / 27.3 / 30.4 / 26.1 us tensor-core vs
+// 18.4 / 22.2 / 37.0 / 67.2 dp4a; 12288x4096: 18.9 / 21.2 / 22.8 / 28.4 vs 17.2 / 21.8 / 33.3 /
+// 60.0; batch-4 decode 309.0 tok/s from 2 rows vs 314.6 from 8).
 inline constexpr int kGemvMmaMinRows = 8;
 inline constexpr int kGemvMmaMaxRows = 16;
-bool GemvMmaEnabled();
+int GemvMmaMinRows();
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream);
 

@@ -6,21 +6,23 @@
 // rows in one instruction per warp: after the shared decode, each further 8 activation rows cost
 // one MMA and a 4-value scale epilogue per 512 weights.
 //
-// Layout. A CTA owns 16 output rows (the MMA's M) and its 8 warps split K: warp w takes
-// sub-block w (32 weights) of every 256-weight IQ4_XS block of those rows, so its scale bits sit
-// at a warp-uniform place. Lane (g = lane / 4, t = lane % 4) loads qs word t of that sub-block
-// for rows g and g + 8; Lookup16Pairs turns each word into the 8 table values in pair order,
-// which are the MMA's A registers as they come (a0 / a2 for row g, a1 / a3 for row g + 8: k-slots
-// 4t..4t+3 and 16+4t..16+4t+3). The activations are stored in the same pair order
+// Layout. A CTA owns 16 output rows (the MMA's M) and its 4 warps (8 when there are fewer than
+// 8192 rows, so each SM still has enough warps) split K by pairs of 256-weight IQ4_XS blocks. A
+// warp copies its pair of blocks of all 16 rows (16 x 272 bytes, 17 16-byte pieces per row, 16-byte
+// aligned since rows are) into its own two-stage shared-memory ring with cp.async: one copy
+// instruction moves 512 bytes in runs of 272 contiguous bytes. The first version loaded the qs
+// words straight from global memory, 16 bytes in each of 8 rows per load instruction, and took
+// 30 us for 2-8 rows of 4096x12288, twice the one-row dp4a kernel (not profiled; many L1
+// wavefronts per byte is the likely cause). Lane (g = lane / 4, t = lane % 4)
+// then reads qs word t of each sub-block for rows g and g + 8 (a 272-byte row stride puts the 8
+// rows 4 banks apart: conflict-free); Lookup16Pairs turns each word into the 8 table values in pair
+// order, which are the MMA's A registers as they come (a0 / a2 for row g, a1 / a3 for row g + 8:
+// k-slots 4t..4t+3 and 16+4t..16+4t+3). The activations are stored in the same pair order
 // (Q8ScratchPosition), so the B registers of activation row 8j + g are the 8 bytes at 8t of its
 // sub-block. Each MMA's int32 result (row, activation row) is that sub-block's exact integer dot;
-// it is scaled by the weight sub-block scale and the activation block's d in F32. The 8 warps'
-// partial sums are added through shared memory at the end.
-//
-// Weights are read with plain (L1-allocating) loads: the 4 lanes of a row read 16 bytes of a
-// 32-byte sector and the next sub-block's warp reads the other half. A ring of kDepth sub-blocks
-// per warp keeps loads in flight; the first kDepth are issued before waiting for the quantizer
-// (programmatic dependent launch), since weights do not depend on it.
+// it is scaled by the weight sub-block scale and the activation block's d in F32. The warps'
+// partial sums are added through shared memory at the end. The first copies are issued before
+// waiting for the quantizer (programmatic dependent launch): weights do not depend on it.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -34,10 +36,11 @@ namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
 
-constexpr int kMmaWarps = 8;    // split-K: one per IQ4_XS sub-block
 constexpr int kMmaRowsM = 16;   // output rows per CTA
-constexpr int kMmaDepth = 8;    // sub-blocks in flight per warp
 constexpr int kIq4Bytes = 136;  // IQ4_XS block: d (f16), scales_h (u16), scales_l[4], qs[128]
+constexpr int kPairBytes = 2 * kIq4Bytes;            // 17 pieces of 16 bytes
+constexpr int kStageBytes = kMmaRowsM * kPairBytes;  // one pair of blocks of the 16 rows
+constexpr int kStages = 2;
 
 // c = A (16 x 32 int8, row-major fragments) * B (32 x 8 int8), int32, fresh accumulators.
 __device__ __forceinline__ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
@@ -49,56 +52,115 @@ __device__ __forceinline__ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
 }
 
-// One sub-block of rows g and g + 8: the qs word of the lane and the block headers.
-struct Stage {
-  uint32_t qa, qb;
-  uint2 ha, hb;
-};
+__device__ __forceinline__ void CopyAsync16(void* smem, const void* global) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
+}
+__device__ __forceinline__ void CommitCopies() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most one committed group of this thread's copies is still in flight.
+__device__ __forceinline__ void WaitCopiesButOne() {
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+}
 
-__device__ __forceinline__ Stage LoadStage(const uint8_t* wa, const uint8_t* wb, int64_t b,
-                                           int word_at) {
-  const int64_t at = b * kIq4Bytes;
-  Stage s;
-  s.ha = *reinterpret_cast<const uint2*>(wa + at);
-  s.hb = *reinterpret_cast<const uint2*>(wb + at);
-  s.qa = *reinterpret_cast<const uint32_t*>(wa + at + word_at);
-  s.qb = *reinterpret_cast<const uint32_t*>(wb + at + word_at);
-  return s;
+// Copies pair `pair` (blocks 2 pair, 2 pair + 1) of the CTA's 16 rows into `stage` (row r at
+// r * kPairBytes). kPieces = 17 for a full pair, 9 for a last pair of one block: its 136 bytes
+// start 16-byte aligned and the 9th piece ends at the padded row end (rows are padded to 16).
+template <int kPieces>
+__device__ __forceinline__ void CopyPair(uint8_t* stage, const GemvParams& p, int64_t o0,
+                                         int64_t pair, int lane) {
+  for (int i = lane; i < kMmaRowsM * kPieces; i += 32) {
+    const int r = i / kPieces, c = i - r * kPieces;
+    const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;
+    CopyAsync16(stage + r * kPairBytes + 16 * c,
+                p.w + row * p.w_row_bytes + pair * kPairBytes + 16 * c);
+  }
 }
 
 // d * (6-bit scale - 32) of sub-block ib from an IQ4_XS block header {d | scales_h, scales_l}.
-__device__ __forceinline__ float SubBlockScale(uint2 h, int ib) {
+__device__ __forceinline__ float SubBlockScale(uint2 h, float d, int ib) {
   const uint32_t ls =
       ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
-  return F16Bits(h.x) * static_cast<float>(static_cast<int>(ls) - 32);
+  return d * static_cast<float>(static_cast<int>(ls) - 32);
 }
 
-// NT = activation-row tiles of 8 (rows <= 8 * NT).
+// The 8 sub-blocks of block b, staged at `blk` (row r at r * kPairBytes), into acc.
 template <int NT>
-__global__ void __launch_bounds__(32 * kMmaWarps)
+__device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk, int64_t b, int g,
+                                         int t, const uint32_t (&tbl)[4], const int (&x_row)[NT],
+                                         const int (&d_row0)[NT], const int (&d_row1)[NT],
+                                         float (&acc)[NT][4]) {
+  const uint8_t* ra = blk + g * kPairBytes;
+  const uint8_t* rb = blk + (g + 8) * kPairBytes;
+  const uint2 ha = *reinterpret_cast<const uint2*>(ra);
+  const uint2 hb = *reinterpret_cast<const uint2*>(rb);
+  const float da = F16Bits(ha.x), db = F16Bits(hb.x);
+  const int64_t blocks32 = p.in / 32;
+#pragma unroll
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
+    const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
+    const float dl_a = SubBlockScale(ha, da, ib), dl_b = SubBlockScale(hb, db, ib);
+    const uint2 va = Lookup16Pairs(qa, tbl), vb = Lookup16Pairs(qb, tbl);
+    const uint32_t a[4] = {va.x, vb.x, va.y, vb.y};
+    const int64_t sub = 8 * b + ib;  // 32-value activation block
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      if (8 * j < p.rows) {
+        const uint2 x =
+            __ldg(reinterpret_cast<const uint2*>(p.xq + x_row[j] * p.in + 32 * sub + 8 * t));
+        const float d0 = __ldg(&p.xd[d_row0[j] * blocks32 + sub].x);
+        const float d1 = __ldg(&p.xd[d_row1[j] * blocks32 + sub].x);
+        int c[4];
+        MmaS8(a, x.x, x.y, c);
+        acc[j][0] += IntToFloat(c[0]) * (dl_a * d0);
+        acc[j][1] += IntToFloat(c[1]) * (dl_a * d1);
+        acc[j][2] += IntToFloat(c[2]) * (dl_b * d0);
+        acc[j][3] += IntToFloat(c[3]) * (dl_b * d1);
+      }
+    }
+  }
+}
+
+// Dynamic shared memory of the kernel: the warps' rings, then their partial sums.
+template <int kWarps, int NT>
+constexpr size_t MmaSharedBytes() {
+  return size_t{kWarps} * kStages * kStageBytes + size_t{kWarps} * NT * 32 * sizeof(float4);
+}
+
+// NT = activation-row tiles of 8 (rows <= 8 * NT); kWarps split K (pairs of blocks).
+template <int kWarps, int NT>
+__global__ void __launch_bounds__(32 * kWarps)
     GemvMmaIq4XsKernel(const __grid_constant__ GemvParams p) {
-  __shared__ float4 partial[kMmaWarps][NT][32];
+  extern __shared__ __align__(16) uint8_t mma_smem[];
+  auto ring = reinterpret_cast<uint8_t(*)[kStages][kStageBytes]>(mma_smem);
+  auto partial =
+      reinterpret_cast<float4(*)[NT][32]>(mma_smem + size_t{kWarps} * kStages * kStageBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsM;
-  const int64_t row_a = o0 + g < p.out ? o0 + g : p.out - 1;
-  const int64_t row_b = o0 + g + 8 < p.out ? o0 + g + 8 : p.out - 1;
-  const uint8_t* wa = p.w + row_a * p.w_row_bytes;
-  const uint8_t* wb = p.w + row_b * p.w_row_bytes;
-  const int ib = warp;
-  const int word_at = 8 + 16 * ib + 4 * t;
   const int64_t nb = p.in / 256;
-
-  Stage ring[kMmaDepth];
+  const int64_t pairs = (nb + 1) / 2;
+  // This warp's pairs: warp, warp + kWarps, ...; n_mine of them.
+  const int64_t n_mine = warp < pairs ? (pairs - warp + kWarps - 1) / kWarps : 0;
+  const auto copy = [&](int stage, int64_t k) {
+    const int64_t pair = warp + k * kWarps;
+    if (2 * pair + 1 < nb) {
+      CopyPair<17>(ring[warp][stage], p, o0, pair, lane);
+    } else {
+      CopyPair<9>(ring[warp][stage], p, o0, pair, lane);
+    }
+  };
 #pragma unroll
-  for (int k = 0; k < kMmaDepth; ++k) {
-    if (k < nb) ring[k] = LoadStage(wa, wb, k, word_at);
+  for (int k = 0; k < kStages; ++k) {
+    if (k < n_mine) copy(k, k);
+    CommitCopies();  // empty groups too: the wait below counts groups
   }
   WaitForPrimaryGrid();  // the quantizer writing xq / xd may still run
   AllowDependentLaunch();
 
   const uint32_t tbl[4] = {p.iq4nl[0], p.iq4nl[1], p.iq4nl[2], p.iq4nl[3]};
-  const int64_t blocks32 = p.in / 32;
   // Activation rows this lane feeds (B column g) and whose results it holds (columns 2t, 2t+1),
   // clamped to the last row: the extra columns are computed and dropped.
   int x_row[NT], d_row0[NT], d_row1[NT];
@@ -110,34 +172,19 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     d_row1[j] = 8 * j + 2 * t + 1 < last ? 8 * j + 2 * t + 1 : last;
   }
   float acc[NT][4] = {};
-  for (int64_t b0 = 0; b0 < nb; b0 += kMmaDepth) {
-#pragma unroll
-    for (int k = 0; k < kMmaDepth; ++k) {
-      const int64_t b = b0 + k;
-      if (b < nb) {
-        const Stage s = ring[k];
-        if (b + kMmaDepth < nb) ring[k] = LoadStage(wa, wb, b + kMmaDepth, word_at);
-        const float dl_a = SubBlockScale(s.ha, ib), dl_b = SubBlockScale(s.hb, ib);
-        const uint2 va = Lookup16Pairs(s.qa, tbl), vb = Lookup16Pairs(s.qb, tbl);
-        const uint32_t a[4] = {va.x, vb.x, va.y, vb.y};
-        const int64_t sub = 8 * b + ib;  // 32-value activation block
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if (8 * j < p.rows) {
-            const uint2 x =
-                __ldg(reinterpret_cast<const uint2*>(p.xq + x_row[j] * p.in + 32 * sub + 8 * t));
-            const float d0 = __ldg(&p.xd[d_row0[j] * blocks32 + sub].x);
-            const float d1 = __ldg(&p.xd[d_row1[j] * blocks32 + sub].x);
-            int c[4];
-            MmaS8(a, x.x, x.y, c);
-            acc[j][0] += IntToFloat(c[0]) * (dl_a * d0);
-            acc[j][1] += IntToFloat(c[1]) * (dl_a * d1);
-            acc[j][2] += IntToFloat(c[2]) * (dl_b * d0);
-            acc[j][3] += IntToFloat(c[3]) * (dl_b * d1);
-          }
-        }
-      }
+  for (int64_t k = 0; k < n_mine; ++k) {
+    const int stage = static_cast<int>(k % kStages);
+    WaitCopiesButOne();  // groups 0..k have landed (kStages + k committed so far)
+    __syncwarp();        // and every lane's pieces are visible to the warp
+    const int64_t pair = warp + k * kWarps;
+    const uint8_t* st = ring[warp][stage];
+    MmaBlock<NT>(p, st, 2 * pair, g, t, tbl, x_row, d_row0, d_row1, acc);
+    if (2 * pair + 1 < nb) {
+      MmaBlock<NT>(p, st + kIq4Bytes, 2 * pair + 1, g, t, tbl, x_row, d_row0, d_row1, acc);
     }
+    __syncwarp();  // every lane is done with the stage before it is refilled
+    if (k + kStages < n_mine) copy(stage, k + kStages);
+    CommitCopies();
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -148,7 +195,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     const int j = i / 32, l = i % 32;
     float4 v = partial[0][j][l];
 #pragma unroll
-    for (int w = 1; w < kMmaWarps; ++w) {
+    for (int w = 1; w < kWarps; ++w) {
       const float4 u = partial[w][j][l];
       v.x += u.x;
       v.y += u.y;
@@ -169,30 +216,63 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
   }
 }
 
-bool MmaFromEnv() {
+int MinRowsFromEnv() {
   const char* v = std::getenv("STEPSERVE_GEMV_MMA");
-  return v == nullptr || v[0] != '0';
+  if (v != nullptr && v[0] == '0') return kGemvMmaMaxRows + 1;  // never
+  if (v != nullptr && v[0] == '2') return 2;                    // from 2 rows
+  return kGemvMmaMinRows;
 }
 
 }  // namespace
 
-bool GemvMmaEnabled() {
-  static const bool enabled = MmaFromEnv();
-  return enabled;
+namespace {
+
+// Sets the kernel's shared-memory limit once per device (not a stream operation, so also safe
+// while a graph is being captured), then launches.
+template <int kWarps, int NT>
+cudaError_t LaunchMma(bool overlap, dim3 grid, const GemvParams& p, cudaStream_t stream) {
+  constexpr size_t kSmem = MmaSharedBytes<kWarps, NT>();
+  static std::atomic<uint64_t> attribute_set{0};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (attribute_set.load(std::memory_order_acquire) & bit) == 0) {
+    err =
+        cudaFuncSetAttribute(GemvMmaIq4XsKernel<kWarps, NT>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    if (err != cudaSuccess) return err;
+    attribute_set.fetch_or(bit, std::memory_order_release);
+  }
+  return LaunchOverlapping(overlap, GemvMmaIq4XsKernel<kWarps, NT>, grid, dim3(32 * kWarps), kSmem,
+                           stream, p);
+}
+
+}  // namespace
+
+int GemvMmaMinRows() {
+  static const int rows = MinRowsFromEnv();
+  return rows;
 }
 
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream) {
   if (type != GgmlType::kIQ4_XS || !p.x_pair_order || p.rows < 2 || p.rows > kGemvMmaMaxRows ||
-      p.in % 256 != 0 || p.matrix_ids != nullptr || p.slot_matrix != nullptr || !GemvMmaEnabled()) {
+      p.in % 256 != 0 || p.matrix_ids != nullptr || p.slot_matrix != nullptr) {
     return cudaErrorNotSupported;
   }
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM));
-  const dim3 block(32 * kMmaWarps);
   const bool overlap = overlap_previous || PdlEnabled();
   static_assert(kGemvMmaMaxRows == 16, "one instantiation per 8 activation rows");
-  return p.rows <= 8 ? LaunchOverlapping(overlap, GemvMmaIq4XsKernel<1>, grid, block, 0, stream, p)
-                     : LaunchOverlapping(overlap, GemvMmaIq4XsKernel<2>, grid, block, 0, stream, p);
+  // Fewer than 8192 output rows leave under ~4 CTAs per SM: 8 warps split K there, so each SM
+  // has enough warps to hide the MMA, shared-memory and activation-load latencies.
+  const bool wide = p.out < 8192;
+  if (wide) {
+    return p.rows <= 8 ? LaunchMma<8, 1>(overlap, grid, p, stream)
+                       : LaunchMma<8, 2>(overlap, grid, p, stream);
+  }
+  return p.rows <= 8 ? LaunchMma<4, 1>(overlap, grid, p, stream)
+                     : LaunchMma<4, 2>(overlap, grid, p, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

@@ -371,7 +371,7 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
   if (p.rows == 1) {
     const cudaError_t err = LaunchGemvQ8xStream(type, p, 1, overlap_previous, stream);
     if (err != cudaErrorNotSupported) return err;
-  } else if (p.rows >= kGemvMmaMinRows) {
+  } else if (p.rows >= GemvMmaMinRows()) {
     const cudaError_t err = LaunchGemvQ8xMma(type, p, overlap_previous, stream);
     if (err != cudaErrorNotSupported) return err;
   }
