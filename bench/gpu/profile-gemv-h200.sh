@@ -2,7 +2,9 @@
 # One device call: the one-row int8 GEMV against a read-only kernel of the same bytes
 # (bench_gemv --quick, streamed and warp-per-row kernels), then ncu sections (speed of light, warp
 # stalls, scheduler, memory) of one IQ4_XS 4096x12288 launch of each kernel and of the read-only
-# kernel. Logs in $OUT (or ./out-h200); few files, since only a handful come back.
+# kernel, and of the tensor-core GEMV at 2 rows (bench_gemv --rows, STEPSERVE_GEMV_MMA=2), with
+# the memory tables (L1 wavefronts per request: how the weight bytes reach the SM). Logs in $OUT
+# (or ./out-h200); few files, since only a handful come back.
 # Usage: bash bench/gpu/profile-gemv-h200.sh [BUILD_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -18,11 +20,14 @@ for stream in 1 0; do
   STEPSERVE_GEMV_STREAM=$stream timeout 60 "$bench" --quick | grep -E '"rows":1,'
 done
 sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats
-          --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy)
-for k in GemvStreamKernel GemvQ8Kernel ReadKernel; do
-  stream=1
+          --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
+          --section LaunchStats --section Occupancy)
+for k in GemvStreamKernel GemvQ8Kernel ReadKernel GemvMmaIq4XsKernel; do
+  stream=1 mode=--quick
   [[ $k == GemvQ8Kernel ]] && stream=0
-  STEPSERVE_GEMV_STREAM=$stream timeout 120 ncu --clock-control none "${sections[@]}" \
-    -k "regex:$k" --launch-skip 100 --launch-count 1 "$bench" --quick >"$out/ncu-$k.txt" 2>&1
+  [[ $k == GemvMmaIq4XsKernel ]] && mode=--rows
+  STEPSERVE_GEMV_STREAM=$stream STEPSERVE_GEMV_MMA=2 timeout 120 ncu --clock-control none \
+    "${sections[@]}" -k "regex:$k" --launch-skip 20 --launch-count 1 "$bench" $mode \
+    >"$out/ncu-$k.txt" 2>&1
   echo "ncu $k rc=$?"
 done
