@@ -8,7 +8,9 @@
 //  - activations are int8 (quantized once per call by QuantizeQ8Kernel: 1 byte per value, shared
 //    by all output rows through L1/L2) and dotted 4 at a time with __dp4a on packed weight bytes;
 //  - IQ4_XS nibbles go through the 16-entry table with __byte_perm on 4 registers (no shared
-//    memory), Q4_K/Q6_K nibbles are masked into bytes, Q8_0 bytes are used as they are;
+//    memory; the quantizer stores IQ4_XS activations in the order the lookup yields weights, so
+//    there is no de-interleave), Q4_K/Q6_K nibbles are masked into bytes, Q8_0 bytes are used as
+//    they are;
 //  - integer dot sums become floats through the 2^23 exponent trick (two full-rate ops instead of
 //    a quarter-rate I2F);
 //  - each warp computes NR output rows that share the activation loads, and all activation rows
@@ -16,7 +18,9 @@
 //  - before waiting for the quantizer (programmatic dependent launch), each warp prefetches the
 //    start of its weight rows into L2, so the quantizer's run and the launch gap overlap HBM reads.
 // The lane -> block-piece mapping per type keeps each warp's weight loads on one contiguous
-// stretch of the row (coalesced), 16-byte loads where the block alignment allows.
+// stretch of the row (coalesced), 16-byte loads where the block alignment allows; rows of fewer
+// blocks than two warp steps give each lane group a row of its own instead. IQ4_XS with 8-16
+// activation rows goes to the tensor-core kernel (gemv_mma_cuda.cu) first.
 #include <cstdint>
 
 #include "kernels/common/pdl.cuh"
