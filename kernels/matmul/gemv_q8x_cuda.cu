@@ -160,7 +160,7 @@ __device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)
   }
 }
 
-// The warp's rows with either mapping: acc sized for both, only the first slot used when short.
+// The warp's rows with either mapping (NR is unused when short).
 template <class P, int R, int NR, int D, bool kShort>
 __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
                                             int lane, const int (&x_rows)[R],
@@ -189,9 +189,9 @@ __device__ __forceinline__ void PrefetchRows(const GemvParams& p, const uint8_t*
   }
 }
 
-// One warp: output rows o0 .. o0+NR-1, all activation rows (batch) reusing one decode of the
-// weights. With one activation row the whole 4096-row matrix is one wave only at >= 8 blocks per
-// SM, so registers are capped at 64 there.
+// One warp: output rows o0 .. o0+kRows-1 (NR, or one per lane group on short rows), all
+// activation rows (batch) reusing one decode of the weights. With one activation row the whole
+// 4096-row matrix is one wave only at >= 8 blocks per SM, so registers are capped at 64 there.
 template <class P, int R, int NR, int D, bool kIndexed, bool kShort>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
     GemvQ8Kernel(const __grid_constant__ GemvParams p) {
