@@ -90,6 +90,7 @@ expect_fail() {
 }
 expect_fail "unknown key" --set server.ctxSzie=4
 expect_fail "bad enum" --set server.speculative=maybe
+expect_fail "bad kv dtype" --set server.kvDtype=q4
 expect_fail "pipeline reserved" --set pipeline.enabled=true
 expect_fail "tls without secret" --set tls.enabled=true
 expect_fail "download without files" --set model.source=download

@@ -73,7 +73,7 @@ StepBytes CountStepBytes(const model::Step35Model& m) {
 
 struct Args {
   std::string model, synthetic, recipe, backend = "cuda", batches = "1,8,32,64",
-                                        prefill = "2048,4096";
+                                        prefill = "2048,4096", kv_dtype = "f32";
   int64_t layers = 0, decode_steps = 16, context = 256, repeats = 2, device = 0, seed = 7;
   bool layer_times = true;
   bool fuse_projections = true;
@@ -109,14 +109,15 @@ double HostBlockedSeconds(model::Step35Model& m) {
   return cuda != nullptr ? cuda->host_blocked_seconds() : 0.0;
 }
 
-absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, int32_t logit_top_k,
-                                        int64_t batch, int64_t context,
-                                  int64_t steps, int64_t repeats, int64_t chunk) {
+absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, KvDtype kv_dtype,
+                                        int32_t logit_top_k, int64_t batch, int64_t context,
+                                        int64_t steps, int64_t repeats, int64_t chunk) {
   ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
                    runner::KvContext::Create(m.backend(), m.hparams(),
                                              {.max_sequences = static_cast<int32_t>(batch),
                                               .ctx_size = context + steps * repeats + 2,
-                                              .max_chunk = static_cast<int32_t>(chunk)}));
+                                              .max_chunk = static_cast<int32_t>(chunk),
+                                              .kv_dtype = kv_dtype}));
   const int64_t vocab = m.n_vocab();
   uint64_t state = 12345;
   auto next_token = [&] {
@@ -164,13 +165,14 @@ absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, int32_t logit_top
 }
 
 // One sequence, `prompt` tokens in chunks of `chunk`; seconds (best of repeats).
-absl::StatusOr<double> TimePrefill(model::Step35Model& m, int64_t prompt, int64_t chunk,
-                                   int64_t repeats) {
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<runner::KvContext> kv,
-      runner::KvContext::Create(
-          m.backend(), m.hparams(),
-          {.max_sequences = 1, .ctx_size = prompt + 1, .max_chunk = static_cast<int32_t>(chunk)}));
+absl::StatusOr<double> TimePrefill(model::Step35Model& m, KvDtype kv_dtype, int64_t prompt,
+                                   int64_t chunk, int64_t repeats) {
+  ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
+                   runner::KvContext::Create(m.backend(), m.hparams(),
+                                             {.max_sequences = 1,
+                                              .ctx_size = prompt + 1,
+                                              .max_chunk = static_cast<int32_t>(chunk),
+                                              .kv_dtype = kv_dtype}));
   std::vector<int32_t> tokens(static_cast<size_t>(prompt));
   for (int64_t i = 0; i < prompt; ++i) tokens[i] = static_cast<int32_t>((i * 7919) % m.n_vocab());
   model::ForwardOutput out;
@@ -207,6 +209,7 @@ int Main(int argc, char** argv) {
   p.AddInt("context", &a.context, "tokens already in each sequence's KV before decoding");
   p.AddString("prefill", &a.prefill, "prompt lengths to time (comma-separated; empty: none)");
   p.AddInt("repeats", &a.repeats, "runs per figure; the fastest is reported");
+  p.AddString("kv-dtype", &a.kv_dtype, "f32 | f16: element type of the KV cache");
   p.AddBool("layer-times", &a.layer_times, "time each layer at batch 1 (synchronising)");
   p.AddInt("logit-top-k", &a.logit_top_k,
            "decode steps bring back each row's top K entries instead of its logits (0: logits; "
@@ -220,6 +223,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "give exactly one of --model and --synthetic\n");
     return 2;
   }
+  const absl::StatusOr<KvDtype> parsed_kv_dtype = model::KvDtypeFromName(a.kv_dtype);
+  if (!parsed_kv_dtype.ok()) {
+    std::fprintf(stderr, "--kv-dtype: %s\n",
+                 std::string(parsed_kv_dtype.status().message()).c_str());
+    return 2;
+  }
+  const KvDtype kv_dtype = *parsed_kv_dtype;
   std::string temp_dir;
   std::unique_ptr<RandomWeightPlacer> placer;
   if (!a.synthetic.empty()) {
@@ -262,8 +272,8 @@ int Main(int argc, char** argv) {
     }
     std::printf("{\"bench\":\"hbm_copy\",\"gbps\":%.1f}\n", bandwidth / 1e9);
     model::LoadOptions lo;
-    lo.fuse_projections = a.fuse_projections ? model::LoadOptions::Fusion::kOn
-                                             : model::LoadOptions::Fusion::kOff;
+    lo.fuse_projections =
+        a.fuse_projections ? model::LoadOptions::Fusion::kOn : model::LoadOptions::Fusion::kOff;
     lo.backend = a.backend;
     lo.device = static_cast<int>(a.device);
     lo.load_mtp = false;
@@ -295,8 +305,8 @@ int Main(int argc, char** argv) {
       uint64_t min_free = mem.free_bytes;
       for (int64_t batch : ParseList(a.batches)) {
         absl::StatusOr<DecodeTiming> s =
-            TimeDecode(m, static_cast<int32_t>(a.logit_top_k), batch, a.context, a.decode_steps,
-                       a.repeats, chunk);
+            TimeDecode(m, kv_dtype, static_cast<int32_t>(a.logit_top_k), batch, a.context,
+                       a.decode_steps, a.repeats, chunk);
         if (!s.ok()) {
           std::fprintf(stderr, "decode batch %ld: %s\n", static_cast<long>(batch),
                        s.status().ToString().c_str());
@@ -320,7 +330,7 @@ int Main(int argc, char** argv) {
       for (int64_t prompt : ParseList(a.prefill)) {
         if (rc != 0) break;
         absl::StatusOr<double> s =
-            TimePrefill(m, prompt, std::min<int64_t>(prompt, 2048), a.repeats);
+            TimePrefill(m, kv_dtype, prompt, std::min<int64_t>(prompt, 2048), a.repeats);
         if (!s.ok()) {
           std::fprintf(stderr, "prefill %ld: %s\n", static_cast<long>(prompt),
                        s.status().ToString().c_str());
@@ -342,7 +352,7 @@ int Main(int argc, char** argv) {
             ffn[il] = std::min(ffn[il], f_s);
           }
         });
-        absl::StatusOr<DecodeTiming> s = TimeDecode(m, 0, 1, a.context, 4, 1, chunk);
+        absl::StatusOr<DecodeTiming> s = TimeDecode(m, kv_dtype, 0, 1, a.context, 4, 1, chunk);
         m.set_layer_timer({});
         if (s.ok()) {
           for (int il = 0; il < h.n_layer; ++il) {

@@ -6,11 +6,25 @@
 
 namespace stepserve::model {
 
-uint64_t KvStorage::BytesPerPosition(const Hparams& hp, bool swa, int first_layer, int end_layer) {
+absl::StatusOr<KvDtype> KvDtypeFromName(std::string_view name) {
+  if (name == "f32") return KvDtype::kF32;
+  if (name == "f16") return KvDtype::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown KV cache type \"%s\" (expected f32 or f16)", name));
+}
+
+std::string_view KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kF16 ? "f16" : "f32"; }
+
+int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF16 ? 2 : 4; }
+
+uint64_t KvStorage::BytesPerPosition(const Hparams& hp, bool swa, int first_layer, int end_layer,
+                                     KvDtype dtype) {
   uint64_t bytes = 0;
   for (int il = first_layer; il < end_layer; ++il) {
     const LayerHparams& l = hp.layers[il];
-    if (l.is_swa == swa) bytes += static_cast<uint64_t>(l.kv_dim_k() + l.kv_dim_v()) * 4;
+    if (l.is_swa == swa) {
+      bytes += static_cast<uint64_t>(l.kv_dim_k() + l.kv_dim_v()) * KvDtypeBytes(dtype);
+    }
   }
   return bytes;
 }
@@ -21,6 +35,11 @@ absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
   storage.options_ = options;
   if (storage.options_.end_layer < 0) storage.options_.end_layer = hp.n_layer_all;
   const int first = storage.options_.first_layer, end = storage.options_.end_layer;
+  if (options.dtype != KvDtype::kF32 && options.dtype != KvDtype::kF16) {
+    return absl::InvalidArgumentError(absl::StrFormat("KV storage: unsupported element type %d",
+                                                      static_cast<int>(options.dtype)));
+  }
+  const int elem_bytes = KvDtypeBytes(options.dtype);
   if (first < 0 || end > hp.n_layer_all || first >= end || options.block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV storage: bad layer range [%d, %d) or block size %d", first, end, options.block_size));
@@ -33,22 +52,23 @@ absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
                           il, l.head_dim_k, l.head_dim_v));
     }
     const int64_t blocks = l.is_swa ? options.swa_blocks : options.full_blocks;
-    const uint64_t floats =
+    const uint64_t elems =
         static_cast<uint64_t>(blocks) * options.block_size * l.n_head_kv * l.head_dim_k;
     KvCacheView view;
-    view.dtype = KvDtype::kF32;
+    view.dtype = options.dtype;
     view.num_blocks = blocks;
     view.block_size = options.block_size;
     view.kv_heads = l.n_head_kv;
     view.head_dim = l.head_dim_k;
     for (int part = 0; part < 2; ++part) {  // K, then V
-      const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+      const size_t bytes = static_cast<size_t>(elems) * elem_bytes;
       absl::StatusOr<BackendBuffer> buffer = backend.Allocate(bytes);
       if (!buffer.ok()) {
         const BackendMemoryInfo info = backend.memory_info();
-        const uint64_t wanted = (BytesPerPosition(hp, false, first, end) * options.full_blocks +
-                                 BytesPerPosition(hp, true, first, end) * options.swa_blocks) *
-                                options.block_size;
+        const uint64_t wanted =
+            (BytesPerPosition(hp, false, first, end, options.dtype) * options.full_blocks +
+             BytesPerPosition(hp, true, first, end, options.dtype) * options.swa_blocks) *
+            options.block_size;
         return absl::ResourceExhaustedError(absl::StrFormat(
             "KV storage: %d bytes wanted for layers [%d, %d) (%d full, %d sliding blocks of %d), "
             "%d already allocated; the %s backend reports %d bytes free of %d (layer %d: %s)",
@@ -59,10 +79,10 @@ absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
       RETURN_IF_ERROR(backend.Zero(buffer->data(), bytes));
       storage.buffers_.push_back(*std::move(buffer));
     }
-    view.k = storage.buffers_[storage.buffers_.size() - 2].f32();
-    view.v = storage.buffers_.back().f32();
+    view.k = storage.buffers_[storage.buffers_.size() - 2].data();
+    view.v = storage.buffers_.back().data();
     storage.views_.push_back(view);
-    storage.bytes_ += floats * 8;
+    storage.bytes_ += elems * 2 * elem_bytes;
   }
   return storage;
 }

@@ -7,6 +7,7 @@
 #define STEPSERVE_ENGINE_MODEL_KV_STORAGE_H_
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,7 +16,14 @@
 
 namespace stepserve::model {
 
+// "f32" or "f16" (the KV element types every backend's attention reads; F16 halves the cache).
+absl::StatusOr<KvDtype> KvDtypeFromName(std::string_view name);
+std::string_view KvDtypeName(KvDtype dtype);
+// Bytes of one cached K or V element.
+int KvDtypeBytes(KvDtype dtype);
+
 struct KvStorageOptions {
+  KvDtype dtype = KvDtype::kF32;
   int32_t block_size = 16;
   int32_t full_blocks = 0;  // pages per full-attention layer
   int32_t swa_blocks = 0;   // pages per sliding-window layer
@@ -35,8 +43,8 @@ class KvStorage {
   int32_t block_size() const { return options_.block_size; }
   uint64_t bytes() const { return bytes_; }
   // Bytes per token position summed over full-attention / sliding-window layers.
-  static uint64_t BytesPerPosition(const Hparams& hparams, bool swa, int first_layer,
-                                   int end_layer);
+  static uint64_t BytesPerPosition(const Hparams& hparams, bool swa, int first_layer, int end_layer,
+                                   KvDtype dtype = KvDtype::kF32);
 
  private:
   KvStorageOptions options_;

@@ -58,13 +58,14 @@ absl::StatusOr<std::unique_ptr<KvContext>> KvContext::Create(Backend& backend,
     ctx->sequences_.push_back(std::make_unique<kv::SequenceBlocks>(geometry, ctx->full_pool_.get(),
                                                                    ctx->swa_pool_.get()));
   }
-  ASSIGN_OR_RETURN(
-      model::KvStorage storage,
-      model::KvStorage::Create(backend, hparams, {.block_size = options.block_size,
-                                         .full_blocks = static_cast<int32_t>(full_blocks),
-                                         .swa_blocks = static_cast<int32_t>(swa_blocks),
-                                         .first_layer = 0,
-                                         .end_layer = end_layer}));
+  ASSIGN_OR_RETURN(model::KvStorage storage,
+                   model::KvStorage::Create(backend, hparams,
+                                            {.dtype = options.kv_dtype,
+                                             .block_size = options.block_size,
+                                             .full_blocks = static_cast<int32_t>(full_blocks),
+                                             .swa_blocks = static_cast<int32_t>(swa_blocks),
+                                             .first_layer = 0,
+                                             .end_layer = end_layer}));
   ctx->storage_ = std::make_unique<model::KvStorage>(std::move(storage));
   return ctx;
 }

@@ -31,8 +31,9 @@ struct KvContextOptions {
   // The most tokens one Append adds to a sequence. Sliding-window layers only hold the window,
   // this chunk and the slack, so the sliding pool is sized from it rather than from ctx_size.
   int32_t max_chunk = 512;
-  int32_t rollback_slack = 0;       // positions a sequence may Truncate back (speculative drafts)
-  bool include_mtp_layers = false;  // also hold KV for the MTP layers (ForwardMtp)
+  int32_t rollback_slack = 0;        // positions a sequence may Truncate back (speculative drafts)
+  bool include_mtp_layers = false;   // also hold KV for the MTP layers (ForwardMtp)
+  KvDtype kv_dtype = KvDtype::kF32;  // element type of the cached K and V
 };
 
 class KvContext {

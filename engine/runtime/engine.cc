@@ -43,7 +43,6 @@ std::string DominantType(const gguf::GgufFile& file) {
 
 }  // namespace
 
-
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() { Stop(); }
@@ -120,16 +119,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                           .max_running = config.max_running,
                           .max_step_tokens = config.max_step_tokens,
                           .rollback_slack = 0,
-                          .end_layer = hp.n_layer};
+                          .end_layer = hp.n_layer,
+                          .kv_dtype = config.kv_dtype};
   ASSIGN_OR_RETURN(KvSizing sizing, SizeKvCache(hp, sizing_in));
   report("allocating kv cache", 0, sizing.bytes);
-  ASSIGN_OR_RETURN(model::KvStorage kv,
-                   model::KvStorage::Create(impl->model->backend(), hp,
-                                            {.block_size = config.block_size,
-                                                 .full_blocks = sizing.full_blocks,
-                                                 .swa_blocks = sizing.swa_blocks,
-                                                 .first_layer = 0,
-                                                 .end_layer = hp.n_layer}));
+  ASSIGN_OR_RETURN(model::KvStorage kv, model::KvStorage::Create(impl->model->backend(), hp,
+                                                                 {.dtype = config.kv_dtype,
+                                                                  .block_size = config.block_size,
+                                                                  .full_blocks = sizing.full_blocks,
+                                                                  .swa_blocks = sizing.swa_blocks,
+                                                                  .first_layer = 0,
+                                                                  .end_layer = hp.n_layer}));
   impl->kv = std::make_unique<model::KvStorage>(std::move(kv));
   report("allocating kv cache", sizing.bytes, sizing.bytes);
 

@@ -31,10 +31,10 @@ absl::StatusOr<KvSizing> SizeKvCache(const model::Hparams& hparams, const KvSizi
         absl::StrFormat("kv_cache_gib must be >= 0, got %g", input.kv_cache_gib));
   }
   const int64_t bs = input.block_size;
-  const uint64_t full_bpp =
-      model::KvStorage::BytesPerPosition(hparams, /*swa=*/false, 0, input.end_layer);
+  const uint64_t full_bpp = model::KvStorage::BytesPerPosition(hparams, /*swa=*/false, 0,
+                                                               input.end_layer, input.kv_dtype);
   const uint64_t swa_bpp =
-      model::KvStorage::BytesPerPosition(hparams, /*swa=*/true, 0, input.end_layer);
+      model::KvStorage::BytesPerPosition(hparams, /*swa=*/true, 0, input.end_layer, input.kv_dtype);
   KvSizing sizing;
   if (swa_bpp > 0 && hparams.sliding_window > 0) {
     // Per sequence: the window plus slack, plus the block a position straddles and the block

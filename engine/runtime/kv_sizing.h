@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
 #include "engine/model/hparams.h"
 
 namespace stepserve::engine {
@@ -21,6 +22,7 @@ struct KvSizingInput {
   int32_t max_step_tokens = 512;
   int32_t rollback_slack = 0;
   int end_layer = 0;  // layers [0, end_layer) get KV
+  KvDtype kv_dtype = KvDtype::kF32;
 };
 
 struct KvSizing {

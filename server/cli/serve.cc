@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/gguf/gguf_reader.h"
+#include "engine/model/kv_storage.h"
 #include "engine/runtime/engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "server/args.h"
@@ -73,6 +74,7 @@ struct Flags {
   std::string health_listen, tls_cert, tls_key, auth_token_file;
   std::string prefix_cache = "on";
   std::string device_sampling = "auto";
+  std::string kv_dtype = "f32";
   int64_t ctx_size = 0, kv_cache_blocks = 0, block_size = 16, max_running = 256;
   int64_t max_step_tokens = 8192, max_queue = 1024, threads = 0, top_k = 0;
   int64_t max_draft_tokens = -1, drain_timeout_s = 30, watchdog_s = 60;
@@ -87,6 +89,9 @@ std::string Validate(const Flags& f, const ArgParser& p) {
     return v < 1 ? absl::StrFormat("--%s must be at least 1, got %d", name, v) : "";
   };
   if (p.WasSet("ctx-size") && f.ctx_size < 1) return positive("ctx-size", f.ctx_size);
+  if (!model::KvDtypeFromName(f.kv_dtype).ok()) {
+    return absl::StrFormat("--kv-dtype must be f32 or f16, got \"%s\"", f.kv_dtype);
+  }
   if (p.WasSet("kv-cache-gib") && f.kv_cache_gib <= 0) {
     return absl::StrFormat("--kv-cache-gib must be > 0, got %g", f.kv_cache_gib);
   }
@@ -161,6 +166,7 @@ google::protobuf::Struct EffectiveConfig(const Flags& f, const engine::ModelInfo
   m["kv_cache_sliding_blocks"].set_number_value(static_cast<double>(info.kv_swa_blocks));
   m["kv_cache_bytes"].set_number_value(static_cast<double>(info.kv_bytes));
   m["block_size"].set_number_value(static_cast<double>(info.block_size));
+  m["kv_dtype"].set_string_value(f.kv_dtype);
   m["prefix_cache"].set_string_value(f.prefix_cache);
   m["device_sampling"].set_string_value(f.device_sampling);
   m["max_running"].set_number_value(static_cast<double>(f.max_running));
@@ -205,6 +211,8 @@ int Run(int argc, char** argv) {
   p.AddDouble("kv-cache-gib", &f.kv_cache_gib, "KV cache memory in GiB (default: auto)");
   p.AddInt("kv-cache-blocks", &f.kv_cache_blocks, "KV cache size in blocks (default: auto)");
   p.AddInt("block-size", &f.block_size, "tokens per KV block (power of two, 8..256)");
+  p.AddString("kv-dtype", &f.kv_dtype,
+              "f32 | f16: element type of the KV cache (f16 holds twice the tokens per GiB)");
   p.AddString("prefix-cache", &f.prefix_cache, "on | off: share KV blocks of equal prefixes");
   p.AddString("device-sampling", &f.device_sampling,
               "auto | on | off: greedy steps take only each row's top entries from the backend "
@@ -290,14 +298,15 @@ int Run(int argc, char** argv) {
   ec.gpu_memory_fraction = f.gpu_memory_fraction;
   ec.kv_cache_blocks = f.kv_cache_blocks;
   ec.block_size = static_cast<int32_t>(f.block_size);
+  ec.kv_dtype = *model::KvDtypeFromName(f.kv_dtype);  // checked in Validate
   ec.max_running = static_cast<int32_t>(f.max_running);
   ec.max_step_tokens = static_cast<int32_t>(f.max_step_tokens);
   ec.max_queue = static_cast<int32_t>(f.max_queue);
   ec.prefix_cache = f.prefix_cache == "on";
   // Auto: on where the logits live on a device (measured on the H200: 45-layer IQ4_XS decode at
   // batch 64 639 -> 652 tok/s, docs/cuda-engine.md); on the CPU it saves nothing.
-  ec.device_sampling = f.device_sampling == "on" ||
-                       (f.device_sampling == "auto" && f.backend.backend != "cpu");
+  ec.device_sampling =
+      f.device_sampling == "on" || (f.device_sampling == "auto" && f.backend.backend != "cpu");
   ec.observer = m;
   std::string last_phase;
   int last_decile = -1;
@@ -377,11 +386,11 @@ int Run(int argc, char** argv) {
       srv.SetLive(live);
       Log(live ? "info" : "error",
           live ? "engine loop progressing again: liveness SERVING"
-               : absl::StrFormat("engine loop made no step for %d s with work queued: liveness "
-                                 "NOT_SERVING",
-                                 std::chrono::duration_cast<std::chrono::seconds>(
-                                     stall.stalled_for(now))
-                                     .count()));
+               : absl::StrFormat(
+                     "engine loop made no step for %d s with work queued: liveness "
+                     "NOT_SERVING",
+                     std::chrono::duration_cast<std::chrono::seconds>(stall.stalled_for(now))
+                         .count()));
     }
   }
   // Drain: readiness goes first so load balancers stop routing before anything is refused.

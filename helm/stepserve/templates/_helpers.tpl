@@ -122,6 +122,9 @@ speak TLS), the gRPC port otherwise. */}}
 {{- if $s.speculative }}
 - --speculative={{ $s.speculative }}
 {{- end }}
+{{- if $s.kvDtype }}
+- --kv-dtype={{ $s.kvDtype }}
+{{- end }}
 {{- if $s.prefixCache }}
 - --prefix-cache={{ $s.prefixCache }}
 {{- end }}

@@ -5,9 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <filesystem>
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <numeric>
 #include <random>
 
@@ -144,8 +145,7 @@ TEST_P(Step35ModelTest, FusedProjectionsGiveTheSameLogits) {
   // Fusion is off by default; forced on here so the fused paths (q/k/v/gate column views, gate/up
   // halves, shared expert) run on the CPU.
   absl::StatusOr<std::unique_ptr<Step35Model>> fused_model = Step35Model::Load(
-      MakeTiny(GetParam()),
-      {.num_threads = 2, .fuse_projections = LoadOptions::Fusion::kOn});
+      MakeTiny(GetParam()), {.num_threads = 2, .fuse_projections = LoadOptions::Fusion::kOn});
   ASSERT_TRUE(fused_model.ok()) << fused_model.status();
   Step35Model& fused = **fused_model;
   const LayerWeights& w0 = fused.weights().layers[0];
@@ -312,11 +312,50 @@ TEST_P(Step35ModelTest, HiddenRowsOnlyWhenAskedAndScratchIsReused) {
   }
 }
 
+// An F16 cache rounds every cached key and value (relative <= 2^-11) and nothing else: half the
+// bytes, logits within a bound set by that rounding, the same greedy continuation. 30 prompt
+// tokens fill past the sliding window (16), then 12 greedy decode steps read both pools.
+TEST_P(Step35ModelTest, F16KvCacheHalvesTheBytesAndKeepsTheGreedyContinuation) {
+  absl::StatusOr<KvStorage> kv16 = KvStorage::Create(
+      model_->backend(), model_->hparams(),
+      {.dtype = KvDtype::kF16, .block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
+  ASSERT_TRUE(kv16.ok()) << kv16.status();
+  EXPECT_EQ(2 * kv16->bytes(), kv_->bytes());
+  EXPECT_EQ(kv16->layer(0).dtype, KvDtype::kF16);
+  const std::vector<int32_t> table = Pages(0, 4);
+  const int64_t v = model_->n_vocab();
+  std::vector<int32_t> tokens = RandomTokens(30, v, 17);
+  std::vector<int32_t> greedy32, greedy16;
+  double worst = 0;
+  for (int pos = 0; pos < 42;) {
+    const int count = pos == 0 ? 30 : 1;
+    BatchSequence step{.tokens = std::span<const int32_t>(tokens).subspan(pos, count),
+                       .start_pos = pos,
+                       .full_table = table,
+                       .swa_table = table,
+                       .logit_rows = 1};
+    ForwardOutput out32, out16;
+    ASSERT_TRUE(model_->Forward({&step, 1}, *kv_, &out32).ok());
+    ASSERT_TRUE(model_->Forward({&step, 1}, *kv16, &out16).ok());
+    const Vec row(out32.logits.begin(), out32.logits.begin() + v);
+    worst = std::max(worst, RelErr(out16.logits.data(), row));
+    greedy32.push_back(Argmax(out32.logits));
+    greedy16.push_back(Argmax(out16.logits));
+    tokens.push_back(greedy32.back());  // both caches continue from the F32 choice
+    pos += count;
+  }
+  EXPECT_LT(worst, 3e-3) << "logits with an F16 cache vs F32";
+  EXPECT_EQ(greedy16, greedy32);
+  RecordProperty("worst_logit_rel_err_f16_kv", std::to_string(worst));
+  std::printf("[ rel ] %s: F16 KV vs F32 KV logits, worst rel error %.3g\n", GetParam().c_str(),
+              worst);
+}
+
 TEST_P(Step35ModelTest, KvStorageThatCannotFitNamesTheBytes) {
   // 2^20 blocks of 2^20 positions: far beyond any address space.
-  absl::StatusOr<KvStorage> kv = KvStorage::Create(
-      model_->backend(), model_->hparams(),
-      {.block_size = 1 << 20, .full_blocks = 1 << 20, .swa_blocks = 1 << 20});
+  absl::StatusOr<KvStorage> kv =
+      KvStorage::Create(model_->backend(), model_->hparams(),
+                        {.block_size = 1 << 20, .full_blocks = 1 << 20, .swa_blocks = 1 << 20});
   ASSERT_EQ(kv.status().code(), absl::StatusCode::kResourceExhausted) << kv.status();
   EXPECT_NE(kv.status().message().find("bytes wanted"), std::string::npos) << kv.status();
   EXPECT_NE(kv.status().message().find("free of"), std::string::npos) << kv.status();
@@ -326,13 +365,12 @@ TEST(Step35ModelLoadTest, ReportsPlacementProgressUpToTheBoundBytes) {
   std::vector<std::pair<uint64_t, uint64_t>> calls;
   uint64_t bound_bytes = 0;
   absl::StatusOr<std::unique_ptr<Step35Model>> model = Step35Model::Load(
-      MakeTiny("mix"),
-      {.num_threads = 1,
-       .load_mtp = false,
-       .progress = [&](uint64_t done, uint64_t total, std::string_view name) {
-         EXPECT_FALSE(name.empty());
-         calls.emplace_back(done, total);
-       }});
+      MakeTiny("mix"), {.num_threads = 1,
+                        .load_mtp = false,
+                        .progress = [&](uint64_t done, uint64_t total, std::string_view name) {
+                          EXPECT_FALSE(name.empty());
+                          calls.emplace_back(done, total);
+                        }});
   ASSERT_TRUE(model.ok()) << model.status();
   for (Tensor t : (*model)->weights().bound_tensors) bound_bytes += t->nbytes;
   ASSERT_EQ(calls.size(), (*model)->weights().bound_tensors.size());

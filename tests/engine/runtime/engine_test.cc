@@ -134,8 +134,7 @@ TEST_F(EngineTest, DeviceSamplingGivesTheSameGreedyTokensAndLogprobs) {
       EXPECT_EQ(sink->Wait().reason, FinishReason::kLength);
       logprobs.emplace_back();
       for (const DeltaEvent& delta : sink->deltas()) {
-        logprobs.back().insert(logprobs.back().end(), delta.logprobs.begin(),
-                               delta.logprobs.end());
+        logprobs.back().insert(logprobs.back().end(), delta.logprobs.begin(), delta.logprobs.end());
       }
     }
     engine->Stop();
@@ -158,6 +157,46 @@ TEST_F(EngineTest, DeviceSamplingGivesTheSameGreedyTokensAndLogprobs) {
       }
     }
   }
+}
+
+TEST_F(EngineTest, F16KvCacheHoldsTwiceTheBlocksAndKeepsGreedyOutput) {
+  // The same 4 MiB budget: F16 pages are half the bytes, so the full pool gets twice the blocks
+  // or more; greedy output stays the same (the cache rounds each cached value to F16 only).
+  EngineConfig config = Config();
+  config.kv_cache_blocks = 0;
+  config.kv_cache_gib = 4.0 / 1024;
+  auto run = [&](KvDtype dtype, int64_t* full_blocks, uint64_t* kv_bytes) {
+    config.kv_dtype = dtype;
+    std::unique_ptr<Engine> engine = MakeEngine(config);
+    *full_blocks = engine->model_info().kv_full_blocks;
+    *kv_bytes = engine->model_info().kv_bytes;
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (int i = 0; i < 3; ++i) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      EXPECT_TRUE(engine
+                      ->Submit(Greedy("k" + std::to_string(i), Prompt(12 + 9 * i, 90 + i), 12),
+                               sinks.back())
+                      .ok());
+    }
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& sink : sinks) {
+      EXPECT_EQ(sink->Wait().reason, FinishReason::kLength);
+      tokens.push_back(sink->tokens());
+    }
+    engine->Stop();
+    return tokens;
+  };
+  int64_t blocks32 = 0, blocks16 = 0;
+  uint64_t bytes32 = 0, bytes16 = 0;
+  const std::vector<std::vector<int32_t>> f32 = run(KvDtype::kF32, &blocks32, &bytes32);
+  const std::vector<std::vector<int32_t>> f16 = run(KvDtype::kF16, &blocks16, &bytes16);
+  const uint64_t budget = uint64_t{4} << 20;
+  EXPECT_LE(bytes32, budget);
+  EXPECT_LE(bytes16, budget);
+  // At least twice the blocks: the full pool's blocks and the sliding pool (sized in tokens)
+  // both halve in bytes, so what the sliding pool frees goes to full blocks as well.
+  EXPECT_GE(blocks16, 2 * blocks32);
+  EXPECT_EQ(f16, f32);
 }
 
 TEST_F(EngineTest, CancelWhileQueuedAndWhileRunningFreesKv) {

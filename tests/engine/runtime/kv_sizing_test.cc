@@ -60,6 +60,12 @@ KvSizingInput In(int64_t blocks, double gib, int32_t slack = 0) {
           .end_layer = 4};
 }
 
+KvSizingInput InF16(int64_t blocks, double gib) {
+  KvSizingInput in = In(blocks, gib);
+  in.kv_dtype = KvDtype::kF16;
+  return in;
+}
+
 // Sliding pool: (ceil((16 + slack) / 16) + 2) per running sequence * 4 + ceil(64 / 16).
 INSTANTIATE_TEST_SUITE_P(
     Table, KvSizingTest,
@@ -72,6 +78,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"GibTooSmall", In(0, 1e-5), 0, 0, 0, "kv_cache_gib"},
         // Default: every running sequence at full context (4 * 256 tokens).
         Case{"Default", In(0, 0), 64, 16, 64 * 2048 + 32768, ""},
+        // F16: half the bytes per position, so the same 1 MiB holds 16384 bytes of sliding pages
+        // and 1008 full blocks of 1024 bytes.
+        Case{"GibF16", InF16(0, 1.0 / 1024), 1008, 16, 1008 * 1024 + 16384, ""},
+        Case{"BlocksF16", InF16(100, 0), 100, 16, 100 * 16 * 64 + 16 * 16 * 64, ""},
         Case{"NegativeBlocks", In(-1, 0), 0, 0, 0, "kv_cache_blocks"},
         Case{"BadBlockSize",
              {.ctx_size = 256, .block_size = 0, .max_running = 4, .end_layer = 4},
