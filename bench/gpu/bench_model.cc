@@ -209,7 +209,7 @@ int Main(int argc, char** argv) {
   p.AddInt("context", &a.context, "tokens already in each sequence's KV before decoding");
   p.AddString("prefill", &a.prefill, "prompt lengths to time (comma-separated; empty: none)");
   p.AddInt("repeats", &a.repeats, "runs per figure; the fastest is reported");
-  p.AddString("kv-dtype", &a.kv_dtype, "f32 | f16: element type of the KV cache");
+  p.AddString("kv-dtype", &a.kv_dtype, "f32 | f16 | q8_0: element type of the KV cache");
   p.AddBool("layer-times", &a.layer_times, "time each layer at batch 1 (synchronising)");
   p.AddInt("logit-top-k", &a.logit_top_k,
            "decode steps bring back each row's top K entries instead of its logits (0: logits; "

@@ -215,6 +215,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // Whether AppendKv / Attention take a cache of this element type (KvStorage::Create checks it,
+  // so an unsupported --kv-dtype fails at load with the backend's name).
+  virtual bool SupportsKvDtype(KvDtype dtype) const {
+    return dtype == KvDtype::kF32 || dtype == KvDtype::kF16;
+  }
 
   // ---- Memory (see "Where operands live" below). ----
   // True when backend memory is host memory (CPU): the model may read it directly and skip copies.

@@ -9,13 +9,21 @@ namespace stepserve::model {
 absl::StatusOr<KvDtype> KvDtypeFromName(std::string_view name) {
   if (name == "f32") return KvDtype::kF32;
   if (name == "f16") return KvDtype::kF16;
+  if (name == "q8_0") return KvDtype::kQ8_0;
   return absl::InvalidArgumentError(
-      absl::StrFormat("unknown KV cache type \"%s\" (expected f32 or f16)", name));
+      absl::StrFormat("unknown KV cache type \"%s\" (expected f32, f16 or q8_0)", name));
 }
 
-std::string_view KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kF16 ? "f16" : "f32"; }
-
-int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF16 ? 2 : 4; }
+std::string_view KvDtypeName(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF16:
+      return "f16";
+    case KvDtype::kQ8_0:
+      return "q8_0";
+    default:
+      return "f32";
+  }
+}
 
 uint64_t KvStorage::BytesPerPosition(const Hparams& hp, bool swa, int first_layer, int end_layer,
                                      KvDtype dtype) {
@@ -23,7 +31,8 @@ uint64_t KvStorage::BytesPerPosition(const Hparams& hp, bool swa, int first_laye
   for (int il = first_layer; il < end_layer; ++il) {
     const LayerHparams& l = hp.layers[il];
     if (l.is_swa == swa) {
-      bytes += static_cast<uint64_t>(l.kv_dim_k() + l.kv_dim_v()) * KvDtypeBytes(dtype);
+      bytes += static_cast<uint64_t>(l.n_head_kv) * (kernels::KvVectorBytes(dtype, l.head_dim_k) +
+                                                     kernels::KvVectorBytes(dtype, l.head_dim_v));
     }
   }
   return bytes;
@@ -35,11 +44,11 @@ absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
   storage.options_ = options;
   if (storage.options_.end_layer < 0) storage.options_.end_layer = hp.n_layer_all;
   const int first = storage.options_.first_layer, end = storage.options_.end_layer;
-  if (options.dtype != KvDtype::kF32 && options.dtype != KvDtype::kF16) {
-    return absl::InvalidArgumentError(absl::StrFormat("KV storage: unsupported element type %d",
-                                                      static_cast<int>(options.dtype)));
+  if (!backend.SupportsKvDtype(options.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the %s backend does not support a %s KV cache yet (use f32 or f16)",
+                        backend.name(), KvDtypeName(options.dtype)));
   }
-  const int elem_bytes = KvDtypeBytes(options.dtype);
   if (first < 0 || end > hp.n_layer_all || first >= end || options.block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "KV storage: bad layer range [%d, %d) or block size %d", first, end, options.block_size));
@@ -52,8 +61,13 @@ absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
                           il, l.head_dim_k, l.head_dim_v));
     }
     const int64_t blocks = l.is_swa ? options.swa_blocks : options.full_blocks;
-    const uint64_t elems =
-        static_cast<uint64_t>(blocks) * options.block_size * l.n_head_kv * l.head_dim_k;
+    const int64_t vector_bytes = kernels::KvVectorBytes(options.dtype, l.head_dim_k);
+    if (vector_bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "layer %d: a %s KV cache needs head dims that are multiples of 32, got %d", il,
+          KvDtypeName(options.dtype), l.head_dim_k));
+    }
+    const uint64_t vectors = static_cast<uint64_t>(blocks) * options.block_size * l.n_head_kv;
     KvCacheView view;
     view.dtype = options.dtype;
     view.num_blocks = blocks;
@@ -61,7 +75,7 @@ absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
     view.kv_heads = l.n_head_kv;
     view.head_dim = l.head_dim_k;
     for (int part = 0; part < 2; ++part) {  // K, then V
-      const size_t bytes = static_cast<size_t>(elems) * elem_bytes;
+      const size_t bytes = static_cast<size_t>(vectors * vector_bytes);
       absl::StatusOr<BackendBuffer> buffer = backend.Allocate(bytes);
       if (!buffer.ok()) {
         const BackendMemoryInfo info = backend.memory_info();
@@ -82,7 +96,7 @@ absl::StatusOr<KvStorage> KvStorage::Create(Backend& backend, const Hparams& hp,
     view.k = storage.buffers_[storage.buffers_.size() - 2].data();
     view.v = storage.buffers_.back().data();
     storage.views_.push_back(view);
-    storage.bytes_ += elems * 2 * elem_bytes;
+    storage.bytes_ += vectors * 2 * vector_bytes;
   }
   return storage;
 }

@@ -16,11 +16,10 @@
 
 namespace stepserve::model {
 
-// "f32" or "f16" (the KV element types every backend's attention reads; F16 halves the cache).
+// "f32", "f16" or "q8_0" (F16 halves the cache, Q8_0 takes 34 bytes per 32 values; Q8_0 needs
+// head dims that are multiples of 32 and a backend that supports it, Backend::SupportsKvDtype).
 absl::StatusOr<KvDtype> KvDtypeFromName(std::string_view name);
 std::string_view KvDtypeName(KvDtype dtype);
-// Bytes of one cached K or V element.
-int KvDtypeBytes(KvDtype dtype);
 
 struct KvStorageOptions {
   KvDtype dtype = KvDtype::kF32;

@@ -16,9 +16,23 @@ namespace {
 constexpr int64_t kHeadsPerPass = 16;  // query heads sharing one pass over the keys
 constexpr int64_t kKeysPerChunk = 32;  // keys scored before one softmax rescale
 
-// Points at one K or V vector; converts F16 into `tmp` first.
+// Points at one K or V vector (element `index` = vector index * dh); converts F16 or Q8_0 into
+// `tmp` first.
 const float* KvVector(const void* base, KvDtype dtype, int64_t index, int64_t dh, float* tmp) {
   if (dtype == KvDtype::kF32) return static_cast<const float*>(base) + index;
+  if (dtype == KvDtype::kQ8_0) {
+    const auto* vec = static_cast<const uint8_t*>(base) + index / dh * KvVectorBytes(dtype, dh);
+    for (int64_t b = 0; b < dh / kKvQ8BlockElems; ++b) {
+      const uint8_t* block = vec + b * kKvQ8BlockBytes;
+      uint16_t scale;
+      std::memcpy(&scale, block, 2);
+      const float d = F16ToF32(scale);
+      for (int64_t i = 0; i < kKvQ8BlockElems; ++i) {
+        tmp[b * kKvQ8BlockElems + i] = d * static_cast<float>(static_cast<int8_t>(block[2 + i]));
+      }
+    }
+    return tmp;
+  }
   const uint16_t* src = static_cast<const uint16_t*>(base) + index;
   for (int64_t d = 0; d < dh; ++d) tmp[d] = F16ToF32(src[d]);
   return tmp;
@@ -126,7 +140,9 @@ KernelStatus KvAppendCpu(const KvAppendArgs& a, ThreadPool* pool) {
     for (int64_t t = begin; t < end; ++t) {
       if (a.slots[t] < 0) continue;
       const int64_t dst = a.slots[t] * width;
-      if (a.kv.dtype == KvDtype::kF32) {
+      if (a.kv.dtype == KvDtype::kQ8_0) {
+        KvAppendQ8Token(a, t);
+      } else if (a.kv.dtype == KvDtype::kF32) {
         std::memcpy(static_cast<float*>(a.kv.k) + dst, a.k + t * a.k_stride, width * 4);
         std::memcpy(static_cast<float*>(a.kv.v) + dst, a.v + t * a.v_stride, width * 4);
       } else {

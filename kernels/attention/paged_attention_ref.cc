@@ -2,6 +2,7 @@
 // softmax in double, weighted sum in double. Also the plain KV append and shared validation.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/quant/float16.h"
@@ -10,23 +11,75 @@
 namespace stepserve::kernels {
 namespace {
 
-float LoadKv(const void* base, KvDtype dtype, int64_t index) {
+// Element `index` (vector index / dh, element index % dh) of a cache array.
+float LoadKv(const void* base, KvDtype dtype, int64_t index, int64_t dh) {
   if (dtype == KvDtype::kF16) return F16ToF32(static_cast<const uint16_t*>(base)[index]);
+  if (dtype == KvDtype::kQ8_0) {
+    const int64_t d = index % dh;
+    const auto* block = static_cast<const uint8_t*>(base) +
+                        (index / dh) * KvVectorBytes(dtype, dh) +
+                        d / kKvQ8BlockElems * kKvQ8BlockBytes;
+    uint16_t scale;
+    std::memcpy(&scale, block, 2);
+    return F16ToF32(scale) *
+           static_cast<float>(static_cast<int8_t>(block[2 + d % kKvQ8BlockElems]));
+  }
   return static_cast<const float*>(base)[index];
+}
+
+// Q8_0 of 32 values: d = max |x| / 127, q = round(x / d).
+void QuantizeQ8Block(const float* x, uint8_t* block) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < kKvQ8BlockElems; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const uint16_t d16 = F32ToF16(d);
+  std::memcpy(block, &d16, 2);
+  for (int64_t i = 0; i < kKvQ8BlockElems; ++i) {
+    const float q = d > 0.0f ? std::nearbyint(x[i] / d) : 0.0f;
+    block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
+  }
 }
 
 KernelStatus ValidatePagedKv(const PagedKv& kv) {
   if (kv.k == nullptr || kv.v == nullptr) return KernelStatus::kInvalidArgument;
-  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16) {
-    return KernelStatus::kUnsupportedType;
-  }
   if (kv.num_blocks <= 0 || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0) {
     return KernelStatus::kInvalidArgument;
   }
+  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16 && kv.dtype != KvDtype::kQ8_0) {
+    return KernelStatus::kUnsupportedType;
+  }
+  if (KvVectorBytes(kv.dtype, kv.head_dim) == 0) return KernelStatus::kInvalidArgument;
   return KernelStatus::kOk;
 }
 
 }  // namespace
+
+int64_t KvVectorBytes(KvDtype dtype, int64_t head_dim) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      return 4 * head_dim;
+    case KvDtype::kF16:
+      return 2 * head_dim;
+    case KvDtype::kQ8_0:
+      return head_dim % kKvQ8BlockElems == 0 ? head_dim / kKvQ8BlockElems * kKvQ8BlockBytes : 0;
+  }
+  return 0;
+}
+
+void KvQuantizeQ8Vector(const float* x, int64_t head_dim, void* dst) {
+  for (int64_t b = 0; b < head_dim / kKvQ8BlockElems; ++b) {
+    QuantizeQ8Block(x + b * kKvQ8BlockElems, static_cast<uint8_t*>(dst) + b * kKvQ8BlockBytes);
+  }
+}
+
+void KvAppendQ8Token(const KvAppendArgs& a, int64_t t) {
+  const int64_t dh = a.kv.head_dim, vec_bytes = KvVectorBytes(a.kv.dtype, dh);
+  for (int64_t g = 0; g < a.kv.kv_heads; ++g) {
+    const int64_t at = (a.slots[t] * a.kv.kv_heads + g) * vec_bytes;
+    KvQuantizeQ8Vector(a.k + t * a.k_stride + g * dh, dh, static_cast<uint8_t*>(a.kv.k) + at);
+    KvQuantizeQ8Vector(a.v + t * a.v_stride + g * dh, dh, static_cast<uint8_t*>(a.kv.v) + at);
+  }
+}
 
 KernelStatus ValidatePagedAttention(const PagedAttentionArgs& a) {
   if (KernelStatus s = ValidatePagedKv(a.kv); s != KernelStatus::kOk) return s;
@@ -90,7 +143,7 @@ KernelStatus PagedAttentionRef(const PagedAttentionArgs& a) {
           const int64_t base = slot_base(pp);
           double dot = 0.0;
           for (int64_t d = 0; d < dh; ++d)
-            dot += static_cast<double>(q[d]) * LoadKv(kv.k, kv.dtype, base + d);
+            dot += static_cast<double>(q[d]) * LoadKv(kv.k, kv.dtype, base + d, dh);
           scores[pp - first] = dot * a.scale;
           max_score = std::max(max_score, scores[pp - first]);
         }
@@ -103,7 +156,7 @@ KernelStatus PagedAttentionRef(const PagedAttentionArgs& a) {
         for (int64_t pp = first; pp <= p; ++pp) {
           const int64_t base = slot_base(pp);
           const double w = scores[pp - first] / denom;
-          for (int64_t d = 0; d < dh; ++d) acc[d] += w * LoadKv(kv.v, kv.dtype, base + d);
+          for (int64_t d = 0; d < dh; ++d) acc[d] += w * LoadKv(kv.v, kv.dtype, base + d, dh);
         }
         float* out = a.out + r * a.out_stride + h * dh;
         for (int64_t d = 0; d < dh; ++d) out[d] = static_cast<float>(acc[d]);
@@ -133,6 +186,10 @@ KernelStatus KvAppendRef(const KvAppendArgs& a) {
   const int64_t width = a.kv.kv_heads * a.kv.head_dim;
   for (int64_t t = 0; t < a.tokens; ++t) {
     if (a.slots[t] < 0) continue;
+    if (a.kv.dtype == KvDtype::kQ8_0) {
+      KvAppendQ8Token(a, t);
+      continue;
+    }
     for (int64_t i = 0; i < width; ++i) {
       const int64_t dst = a.slots[t] * width + i;
       if (a.kv.dtype == KvDtype::kF16) {

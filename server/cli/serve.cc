@@ -90,7 +90,7 @@ std::string Validate(const Flags& f, const ArgParser& p) {
   };
   if (p.WasSet("ctx-size") && f.ctx_size < 1) return positive("ctx-size", f.ctx_size);
   if (!model::KvDtypeFromName(f.kv_dtype).ok()) {
-    return absl::StrFormat("--kv-dtype must be f32 or f16, got \"%s\"", f.kv_dtype);
+    return absl::StrFormat("--kv-dtype must be f32, f16 or q8_0, got \"%s\"", f.kv_dtype);
   }
   if (p.WasSet("kv-cache-gib") && f.kv_cache_gib <= 0) {
     return absl::StrFormat("--kv-cache-gib must be > 0, got %g", f.kv_cache_gib);
@@ -212,7 +212,8 @@ int Run(int argc, char** argv) {
   p.AddInt("kv-cache-blocks", &f.kv_cache_blocks, "KV cache size in blocks (default: auto)");
   p.AddInt("block-size", &f.block_size, "tokens per KV block (power of two, 8..256)");
   p.AddString("kv-dtype", &f.kv_dtype,
-              "f32 | f16: element type of the KV cache (f16 holds twice the tokens per GiB)");
+              "f32 | f16 | q8_0: element type of the KV cache (f16 holds twice the tokens per GiB, "
+              "q8_0 3.8x; q8_0 on the CPU backend only for now)");
   p.AddString("prefix-cache", &f.prefix_cache, "on | off: share KV blocks of equal prefixes");
   p.AddString("device-sampling", &f.device_sampling,
               "auto | on | off: greedy steps take only each row's top entries from the backend "

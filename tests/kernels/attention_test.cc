@@ -9,6 +9,7 @@
 
 #include "engine/base/thread_pool.h"
 #include "engine/quant/float16.h"
+#include "engine/quant/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/paged_attention.h"
 #include "tests/kernels/test_util.h"
@@ -40,9 +41,11 @@ void RunCase(const Case& c, uint64_t seed) {
   std::iota(pool_pages.begin(), pool_pages.end(), 0);
   std::shuffle(pool_pages.begin(), pool_pages.end(), std::mt19937(seed));
   const int64_t num_blocks = total_pages + 3;
-  const size_t elem = c.dtype == KvDtype::kF16 ? 2 : 4;
-  std::vector<uint8_t> k_pages(num_blocks * kBlock * width * elem, 0xFF);  // NaN-ish filler
-  std::vector<uint8_t> v_pages(num_blocks * kBlock * width * elem, 0xFF);
+  const int64_t vec_bytes = KvVectorBytes(c.dtype, c.head_dim);
+  ASSERT_GT(vec_bytes, 0);
+  const size_t page_bytes = num_blocks * kBlock * c.kv_heads * vec_bytes;
+  std::vector<uint8_t> k_pages(page_bytes, 0xFF);  // NaN-ish filler
+  std::vector<uint8_t> v_pages(page_bytes, 0xFF);
   PagedKv kv{k_pages.data(), v_pages.data(), c.dtype, num_blocks, kBlock, c.kv_heads, c.head_dim};
 
   std::vector<std::vector<int32_t>> tables(n_seqs);
@@ -60,6 +63,17 @@ void RunCase(const Case& c, uint64_t seed) {
     if (c.dtype == KvDtype::kF16) {  // the reference sees the rounded values
       for (float& f : dense_k[s]) f = F16ToF32(F32ToF16(f));
       for (float& f : dense_v[s]) f = F16ToF32(F32ToF16(f));
+    }
+    if (c.dtype == KvDtype::kQ8_0) {  // likewise, decoded by the GGUF Q8_0 dequantizer
+      std::vector<uint8_t> blocks(vec_bytes);
+      for (std::vector<float>* dense : {&dense_k[s], &dense_v[s]}) {
+        for (int64_t i = 0; i < static_cast<int64_t>(dense->size()); i += c.head_dim) {
+          KvQuantizeQ8Vector(dense->data() + i, c.head_dim, blocks.data());
+          ASSERT_TRUE(
+              quant::DequantizeRow(GgmlType::kQ8_0, blocks.data(), dense->data() + i, c.head_dim)
+                  .ok());
+        }
+      }
     }
     std::vector<int64_t> slots(ctx);
     for (int64_t p = 0; p < ctx; ++p) slots[p] = tables[s][p / kBlock] * kBlock + p % kBlock;
@@ -139,6 +153,25 @@ TEST(PagedAttentionTest, SlidingWindowPastTheWindowGqa3HeadDim32) {
 TEST(PagedAttentionTest, SlidingWindowGqa2HeadDim192) { RunCase({4, 2, 192, 17, {50}, {4}}, 3); }
 
 TEST(PagedAttentionTest, F16CacheGqa8) { RunCase({8, 1, 32, 0, {33}, {2}, KvDtype::kF16}, 4); }
+
+TEST(PagedAttentionTest, Q8CacheGqa8HeadDim128) {
+  RunCase({8, 1, 128, 0, {33, 70}, {2, 1}, KvDtype::kQ8_0}, 5);
+}
+
+TEST(PagedAttentionTest, Q8CacheSlidingWindowHeadDim192) {
+  RunCase({4, 2, 192, 17, {50}, {4}, KvDtype::kQ8_0}, 6);
+}
+
+TEST(PagedAttentionTest, Q8CacheNeedsHeadDimMultipleOf32) {
+  EXPECT_EQ(KvVectorBytes(KvDtype::kQ8_0, 128), 4 * 34);
+  EXPECT_EQ(KvVectorBytes(KvDtype::kQ8_0, 48), 0);
+  float k = 0, v = 0;
+  std::vector<uint8_t> pages(1024);
+  const int64_t slot = 0;
+  KvAppendArgs append{
+      &k, 48, &v, 48, 1, &slot, PagedKv{pages.data(), pages.data(), KvDtype::kQ8_0, 1, 16, 1, 48}};
+  EXPECT_EQ(KvAppendCpu(append, nullptr), KernelStatus::kInvalidArgument);
+}
 
 TEST(PagedAttentionTest, SlidingWindowIgnoresFreedPages) {
   // Pages entirely before the window may be released (-1): they must not be read.

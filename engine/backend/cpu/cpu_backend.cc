@@ -63,6 +63,9 @@ class CpuBackend final : public Backend {
 
   // Memory: plain host allocations; weights stay in the mmapped file.
   bool host_visible() const override { return true; }
+  bool SupportsKvDtype(KvDtype dtype) const override {
+    return dtype == KvDtype::kF32 || dtype == KvDtype::kF16 || dtype == KvDtype::kQ8_0;
+  }
   absl::StatusOr<BackendBuffer> Allocate(size_t bytes) override {
     const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
     void* data = std::aligned_alloc(256, rounded);

@@ -312,20 +312,22 @@ TEST_P(Step35ModelTest, HiddenRowsOnlyWhenAskedAndScratchIsReused) {
   }
 }
 
-// An F16 cache rounds every cached key and value (relative <= 2^-11) and nothing else: half the
-// bytes, logits within a bound set by that rounding, the same greedy continuation. 30 prompt
-// tokens fill past the sliding window (16), then 12 greedy decode steps read both pools.
-TEST_P(Step35ModelTest, F16KvCacheHalvesTheBytesAndKeepsTheGreedyContinuation) {
-  absl::StatusOr<KvStorage> kv16 = KvStorage::Create(
-      model_->backend(), model_->hparams(),
-      {.dtype = KvDtype::kF16, .block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
-  ASSERT_TRUE(kv16.ok()) << kv16.status();
-  EXPECT_EQ(2 * kv16->bytes(), kv_->bytes());
-  EXPECT_EQ(kv16->layer(0).dtype, KvDtype::kF16);
+// A compressed cache rounds every cached key and value and nothing else: fewer bytes, logits
+// within a bound set by that rounding, the same greedy continuation. 30 prompt tokens fill past
+// the sliding window (16), then 12 greedy decode steps read both pools. F16 rounds to 2^-11
+// relative; Q8_0 to half a step of max|x| / 127 per 32 values.
+void ExpectCloseToF32Cache(Step35Model& model, KvStorage& f32_kv, KvDtype dtype, uint64_t bytes_num,
+                           uint64_t bytes_den, double bound) {
+  absl::StatusOr<KvStorage> kv = KvStorage::Create(
+      model.backend(), model.hparams(),
+      {.dtype = dtype, .block_size = kBlockSize, .full_blocks = 64, .swa_blocks = 64});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_EQ(kv->bytes() * bytes_den, f32_kv.bytes() * bytes_num);
+  EXPECT_EQ(kv->layer(0).dtype, dtype);
   const std::vector<int32_t> table = Pages(0, 4);
-  const int64_t v = model_->n_vocab();
+  const int64_t v = model.n_vocab();
   std::vector<int32_t> tokens = RandomTokens(30, v, 17);
-  std::vector<int32_t> greedy32, greedy16;
+  std::vector<int32_t> greedy32, greedy;
   double worst = 0;
   for (int pos = 0; pos < 42;) {
     const int count = pos == 0 ? 30 : 1;
@@ -334,21 +336,29 @@ TEST_P(Step35ModelTest, F16KvCacheHalvesTheBytesAndKeepsTheGreedyContinuation) {
                        .full_table = table,
                        .swa_table = table,
                        .logit_rows = 1};
-    ForwardOutput out32, out16;
-    ASSERT_TRUE(model_->Forward({&step, 1}, *kv_, &out32).ok());
-    ASSERT_TRUE(model_->Forward({&step, 1}, *kv16, &out16).ok());
+    ForwardOutput out32, out;
+    ASSERT_TRUE(model.Forward({&step, 1}, f32_kv, &out32).ok());
+    ASSERT_TRUE(model.Forward({&step, 1}, *kv, &out).ok());
     const Vec row(out32.logits.begin(), out32.logits.begin() + v);
-    worst = std::max(worst, RelErr(out16.logits.data(), row));
+    worst = std::max(worst, RelErr(out.logits.data(), row));
     greedy32.push_back(Argmax(out32.logits));
-    greedy16.push_back(Argmax(out16.logits));
+    greedy.push_back(Argmax(out.logits));
     tokens.push_back(greedy32.back());  // both caches continue from the F32 choice
     pos += count;
   }
-  EXPECT_LT(worst, 3e-3) << "logits with an F16 cache vs F32";
-  EXPECT_EQ(greedy16, greedy32);
-  RecordProperty("worst_logit_rel_err_f16_kv", std::to_string(worst));
-  std::printf("[ rel ] %s: F16 KV vs F32 KV logits, worst rel error %.3g\n", GetParam().c_str(),
-              worst);
+  EXPECT_LT(worst, bound) << "logits with a " << KvDtypeName(dtype) << " cache vs F32";
+  EXPECT_EQ(greedy, greedy32);
+  std::printf("[ rel ] %s KV vs F32 KV logits, worst rel error %.3g\n",
+              std::string(KvDtypeName(dtype)).c_str(), worst);
+}
+
+TEST_P(Step35ModelTest, F16KvCacheHalvesTheBytesAndKeepsTheGreedyContinuation) {
+  ExpectCloseToF32Cache(*model_, *kv_, KvDtype::kF16, 1, 2, 3e-3);
+}
+
+// Head dim 32: one Q8_0 block (34 bytes) per 128 bytes of F32.
+TEST_P(Step35ModelTest, Q8KvCacheKeepsTheGreedyContinuation) {
+  ExpectCloseToF32Cache(*model_, *kv_, KvDtype::kQ8_0, 34, 128, 3e-2);
 }
 
 TEST_P(Step35ModelTest, KvStorageThatCannotFitNamesTheBytes) {
