@@ -80,8 +80,8 @@ struct Side {
 
 constexpr int32_t kBlockSize = 16;
 
-Side Open(const std::string& path, const std::string& backend, int32_t blocks,
-          bool fuse = false) {
+Side Open(const std::string& path, const std::string& backend, int32_t blocks, bool fuse = false,
+          KvDtype kv_dtype = KvDtype::kF32) {
   Side side;
   // Exact activations: the bound below is about the ops, not the int8 activation rounding the
   // CUDA matmuls use by default (~1e-2 through an expert FFN).
@@ -94,9 +94,9 @@ Side Open(const std::string& path, const std::string& backend, int32_t blocks,
   EXPECT_TRUE(model.ok()) << backend << ": " << model.status();
   if (!model.ok()) return side;
   side.model = *std::move(model);
-  absl::StatusOr<KvStorage> kv =
-      KvStorage::Create(side.model->backend(), side.model->hparams(),
-                        {.block_size = kBlockSize, .full_blocks = blocks, .swa_blocks = blocks});
+  absl::StatusOr<KvStorage> kv = KvStorage::Create(
+      side.model->backend(), side.model->hparams(),
+      {.dtype = kv_dtype, .block_size = kBlockSize, .full_blocks = blocks, .swa_blocks = blocks});
   EXPECT_TRUE(kv.ok()) << backend << ": " << kv.status();
   if (kv.ok()) side.kv = std::make_unique<KvStorage>(*std::move(kv));
   return side;
@@ -117,10 +117,12 @@ double CompareRows(const std::vector<float>& cuda, const std::vector<float>& cpu
 }
 
 // The comparison every model goes through.
-// `fuse`: the CUDA side runs fused projections (LoadOptions::fuse_projections).
-void CompareCudaWithCpu(const std::string& path, bool fuse = false) {
-  Side cpu = Open(path, "cpu", 256);
-  Side cuda = Open(path, "cuda", 256, fuse);
+// `fuse`: the CUDA side runs fused projections (LoadOptions::fuse_projections); `kv_dtype`: both
+// sides cache K and V in that type (each rounds its own K and V the same way).
+void CompareCudaWithCpu(const std::string& path, bool fuse = false,
+                        KvDtype kv_dtype = KvDtype::kF32) {
+  Side cpu = Open(path, "cpu", 256, false, kv_dtype);
+  Side cuda = Open(path, "cuda", 256, fuse, kv_dtype);
   ASSERT_TRUE(cpu.kv && cuda.kv);
   const Hparams& hp = cpu.model->hparams();
   const int64_t vocab = cpu.model->n_vocab(), d = hp.n_embd;
@@ -268,6 +270,28 @@ TEST_P(ModelCudaTest, TinyModelWithFusedProjectionsMatchesCpu) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
   const std::string path = MakeTiny("fused");
   CompareCudaWithCpu(path, /*fuse=*/true);
+  std::filesystem::remove(path);
+}
+
+TEST_P(ModelCudaTest, TinyModelWithF16KvCacheMatchesCpu) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
+  const std::string path = MakeTiny("f16kv");
+  CompareCudaWithCpu(path, /*fuse=*/false, KvDtype::kF16);
+  std::filesystem::remove(path);
+}
+
+// No Q8_0 cache kernels on CUDA yet: refused at KV creation, naming the backend.
+TEST_P(ModelCudaTest, Q8KvCacheIsRefusedOnCuda) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
+  const std::string path = MakeTiny("q8kv");
+  absl::StatusOr<std::unique_ptr<Step35Model>> model =
+      Step35Model::Load(path, {.backend = "cuda", .device = 0});
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<KvStorage> kv = KvStorage::Create(
+      (*model)->backend(), (*model)->hparams(),
+      {.dtype = KvDtype::kQ8_0, .block_size = kBlockSize, .full_blocks = 4, .swa_blocks = 4});
+  EXPECT_EQ(kv.status().code(), absl::StatusCode::kInvalidArgument) << kv.status();
+  EXPECT_NE(kv.status().message().find("cuda"), std::string::npos) << kv.status();
   std::filesystem::remove(path);
 }
 
