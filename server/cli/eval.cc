@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/status_macros.h"
 #include "engine/model/perplexity.h"
@@ -33,7 +34,7 @@ constexpr char kDescription[] =
     "every number. --save-logits writes the scored log-probabilities for a later --kld-against.";
 
 struct Flags {
-  std::string model, text, save_logits, kld_against;
+  std::string model, text, save_logits, kld_against, kv_dtype = "f32";
   int64_t ctx = 512, chunks = 0, batch_rows = 0, threads = 0;
   BackendFlags backend;
 };
@@ -62,6 +63,10 @@ absl::Status RunEval(const Flags& flags) {
   }
   if (std::string error = ValidateBackendFlags(flags.backend); !error.empty()) {
     return absl::InvalidArgumentError(error);
+  }
+  const absl::StatusOr<KvDtype> kv_dtype = model::KvDtypeFromName(flags.kv_dtype);
+  if (!kv_dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", kv_dtype.status().message()));
   }
   ASSIGN_OR_RETURN(std::string text, ReadFile(flags.text));
   absl::StatusOr<std::unique_ptr<model::Step35Model>> loaded =
@@ -94,11 +99,12 @@ absl::Status RunEval(const Flags& flags) {
                static_cast<long>(flags.ctx));
 
   const int64_t rows = flags.batch_rows == 0 ? flags.ctx : std::min(flags.batch_rows, flags.ctx);
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<runner::KvContext> kv,
-      runner::KvContext::Create(
-          model.backend(), model.hparams(),
-          {.max_sequences = 1, .ctx_size = flags.ctx, .max_chunk = static_cast<int32_t>(rows)}));
+  ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
+                   runner::KvContext::Create(model.backend(), model.hparams(),
+                                             {.max_sequences = 1,
+                                              .ctx_size = flags.ctx,
+                                              .max_chunk = static_cast<int32_t>(rows),
+                                              .kv_dtype = *kv_dtype}));
   const int64_t n_vocab = model.n_vocab();
   model::ForwardOutput out;
   auto chunk_logits = [&](std::span<const int32_t> chunk, std::vector<float>* logits) {
@@ -167,6 +173,8 @@ int Run(int argc, char** argv) {
   parser.AddInt("ctx", &f.ctx, "tokens per chunk (llama.cpp -c)");
   parser.AddInt("chunks", &f.chunks, "evaluate at most this many chunks (0 = all)");
   parser.AddInt("batch-rows", &f.batch_rows, "rows per forward pass (0 = the whole chunk)");
+  parser.AddString("kv-dtype", &f.kv_dtype,
+                   "f32 | f16 | q8_0: KV cache element type (with --kld-against: its effect)");
   parser.AddString("save-logits", &f.save_logits, "write scored log-probabilities to this file");
   parser.AddString("kld-against", &f.kld_against,
                    "compare with log-probabilities saved by --save-logits");

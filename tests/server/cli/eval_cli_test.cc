@@ -141,6 +141,34 @@ TEST_F(EvalCliTest, KldAgainstItselfIsZero) {
   EXPECT_THAT(mismatch.err, HasSubstr("logits.bin was saved with"));
 }
 
+TEST_F(EvalCliTest, CompressedKvCacheHasSmallKld) {
+  // The KV cache element type is the only difference: F16 and Q8_0 caches against the F32 one.
+  const std::string saved = dir_->File("logits-f32kv.bin");
+  const std::string common = "--text " + ShellQuote(text_) + " --ctx 64 --chunks 2 ";
+  RunResult save = Eval(common + "--save-logits " + ShellQuote(saved));
+  ASSERT_EQ(save.exit_code, 0) << save.err;
+  double kld[2];
+  int i = 0;
+  for (const char* dtype : {"f16", "q8_0"}) {
+    RunResult r = Eval(common + "--kv-dtype " + dtype + " --kld-against " + ShellQuote(saved));
+    ASSERT_EQ(r.exit_code, 0) << dtype << ": " << r.err;
+    EvalJson json = ParseLine(r.out);
+    ASSERT_TRUE(json.ok) << r.out;
+    kld[i++] = json.Get("mean_kld");
+    EXPECT_GE(json.Get("top1_agreement"), 0.9) << dtype;
+    std::printf("[ kld ] %s KV cache vs f32: mean KLD %.3g, top-1 agreement %.3f\n", dtype,
+                json.Get("mean_kld"), json.Get("top1_agreement"));
+  }
+  EXPECT_LT(kld[0], 1e-4);    // F16 rounding
+  EXPECT_LT(kld[1], 1e-2);    // 8-bit per 32 values
+  EXPECT_GT(kld[1], kld[0]);  // and the coarser type moves the distribution more
+
+  RunResult bad = Eval(common + "--kv-dtype q4");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--kv-dtype"));
+  EXPECT_THAT(bad.err, HasSubstr("q8_0"));
+}
+
 TEST_F(EvalCliTest, ClearErrors) {
   const std::string short_text = dir_->File("short.txt");
   WriteAll(short_text, "Just a few words.");
