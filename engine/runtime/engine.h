@@ -72,15 +72,16 @@ struct GenerationRequest {
 
 struct EngineConfig {
   std::string model_path;
-  std::string draft_path;       // separate MTP file (not used yet: speculation is not implemented)
+  std::string draft_path;  // separate MTP file (not used yet: speculation is not implemented)
   std::string backend = "cpu";  // "cpu" or "cuda" (RegisteredBackends())
   int device = 0;               // accelerator index for non-CPU backends
   int threads = 0;              // 0: all cores
   int64_t ctx_size = 0;         // 0: min(model context, 8192)
   double kv_cache_gib = 0;      // KV memory budget (full + sliding pools) in GiB
   int64_t kv_cache_blocks = 0;  // full-attention blocks; overrides kv_cache_gib
-  // Element type of the cached K and V: F16 halves the cache (twice the blocks for a budget) at
-  // ~1e-3 relative rounding of each cached value.
+  // Element type of the cached K and V: F16 halves the cache (twice the blocks for a budget),
+  // rounding each cached value to 2^-11 relative; Q8_0 (CPU backend only for now) takes 34 bytes
+  // per 32 values (docs/serve-flags.md).
   KvDtype kv_dtype = KvDtype::kF32;
   // Accelerator backends with neither KV setting: the KV cache gets what is left of this fraction
   // of device memory after the weights and kActivationReserveBytes.

@@ -22,9 +22,10 @@
 
 namespace stepserve::kernels {
 
-// Element type of the cache. kQ8_0: each head vector is head_dim / 32 Q8_0 blocks (34 bytes: an
-// F16 scale d, then 32 int8 q; value = d * q), the vectors in the layout below with a stride of
-// KvVectorBytes instead of head_dim elements; head_dim must be a multiple of 32.
+// Element type of the cache. kQ8_0: each head vector is head_dim / 32 GGUF Q8_0 blocks (34 bytes:
+// an F16 scale d, then 32 int8 q; value = d * q; written and read by engine/quant's QuantizeRow /
+// DequantizeRow), the vectors in the layout below with a stride of KvVectorBytes instead of
+// head_dim elements; head_dim must be a multiple of 32.
 enum class KvDtype : int { kF32 = 0, kF16 = 1, kQ8_0 = 2 };
 
 inline constexpr int64_t kKvQ8BlockElems = 32;
@@ -32,9 +33,6 @@ inline constexpr int64_t kKvQ8BlockBytes = 34;
 
 // Bytes of one cached K or V vector of head_dim elements; 0 when dtype cannot hold it.
 int64_t KvVectorBytes(KvDtype dtype, int64_t head_dim);
-// Writes head_dim values (a multiple of 32) as Q8_0 blocks: d = max|x| / 127 (stored as F16),
-// q = round(x / d). Shared by the reference and the CPU append.
-void KvQuantizeQ8Vector(const float* x, int64_t head_dim, void* dst);
 
 // Largest supported head_dim (an accumulator per query head lives on the stack).
 inline constexpr int64_t kMaxAttentionHeadDim = 512;
@@ -94,7 +92,8 @@ struct KvAppendArgs {
 };
 
 KernelStatus ValidateKvAppend(const KvAppendArgs& args);
-// Quantizes token t's K and V rows (KvQuantizeQ8Vector per head) into a kQ8_0 cache; args valid.
+// Quantizes token t's K and V rows (Q8_0 per head vector) into a kQ8_0 cache; args valid. Shared
+// by the reference and the CPU append.
 void KvAppendQ8Token(const KvAppendArgs& args, int64_t t);
 KernelStatus KvAppendRef(const KvAppendArgs& args);
 KernelStatus KvAppendCpu(const KvAppendArgs& args, ThreadPool* pool);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/quant/float16.h"
+#include "engine/quant/quant.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/common/vec.h"
 
@@ -22,15 +23,8 @@ const float* KvVector(const void* base, KvDtype dtype, int64_t index, int64_t dh
   if (dtype == KvDtype::kF32) return static_cast<const float*>(base) + index;
   if (dtype == KvDtype::kQ8_0) {
     const auto* vec = static_cast<const uint8_t*>(base) + index / dh * KvVectorBytes(dtype, dh);
-    for (int64_t b = 0; b < dh / kKvQ8BlockElems; ++b) {
-      const uint8_t* block = vec + b * kKvQ8BlockBytes;
-      uint16_t scale;
-      std::memcpy(&scale, block, 2);
-      const float d = F16ToF32(scale);
-      for (int64_t i = 0; i < kKvQ8BlockElems; ++i) {
-        tmp[b * kKvQ8BlockElems + i] = d * static_cast<float>(static_cast<int8_t>(block[2 + i]));
-      }
-    }
+    // Cannot fail for a head_dim ValidatePagedKv accepted.
+    (void)quant::DequantizeRow(GgmlType::kQ8_0, vec, tmp, dh);
     return tmp;
   }
   const uint16_t* src = static_cast<const uint16_t*>(base) + index;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/quant/float16.h"
+#include "engine/quant/quant.h"
 #include "kernels/attention/paged_attention.h"
 
 namespace stepserve::kernels {
@@ -25,19 +26,6 @@ float LoadKv(const void* base, KvDtype dtype, int64_t index, int64_t dh) {
            static_cast<float>(static_cast<int8_t>(block[2 + d % kKvQ8BlockElems]));
   }
   return static_cast<const float*>(base)[index];
-}
-
-// Q8_0 of 32 values: d = max |x| / 127, q = round(x / d).
-void QuantizeQ8Block(const float* x, uint8_t* block) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < kKvQ8BlockElems; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float d = amax / 127.0f;
-  const uint16_t d16 = F32ToF16(d);
-  std::memcpy(block, &d16, 2);
-  for (int64_t i = 0; i < kKvQ8BlockElems; ++i) {
-    const float q = d > 0.0f ? std::nearbyint(x[i] / d) : 0.0f;
-    block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
-  }
 }
 
 KernelStatus ValidatePagedKv(const PagedKv& kv) {
@@ -66,18 +54,15 @@ int64_t KvVectorBytes(KvDtype dtype, int64_t head_dim) {
   return 0;
 }
 
-void KvQuantizeQ8Vector(const float* x, int64_t head_dim, void* dst) {
-  for (int64_t b = 0; b < head_dim / kKvQ8BlockElems; ++b) {
-    QuantizeQ8Block(x + b * kKvQ8BlockElems, static_cast<uint8_t*>(dst) + b * kKvQ8BlockBytes);
-  }
-}
-
 void KvAppendQ8Token(const KvAppendArgs& a, int64_t t) {
   const int64_t dh = a.kv.head_dim, vec_bytes = KvVectorBytes(a.kv.dtype, dh);
   for (int64_t g = 0; g < a.kv.kv_heads; ++g) {
     const int64_t at = (a.slots[t] * a.kv.kv_heads + g) * vec_bytes;
-    KvQuantizeQ8Vector(a.k + t * a.k_stride + g * dh, dh, static_cast<uint8_t*>(a.kv.k) + at);
-    KvQuantizeQ8Vector(a.v + t * a.v_stride + g * dh, dh, static_cast<uint8_t*>(a.kv.v) + at);
+    // GGUF Q8_0 blocks; cannot fail for a head_dim ValidatePagedKv accepted.
+    (void)quant::QuantizeRow(GgmlType::kQ8_0, a.k + t * a.k_stride + g * dh,
+                             static_cast<uint8_t*>(a.kv.k) + at, dh);
+    (void)quant::QuantizeRow(GgmlType::kQ8_0, a.v + t * a.v_stride + g * dh,
+                             static_cast<uint8_t*>(a.kv.v) + at, dh);
   }
 }
 

@@ -68,7 +68,9 @@ void RunCase(const Case& c, uint64_t seed) {
       std::vector<uint8_t> blocks(vec_bytes);
       for (std::vector<float>* dense : {&dense_k[s], &dense_v[s]}) {
         for (int64_t i = 0; i < static_cast<int64_t>(dense->size()); i += c.head_dim) {
-          KvQuantizeQ8Vector(dense->data() + i, c.head_dim, blocks.data());
+          ASSERT_TRUE(
+              quant::QuantizeRow(GgmlType::kQ8_0, dense->data() + i, blocks.data(), c.head_dim)
+                  .ok());
           ASSERT_TRUE(
               quant::DequantizeRow(GgmlType::kQ8_0, blocks.data(), dense->data() + i, c.head_dim)
                   .ok());
