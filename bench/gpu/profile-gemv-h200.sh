@@ -21,13 +21,15 @@ for stream in 1 0; do
 done
 sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats
           --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
-          --section LaunchStats --section Occupancy)
+          --section LaunchStats --section Occupancy --section SourceCounters)
+# IQ4_XS (the first type bench_gemv runs; the regex keeps ncu off the other types' launches).
 for k in GemvStreamKernel GemvQ8Kernel ReadKernel GemvMmaIq4XsKernel; do
-  stream=1 mode=--quick
+  stream=1 mode=--quick regex="$k<.*IQ4_XS"
   [[ $k == GemvQ8Kernel ]] && stream=0
-  [[ $k == GemvMmaIq4XsKernel ]] && mode=--rows
+  [[ $k == GemvMmaIq4XsKernel ]] && mode=--rows regex=$k
+  [[ $k == ReadKernel ]] && regex=$k
   STEPSERVE_GEMV_STREAM=$stream STEPSERVE_GEMV_MMA=2 timeout 120 ncu --clock-control none \
-    "${sections[@]}" -k "regex:$k" --launch-skip 20 --launch-count 1 "$bench" $mode \
-    >"$out/ncu-$k.txt" 2>&1
+    --print-details all "${sections[@]}" -k "regex:$regex" --launch-skip 3 --launch-count 1 \
+    "$bench" $mode >"$out/ncu-$k.txt" 2>&1
   echo "ncu $k rc=$?"
 done

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call: where a prefill's time goes. Builds bench_model, times a 2048-token prefill of
+# a LAYERS-layer synthetic Step-3.5-Flash (IQ4_XS mix) on the wall clock, then takes ncu per-kernel
+# GPU times of the same prefill (the weight fill kernels come first in the list). The difference
+# between the wall time and the GPU sum is host time (launches, host round trips).
+# Usage: [LAYERS=2] [PROMPT=2048] bash bench/gpu/profile-prefill-h200.sh [BUILD_DIR]
+#   (logs in $OUT or ./out-h200)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build-h200}
+out=${OUT:-out-h200}
+layers=${LAYERS:-2}
+prompt=${PROMPT:-2048}
+mkdir -p "$out"
+start=$(date +%s)
+bash scripts/bundle-deps.sh build "$build" bench_model -- -DCMAKE_BUILD_TYPE=Release \
+  >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
+echo "build: $(($(date +%s) - start)) s"
+source <(bash scripts/bundle-deps.sh env)
+bench="$build/bench/gpu/bench_model"
+args=(--synthetic step-3.5-flash --layers "$layers" --recipe iq4_xs --batches "" --prefill "$prompt")
+timeout 120 "$bench" "${args[@]}" --repeats 3 2>"$out/prefill-wall.err" | tee "$out/prefill-wall.jsonl"
+timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+  --print-summary per-kernel "$bench" "${args[@]}" --repeats 1 >"$out/ncu-prefill.txt" 2>&1
+echo "ncu prefill rc=$?"
+echo "total: $(($(date +%s) - start)) s"
