@@ -94,6 +94,15 @@ int GemvMmaMinRows();
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream);
 
+// Grouped mode of IQ4_XS (p.x_pair_order) through the tensor-core kernel, for many groups per
+// matrix (a prefill's MoE): each slot's groups in chunks of 32 activation rows.
+// cudaErrorNotSupported, with nothing launched, for anything else (or STEPSERVE_GEMV_MMA=0).
+// GemvIndexedCuda takes it when the groups average kGroupedMmaMinPairs or more per matrix; below
+// that (decode batches: 512 pairs over ~240 of 288 experts at 64 tokens) the dp4a grouped kernel.
+inline constexpr int64_t kGroupedMmaMinPairs = 8;
+cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
+                                    cudaStream_t stream);
+
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream);

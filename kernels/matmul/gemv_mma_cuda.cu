@@ -64,17 +64,17 @@ __device__ __forceinline__ void WaitCopiesButOne() {
   asm volatile("cp.async.wait_group 1;" ::: "memory");
 }
 
-// Copies pair `pair` (blocks 2 pair, 2 pair + 1) of the CTA's 16 rows into `stage` (row r at
-// r * kPairBytes). kPieces = 17 for a full pair, 9 for a last pair of one block: its 136 bytes
-// start 16-byte aligned and the 9th piece ends at the padded row end (rows are padded to 16).
+// Copies pair `pair` (blocks 2 pair, 2 pair + 1) of the CTA's 16 rows of matrix `w` into `stage`
+// (row r at r * kPairBytes). kPieces = 17 for a full pair, 9 for a last pair of one block: its 136
+// bytes start 16-byte aligned and the 9th piece ends at the padded row end (rows are padded to 16).
 template <int kPieces>
-__device__ __forceinline__ void CopyPair(uint8_t* stage, const GemvParams& p, int64_t o0,
-                                         int64_t pair, int lane) {
+__device__ __forceinline__ void CopyPair(uint8_t* stage, const GemvParams& p, const uint8_t* w,
+                                         int64_t o0, int64_t pair, int lane) {
   for (int i = lane; i < kMmaRowsM * kPieces; i += 32) {
     const int r = i / kPieces, c = i - r * kPieces;
     const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;
     CopyAsync16(stage + r * kPairBytes + 16 * c,
-                p.w + row * p.w_row_bytes + pair * kPairBytes + 16 * c);
+                w + row * p.w_row_bytes + pair * kPairBytes + 16 * c);
   }
 }
 
@@ -85,19 +85,23 @@ __device__ __forceinline__ float SubBlockScale(uint2 h, float d, int ib) {
   return d * static_cast<float>(static_cast<int>(ls) - 32);
 }
 
-// The 8 sub-blocks of block b, staged at `blk` (row r at r * kPairBytes), into acc.
+// The 8 sub-blocks of block b, staged at `blk` (row r at r * kPairBytes), into acc, for the first
+// `rows` activation columns (tiles of 8 past them are skipped).
 template <int NT>
 __device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk, int64_t b, int g,
-                                         int t, const uint32_t (&tbl)[4], const int (&x_row)[NT],
-                                         const int (&d_row0)[NT], const int (&d_row1)[NT],
-                                         float (&acc)[NT][4]) {
+                                         int t, int rows, const uint32_t (&tbl)[4],
+                                         const int (&x_row)[NT], const int (&d_row0)[NT],
+                                         const int (&d_row1)[NT], float (&acc)[NT][4]) {
   const uint8_t* ra = blk + g * kPairBytes;
   const uint8_t* rb = blk + (g + 8) * kPairBytes;
   const uint2 ha = *reinterpret_cast<const uint2*>(ra);
   const uint2 hb = *reinterpret_cast<const uint2*>(rb);
   const float da = F16Bits(ha.x), db = F16Bits(hb.x);
   const int64_t blocks32 = p.in / 32;
-#pragma unroll
+  // Fully unrolled the compiler hoists every sub-block's activation loads: 4 tiles of them did not
+  // fit the grouped kernel's register cap (spills), so that one unrolls by 2.
+  constexpr int kUnroll = NT > 2 ? 2 : 8;
+#pragma unroll kUnroll
   for (int ib = 0; ib < 8; ++ib) {
     const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
     const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
@@ -107,7 +111,7 @@ __device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk
     const int64_t sub = 8 * b + ib;  // 32-value activation block
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      if (8 * j < p.rows) {
+      if (8 * j < rows) {
         const uint2 x =
             __ldg(reinterpret_cast<const uint2*>(p.xq + x_row[j] * p.in + 32 * sub + 8 * t));
         const float d0 = __ldg(&p.xd[d_row0[j] * blocks32 + sub].x);
@@ -123,69 +127,76 @@ __device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk
   }
 }
 
-// Dynamic shared memory of the kernel: the warps' rings, then their partial sums.
+// Dynamic shared memory of the kernels: the warps' rings, then their partial sums.
 template <int kWarps, int NT>
 constexpr size_t MmaSharedBytes() {
   return size_t{kWarps} * kStages * kStageBytes + size_t{kWarps} * NT * 32 * sizeof(float4);
 }
 
-// NT = activation-row tiles of 8 (rows <= 8 * NT); kWarps split K (pairs of blocks).
-template <int kWarps, int NT>
-__global__ void __launch_bounds__(32 * kWarps)
-    GemvMmaIq4XsKernel(const __grid_constant__ GemvParams p) {
-  extern __shared__ __align__(16) uint8_t mma_smem[];
-  auto ring = reinterpret_cast<uint8_t(*)[kStages][kStageBytes]>(mma_smem);
-  auto partial =
-      reinterpret_cast<float4(*)[NT][32]>(mma_smem + size_t{kWarps} * kStages * kStageBytes);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsM;
-  const int64_t nb = p.in / 256;
-  const int64_t pairs = (nb + 1) / 2;
-  // This warp's pairs: warp, warp + kWarps, ...; n_mine of them.
-  const int64_t n_mine = warp < pairs ? (pairs - warp + kWarps - 1) / kWarps : 0;
-  const auto copy = [&](int stage, int64_t k) {
-    const int64_t pair = warp + k * kWarps;
-    if (2 * pair + 1 < nb) {
-      CopyPair<17>(ring[warp][stage], p, o0, pair, lane);
-    } else {
-      CopyPair<9>(ring[warp][stage], p, o0, pair, lane);
-    }
-  };
-#pragma unroll
-  for (int k = 0; k < kStages; ++k) {
-    if (k < n_mine) copy(k, k);
-    CommitCopies();  // empty groups too: the wait below counts groups
-  }
-  WaitForPrimaryGrid();  // the quantizer writing xq / xd may still run
-  AllowDependentLaunch();
+// One warp's share of the K loop over the CTA's 16 rows of matrix `w`: pairs of blocks warp,
+// warp + kWarps, ... through the warp's two-stage ring. IssueFirst copies the first stages (before
+// the activations are needed, so the plain kernel can issue them ahead of its dependency wait);
+// Run waits for each stage, multiplies it and refills it.
+template <int kWarps>
+struct WarpK {
+  const GemvParams& p;
+  const uint8_t* w;
+  int64_t o0;
+  uint8_t (*ring)[kStageBytes];  // this warp's kStages stages
+  int warp, lane;
+  int64_t nb, n_mine;
 
-  const uint32_t tbl[4] = {p.iq4nl[0], p.iq4nl[1], p.iq4nl[2], p.iq4nl[3]};
-  // Activation rows this lane feeds (B column g) and whose results it holds (columns 2t, 2t+1),
-  // clamped to the last row: the extra columns are computed and dropped.
-  int x_row[NT], d_row0[NT], d_row1[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int last = p.rows - 1;
-    x_row[j] = 8 * j + g < last ? 8 * j + g : last;
-    d_row0[j] = 8 * j + 2 * t < last ? 8 * j + 2 * t : last;
-    d_row1[j] = 8 * j + 2 * t + 1 < last ? 8 * j + 2 * t + 1 : last;
+  __device__ __forceinline__ WarpK(const GemvParams& params, const uint8_t* matrix, int64_t row0,
+                                   uint8_t (*warp_ring)[kStageBytes], int warp_index,
+                                   int lane_index)
+      : p(params), w(matrix), o0(row0), ring(warp_ring), warp(warp_index), lane(lane_index) {
+    nb = p.in / 256;
+    const int64_t pairs = (nb + 1) / 2;
+    n_mine = warp < pairs ? (pairs - warp + kWarps - 1) / kWarps : 0;
   }
-  float acc[NT][4] = {};
-  for (int64_t k = 0; k < n_mine; ++k) {
-    const int stage = static_cast<int>(k % kStages);
-    WaitCopiesButOne();  // groups 0..k have landed (kStages + k committed so far)
-    __syncwarp();        // and every lane's pieces are visible to the warp
+  __device__ __forceinline__ void Copy(int stage, int64_t k) const {
     const int64_t pair = warp + k * kWarps;
-    const uint8_t* st = ring[warp][stage];
-    MmaBlock<NT>(p, st, 2 * pair, g, t, tbl, x_row, d_row0, d_row1, acc);
     if (2 * pair + 1 < nb) {
-      MmaBlock<NT>(p, st + kIq4Bytes, 2 * pair + 1, g, t, tbl, x_row, d_row0, d_row1, acc);
+      CopyPair<17>(ring[stage], p, w, o0, pair, lane);
+    } else {
+      CopyPair<9>(ring[stage], p, w, o0, pair, lane);
     }
-    __syncwarp();  // every lane is done with the stage before it is refilled
-    if (k + kStages < n_mine) copy(stage, k + kStages);
-    CommitCopies();
   }
+  __device__ __forceinline__ void IssueFirst() const {
+#pragma unroll
+    for (int k = 0; k < kStages; ++k) {
+      if (k < n_mine) Copy(k, k);
+      CommitCopies();  // empty groups too: the wait below counts groups
+    }
+  }
+  template <int NT>
+  __device__ __forceinline__ void Run(int rows, const int (&x_row)[NT], const int (&d_row0)[NT],
+                                      const int (&d_row1)[NT], float (&acc)[NT][4]) const {
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t tbl[4] = {p.iq4nl[0], p.iq4nl[1], p.iq4nl[2], p.iq4nl[3]};
+    for (int64_t k = 0; k < n_mine; ++k) {
+      const int stage = static_cast<int>(k % kStages);
+      WaitCopiesButOne();  // groups 0..k have landed (kStages + k committed so far)
+      __syncwarp();        // and every lane's pieces are visible to the warp
+      const int64_t pair = warp + k * kWarps;
+      const uint8_t* st = ring[stage];
+      MmaBlock<NT>(p, st, 2 * pair, g, t, rows, tbl, x_row, d_row0, d_row1, acc);
+      if (2 * pair + 1 < nb) {
+        MmaBlock<NT>(p, st + kIq4Bytes, 2 * pair + 1, g, t, rows, tbl, x_row, d_row0, d_row1, acc);
+      }
+      __syncwarp();  // every lane is done with the stage before it is refilled
+      if (k + kStages < n_mine) Copy(stage, k + kStages);
+      CommitCopies();
+    }
+  }
+};
+
+// Adds the warps' partial sums through shared memory and hands each (output row o, activation
+// column r, value) of the CTA's 16 rows to store(o, r, v); rows past p.out are dropped.
+template <int kWarps, int NT, class Store>
+__device__ __forceinline__ void ReduceAndStore(float4 (*partial)[NT][32], const GemvParams& p,
+                                               int64_t o0, int warp, int lane,
+                                               const float (&acc)[NT][4], Store store) {
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     partial[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
@@ -203,16 +214,110 @@ __global__ void __launch_bounds__(32 * kWarps)
       v.w += u.w;
     }
     const int lg = l >> 2, lt = l & 3;
-    const int r0 = 8 * j + 2 * lt, r1 = r0 + 1;  // activation (output) rows of the columns
+    const int r0 = 8 * j + 2 * lt, r1 = r0 + 1;  // activation columns of the results
     const int64_t oa = o0 + lg, ob = o0 + lg + 8;
     if (oa < p.out) {
-      if (r0 < p.rows) p.y[r0 * p.y_stride + oa] = v.x;
-      if (r1 < p.rows) p.y[r1 * p.y_stride + oa] = v.y;
+      store(oa, r0, v.x);
+      store(oa, r1, v.y);
     }
     if (ob < p.out) {
-      if (r0 < p.rows) p.y[r0 * p.y_stride + ob] = v.z;
-      if (r1 < p.rows) p.y[r1 * p.y_stride + ob] = v.w;
+      store(ob, r0, v.z);
+      store(ob, r1, v.w);
     }
+  }
+}
+
+// The CTA's view of the dynamic shared memory (the warps' rings, then their partial sums), its
+// 16 output rows and the thread's warp and lane.
+template <int kWarps, int NT>
+struct MmaCta {
+  uint8_t (*ring)[kStages][kStageBytes];
+  float4 (*partial)[NT][32];
+  int warp, lane;
+  int64_t o0;
+  __device__ __forceinline__ explicit MmaCta(uint8_t* smem)
+      : ring(reinterpret_cast<uint8_t (*)[kStages][kStageBytes]>(smem)),
+        partial(
+            reinterpret_cast<float4 (*)[NT][32]>(smem + size_t{kWarps} * kStages * kStageBytes)),
+        warp(static_cast<int>(threadIdx.x >> 5)),
+        lane(static_cast<int>(threadIdx.x & 31)),
+        o0(static_cast<int64_t>(blockIdx.x) * kMmaRowsM) {}
+};
+
+// NT = activation-row tiles of 8 (rows <= 8 * NT); kWarps split K (pairs of blocks).
+template <int kWarps, int NT>
+__global__ void __launch_bounds__(32 * kWarps)
+    GemvMmaIq4XsKernel(const __grid_constant__ GemvParams p) {
+  extern __shared__ __align__(16) uint8_t mma_smem[];
+  const MmaCta<kWarps, NT> cta(mma_smem);
+  const int warp = cta.warp, lane = cta.lane, g = lane >> 2, t = lane & 3;
+  const int64_t o0 = cta.o0;
+  const WarpK<kWarps> k_loop(p, p.w, o0, cta.ring[warp], warp, lane);
+  k_loop.IssueFirst();
+  WaitForPrimaryGrid();  // the quantizer writing xq / xd may still run
+  AllowDependentLaunch();
+
+  // Activation rows this lane feeds (B column g) and whose results it holds (columns 2t, 2t+1),
+  // clamped to the last row: the extra columns are computed and dropped.
+  int x_row[NT], d_row0[NT], d_row1[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int last = p.rows - 1;
+    x_row[j] = 8 * j + g < last ? 8 * j + g : last;
+    d_row0[j] = 8 * j + 2 * t < last ? 8 * j + 2 * t : last;
+    d_row1[j] = 8 * j + 2 * t + 1 < last ? 8 * j + 2 * t + 1 : last;
+  }
+  float acc[NT][4] = {};
+  k_loop.template Run<NT>(p.rows, x_row, d_row0, d_row1, acc);
+  ReduceAndStore<kWarps, NT>(cta.partial, p, o0, warp, lane, acc, [&](int64_t o, int r, float v) {
+    if (r < p.rows) p.y[r * p.y_stride + o] = v;
+  });
+}
+
+// Grouped mode (MoE with many tokens per expert, e.g. a prefill): grid (16-row tiles, slots).
+// Slot s holds the groups that picked matrix slot_matrix[s] (GemvParams); the CTA runs them in
+// chunks of 8 * NT activation rows, each a full K loop over its 16 rows of that matrix, so the
+// weight tile is decoded once per 8 * NT groups (re-read from L2 after the first chunk) instead
+// of once per 4 groups in the dp4a grouped kernel.
+// At least 3 CTAs (12 warps) per SM: uncapped, the 4 activation tiles took 253 registers.
+template <int kWarps, int NT>
+__global__ void __launch_bounds__(32 * kWarps, 3)
+    GemvMmaIq4XsGroupedKernel(const __grid_constant__ GemvParams p) {
+  extern __shared__ __align__(16) uint8_t mma_smem[];
+  const MmaCta<kWarps, NT> cta(mma_smem);
+  const int warp = cta.warp, lane = cta.lane, g = lane >> 2, t = lane & 3;
+  const int64_t o0 = cta.o0;
+  const int slot = static_cast<int>(blockIdx.y);
+  WaitForPrimaryGrid();  // the grouping kernel and the quantizer may still run
+  AllowDependentLaunch();
+  const int32_t id = p.slot_matrix[slot];
+  if (id == kSlotUnused) return;
+  const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
+  if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
+    for (int i = threadIdx.x; i < (end - begin) * kMmaRowsM; i += blockDim.x) {
+      const int64_t o = o0 + i % kMmaRowsM;
+      if (o < p.out) p.y[p.group_order[begin + i / kMmaRowsM] * p.y_stride + o] = 0.f;
+    }
+    return;
+  }
+  const WarpK<kWarps> k_loop(p, p.w + id * p.w_matrix_bytes, o0, cta.ring[warp], warp, lane);
+  for (int c0 = begin; c0 < end; c0 += 8 * NT) {
+    k_loop.IssueFirst();
+    const int rows = end - c0 < 8 * NT ? end - c0 : 8 * NT;
+    const auto x_of = [&](int r) { return p.group_order[c0 + (r < rows ? r : rows - 1)]; };
+    int x_row[NT], d_row0[NT], d_row1[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      x_row[j] = x_of(8 * j + g) / p.x_group_div;
+      d_row0[j] = x_of(8 * j + 2 * t) / p.x_group_div;
+      d_row1[j] = x_of(8 * j + 2 * t + 1) / p.x_group_div;
+    }
+    float acc[NT][4] = {};
+    k_loop.template Run<NT>(rows, x_row, d_row0, d_row1, acc);
+    ReduceAndStore<kWarps, NT>(cta.partial, p, o0, warp, lane, acc, [&](int64_t o, int r, float v) {
+      if (r < rows) p.y[p.group_order[c0 + r] * p.y_stride + o] = v;
+    });
+    __syncthreads();  // the partial sums are read before the next chunk writes them
   }
 }
 
@@ -229,23 +334,27 @@ namespace {
 
 // Sets the kernel's shared-memory limit once per device (not a stream operation, so also safe
 // while a graph is being captured), then launches.
-template <int kWarps, int NT>
+template <int kWarps, int NT, bool kGrouped>
 cudaError_t LaunchMma(bool overlap, dim3 grid, const GemvParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = MmaSharedBytes<kWarps, NT>();
+  void (*kernel)(const GemvParams);  // instantiates only the kernel asked for
+  if constexpr (kGrouped) {
+    kernel = GemvMmaIq4XsGroupedKernel<kWarps, NT>;
+  } else {
+    kernel = GemvMmaIq4XsKernel<kWarps, NT>;
+  }
   static std::atomic<uint64_t> attribute_set{0};
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit == 0 || (attribute_set.load(std::memory_order_acquire) & bit) == 0) {
-    err =
-        cudaFuncSetAttribute(GemvMmaIq4XsKernel<kWarps, NT>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kSmem));
     if (err != cudaSuccess) return err;
     attribute_set.fetch_or(bit, std::memory_order_release);
   }
-  return LaunchOverlapping(overlap, GemvMmaIq4XsKernel<kWarps, NT>, grid, dim3(32 * kWarps), kSmem,
-                           stream, p);
+  return LaunchOverlapping(overlap, kernel, grid, dim3(32 * kWarps), kSmem, stream, p);
 }
 
 }  // namespace
@@ -268,11 +377,24 @@ cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_pr
   // has enough warps to hide the MMA, shared-memory and activation-load latencies.
   const bool wide = p.out < 8192;
   if (wide) {
-    return p.rows <= 8 ? LaunchMma<8, 1>(overlap, grid, p, stream)
-                       : LaunchMma<8, 2>(overlap, grid, p, stream);
+    return p.rows <= 8 ? LaunchMma<8, 1, false>(overlap, grid, p, stream)
+                       : LaunchMma<8, 2, false>(overlap, grid, p, stream);
   }
-  return p.rows <= 8 ? LaunchMma<4, 1>(overlap, grid, p, stream)
-                     : LaunchMma<4, 2>(overlap, grid, p, stream);
+  return p.rows <= 8 ? LaunchMma<4, 1, false>(overlap, grid, p, stream)
+                     : LaunchMma<4, 2, false>(overlap, grid, p, stream);
+}
+
+cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
+                                    cudaStream_t stream) {
+  if (type != GgmlType::kIQ4_XS || !p.x_pair_order || p.in % 256 != 0 || p.slot_matrix == nullptr ||
+      p.slot_begin == nullptr || p.group_order == nullptr || slots < 1 || slots > 65535 ||
+      GemvMmaMinRows() > kGemvMmaMaxRows) {
+    return cudaErrorNotSupported;
+  }
+  const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM),
+                  static_cast<unsigned>(slots));
+  // 32 activation rows per chunk: a prefill's experts see ~60 (2048 tokens, 8 of 288 experts).
+  return LaunchMma<4, 4, true>(/*overlap=*/PdlEnabled(), grid, p, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

@@ -145,6 +145,20 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   p.slot_matrix = a.slot_matrix;
   p.slot_begin = a.slot_begin;
   p.group_order = a.group_order;
+  // Many groups per matrix (a prefill): the tensor-core grouped kernel where it applies.
+  const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
+  if (err == cudaSuccess && a.slot_matrix != nullptr &&
+      a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices) {
+    err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);
+    if (err != cudaErrorNotSupported) {
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return KernelStatus::kInvalidArgument;
+      }
+      return KernelStatus::kOk;
+    }
+    err = cudaSuccess;
+  }
   if (err == cudaSuccess) {
     err = a.slot_matrix != nullptr
               ? gemv_internal::LaunchGemvQ8xGrouped(a.type, p, a.slots,

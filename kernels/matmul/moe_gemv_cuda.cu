@@ -145,6 +145,11 @@ bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down) {
   return GemvCudaSupports(gate_up) && GemvCudaSupports(down);
 }
 
+bool MoeGemvCudaSupportsManyTokens(GgmlType gate_up, GgmlType down) {
+  return gate_up == GgmlType::kIQ4_XS && down == GgmlType::kIQ4_XS &&
+         gemv_internal::GemvMmaMinRows() <= gemv_internal::kGemvMmaMaxRows;
+}
+
 KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& a) {
   if (!MoeGemvCudaSupports(a.gate.type, a.down.type) || a.up.type != a.gate.type) {
     return KernelStatus::kUnsupportedType;
@@ -154,9 +159,12 @@ KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& a) {
     return KernelStatus::kInvalidArgument;
   }
   // n_experts bounds the grouping kernel's shared memory (3 ints per expert, 48 KiB).
-  if (a.tokens < 1 || a.tokens > kMoeGemvMaxTokens || a.top_k < 1 || a.top_k > a.n_experts ||
-      a.n_experts > kMoeGemvMaxExperts || a.n_embd <= 0 || a.n_ff <= 0 || a.y_stride < a.n_embd ||
-      a.x_stride < a.n_embd || a.n_ff % 4 != 0) {
+  const bool many = a.tokens > kMoeGemvMaxTokens &&
+                    MoeGemvCudaSupportsManyTokens(a.gate.type, a.down.type) &&
+                    a.tokens * a.top_k <= kMoeGemvMaxPairsMany;
+  if (a.tokens < 1 || (a.tokens > kMoeGemvMaxTokens && !many) || a.top_k < 1 ||
+      a.top_k > a.n_experts || a.n_experts > kMoeGemvMaxExperts || a.n_embd <= 0 || a.n_ff <= 0 ||
+      a.y_stride < a.n_embd || a.x_stride < a.n_embd || a.n_ff % 4 != 0) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.workspace_bytes < MoeGemvCudaWorkspaceBytes(a.tokens, a.top_k, a.n_embd, a.n_ff)) {

@@ -8,8 +8,8 @@
 // rows -> indexed GEMV down -> weighted combine into y. At batch 1 each picked expert matrix is
 // streamed once, exactly the active-expert bytes (llama.cpp's MoE layer spends ~138 us here, the
 // bytes ~31 us); with several tokens the grouped GEMV streams each picked expert once per four of
-// the pairs that picked it instead of once per pair. For many tokens per expert a grouped
-// tensor-core GEMM is the better path.
+// the pairs that picked it instead of once per pair; with many tokens per expert (a prefill, IQ4_XS
+// experts) the grouped tensor-core GEMV decodes each expert tile once per 32 of its pairs.
 #ifndef STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 #define STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 
@@ -34,7 +34,7 @@ struct ExpertMatrixCuda {
 struct MoeGemvCudaArgs {
   const float* x = nullptr;  // device [tokens][x_stride], n_embd used
   int64_t x_stride = 0;
-  int64_t tokens = 0;  // 1 .. kMoeGemvMaxTokens
+  int64_t tokens = 0;  // 1 .. kMoeGemvMaxTokens (more: MoeGemvCudaSupportsManyTokens)
   int64_t n_embd = 0;
   int64_t n_ff = 0;
   int64_t n_experts = 0;
@@ -50,10 +50,17 @@ struct MoeGemvCudaArgs {
 };
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
+// More tokens (a prefill chunk) when every expert matrix is IQ4_XS: the grouped tensor-core GEMV
+// (gemv_mma_cuda.cu) then runs each expert's pairs in chunks of 32. Bounded by the 65535 groups
+// (token, slot pairs) of the indexed GEMV.
+inline constexpr int64_t kMoeGemvMaxPairsMany = 65535;
 inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);
 bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);
+// Whether MoeGemvCuda takes more than kMoeGemvMaxTokens tokens for these types (tokens * top_k
+// up to kMoeGemvMaxPairsMany); false when STEPSERVE_GEMV_MMA=0 turns the tensor-core GEMV off.
+bool MoeGemvCudaSupportsManyTokens(GgmlType gate_up, GgmlType down);
 KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& args);
 KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& args, cudaStream_t stream);
 

@@ -80,7 +80,13 @@ class MoeGemvCudaTest : public ::testing::TestWithParam<Param> {};
 TEST_P(MoeGemvCudaTest, MatchesReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible; GPU test skipped";
   const auto [gu_type, down_type, tokens, limit] = GetParam();
-  const int64_t d = 512, ff = 256 + 256 * (down_type == GgmlType::kQ8_0 ? 0 : 1), E = 16, K = 4;
+  // Past kMoeGemvMaxTokens (IQ4_XS only: the grouped tensor-core GEMV, ~60 pairs per expert
+  // here) the real model's odd block counts: 768 = 3 and 1280 = 5 blocks of 256 per row, so the
+  // kernel's last pair of blocks holds one block.
+  const bool many = tokens > kMoeGemvMaxTokens;
+  const int64_t d = many ? 768 : 512;
+  const int64_t ff = many ? 1280 : 256 + 256 * (down_type == GgmlType::kQ8_0 ? 0 : 1);
+  const int64_t E = 16, K = 4;
   Experts gate(gu_type, d, ff, E, 11), up(gu_type, d, ff, E, 12), down(down_type, ff, d, E, 13);
 
   std::mt19937 rng(static_cast<uint32_t>(tokens * 31 + 7));
@@ -163,7 +169,9 @@ INSTANTIATE_TEST_SUITE_P(TypesAndTokens, MoeGemvCudaTest,
                                            Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 1, 7.0f},
                                            Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 5, 7.0f},
                                            Param{GgmlType::kQ8_0, GgmlType::kQ8_0, 16, 0.0f},
-                                           Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f}));
+                                           Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f},
+                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 97, 0.0f},
+                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 200, 7.0f}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;
@@ -173,6 +181,32 @@ TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);  // null pointers
   a.up.type = GgmlType::kQ8_0;
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kUnsupportedType);  // gate/up types differ
+}
+
+TEST(MoeGemvCudaValidateTest, ManyTokensOnlyForIq4Xs) {
+  EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kIQ4_XS));
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kQ6_K));
+  // A non-null argument set that is valid at 64 tokens is refused at 65 for Q4_K.
+  MoeGemvCudaArgs a;
+  a.gate.type = a.up.type = a.down.type = GgmlType::kQ4_K;
+  static float dummy[4];
+  static int32_t dummy_ids[4];
+  a.x = a.weights = dummy;
+  a.y = dummy;
+  a.ids = dummy_ids;
+  a.workspace = reinterpret_cast<void*>(uintptr_t{256});
+  a.n_embd = a.x_stride = a.y_stride = 256;
+  a.n_ff = 256;
+  a.n_experts = 16;
+  a.top_k = 4;
+  a.tokens = kMoeGemvMaxTokens;
+  a.workspace_bytes = MoeGemvCudaWorkspaceBytes(kMoeGemvMaxTokens + 1, 4, 256, 256);
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kOk);
+  a.tokens = kMoeGemvMaxTokens + 1;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
+  a.gate.type = a.up.type = a.down.type = GgmlType::kIQ4_XS;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kOk);
 }
 
 }  // namespace
