@@ -1,17 +1,21 @@
-// CUDA KV append (paged_attention_cuda.h): one CTA per token copies its K and V rows into the
-// token's cache slot, converting to F16 for F16 caches. Bound by memory traffic of a few KiB per
-// token, so a plain coalesced copy is all it needs.
+// CUDA KV append (paged_attention_cuda.h): one CTA per token writes its K and V rows into the
+// token's cache slot. F32 / F16 caches: a coalesced copy (converting to F16), bound by memory
+// traffic of a few KiB per token. Q8_0 caches: one warp per 32-value block, quantized in registers
+// with the same operations, in the same order, as engine/quant's QuantQ8_0, so the bytes equal
+// the CPU append's.
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
 
 namespace stepserve::kernels {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
 
 __device__ __forceinline__ void Store(float* dst, float x) { *dst = x; }
 __device__ __forceinline__ void Store(__half* dst, float x) { *dst = __float2half_rn(x); }
@@ -36,12 +40,48 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Q8_0: a slot's kv_heads vectors are contiguous, so its K (or V) row is `row_blocks` consecutive
+// 34-byte blocks (F16 scale d, 32 int8 q). Warp w quantizes blocks w, w + kWarps, ... of K then V;
+// lane j owns value j of the block.
+__global__ void __launch_bounds__(kThreads)
+    KvAppendQ8Kernel(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                     const int64_t* slots, int64_t total_slots, int row_blocks, uint8_t* k_cache,
+                     uint8_t* v_cache) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t t = blockIdx.x;
+  const int64_t slot = slots[t];
+  if (slot < 0 || slot >= total_slots) return;
+  const int lane = threadIdx.x & 31;
+  for (int b = threadIdx.x >> 5; b < 2 * row_blocks; b += kWarps) {
+    const bool is_k = b < row_blocks;
+    const int blk = is_k ? b : b - row_blocks;
+    const float x = (is_k ? k + t * k_stride : v + t * v_stride)[blk * kKvQ8BlockElems + lane];
+    uint8_t* dst = (is_k ? k_cache : v_cache) + (slot * row_blocks + blk) * kKvQ8BlockBytes;
+    // QuantQ8_0 step by step. Its amax starts at 0 and fmax skips NaN; fmaxf(0, |x|) per lane
+    // keeps NaN out of the reduction the same way. The explicit _rn intrinsics pin IEEE division
+    // and an unfused product whatever nvcc's flags.
+    const float amax = cuda_reduce::WarpMax(fmaxf(0.0f, fabsf(x)));
+    const __half d16 = __float2half_rn(__fdiv_rn(amax, 127.0f));
+    // Divides by the stored (rounded) scale, as the CPU does.
+    const float d = __half2float(d16);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    // rintf rounds half to even like std::nearbyint in the default rounding mode; fmaxf(-127, NaN)
+    // is -127 as std::fmax is.
+    const float q = fminf(127.0f, fmaxf(-127.0f, rintf(__fmul_rn(x, id))));
+    dst[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    if (lane == 0) *reinterpret_cast<uint16_t*>(dst) = __half_as_ushort(d16);  // 2-byte aligned
+  }
+}
+
 }  // namespace
 
 KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
   const PagedKv& kv = a.kv;
   if (kv.k == nullptr || kv.v == nullptr) return KernelStatus::kInvalidArgument;
-  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16) return KernelStatus::kUnsupportedType;
+  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16 && kv.dtype != KvDtype::kQ8_0) {
+    return KernelStatus::kUnsupportedType;
+  }
   if (kv.num_blocks <= 0 || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0) {
     return KernelStatus::kInvalidArgument;
   }
@@ -50,11 +90,23 @@ KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
   }
   const int64_t width = kv.kv_heads * kv.head_dim;
   if (a.k_stride < width || a.v_stride < width) return KernelStatus::kInvalidArgument;
+  if (kv.dtype == KvDtype::kQ8_0) {
+    // Whole blocks per vector; the scale stores need 2-byte aligned pages.
+    if (KvVectorBytes(kv.dtype, kv.head_dim) == 0 || reinterpret_cast<uintptr_t>(kv.k) % 2 != 0 ||
+        reinterpret_cast<uintptr_t>(kv.v) % 2 != 0) {
+      return KernelStatus::kInvalidArgument;
+    }
+    if (width / kKvQ8BlockElems > 0x3FFFFFFF) return KernelStatus::kTooLarge;
+  }
   if (a.tokens > 0x7FFFFFFF) return KernelStatus::kTooLarge;
   if (a.tokens == 0) return KernelStatus::kOk;
   const int64_t total_slots = kv.num_blocks * kv.block_size;
   const unsigned grid = static_cast<unsigned>(a.tokens);
-  if (kv.dtype == KvDtype::kF16) {
+  if (kv.dtype == KvDtype::kQ8_0) {
+    LaunchWithPdl(KvAppendQ8Kernel, grid, kThreads, 0, stream, a.k, a.k_stride, a.v, a.v_stride,
+                  a.slots, total_slots, static_cast<int>(width / kKvQ8BlockElems),
+                  static_cast<uint8_t*>(kv.k), static_cast<uint8_t*>(kv.v));
+  } else if (kv.dtype == KvDtype::kF16) {
     LaunchWithPdl(KvAppendKernel<__half>, grid, kThreads, 0, stream, a.k, a.k_stride, a.v,
                   a.v_stride, a.slots, total_slots, width, static_cast<__half*>(kv.k),
                   static_cast<__half*>(kv.v));

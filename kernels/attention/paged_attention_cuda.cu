@@ -5,7 +5,8 @@
 // GQA group, one key range):
 //   Q of those heads -> shared (F32, zero-padded to a multiple of 4 dims);
 //   for each chunk of kChunk positions in the range:
-//     K, V rows of the chunk -> shared (F32; positions past the range read as zeros);
+//     K, V rows of the chunk -> shared (F32; positions past the range read as zeros; F16 and Q8_0
+//       pages are converted on the way, Q8_0 as scale * int8 in registers);
 //     scores: lane j of warp w scores key j against heads w, w + 4, ... (a warp owns its heads
 //       for the whole range, so running max / sum live in its registers, replicated per lane);
 //       chunk max, rescale factor and probabilities by warp reductions;
@@ -17,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cuda_reduce.cuh"
@@ -63,30 +65,57 @@ struct KernelParams {
   float* part_sum;
 };
 
+// Element type tag of Q8_0 pages: a head vector is head_dim / 32 blocks of 34 bytes (F16 scale,
+// 32 int8), so rows are addressed in bytes and only 2-byte aligned.
+struct KvQ8 {};
+
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 
-// Element index of (position, KV head g, dim 0) in the cache, or -1 when the table entry is not a
-// real page (never the case after host validation; guards memory safety).
+// Values off..off + 7 (off a multiple of 8) of the Q8_0 block at `block`: scale * int8, the same
+// single F32 product as engine/quant's DequantQ8_0, so both backends read identical values. The
+// block is only 2-byte aligned, hence 16-bit loads (bytes in little-endian order).
+__device__ __forceinline__ void DequantQ8Eight(const uint8_t* block, int off, float* out) {
+  const float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(block)));
+  const uint16_t* qs = reinterpret_cast<const uint16_t*>(block + 2 + off);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t pair = qs[i];
+    out[2 * i] = static_cast<float>(static_cast<int8_t>(pair & 0xFF)) * scale;
+    out[2 * i + 1] = static_cast<float>(static_cast<int8_t>(pair >> 8)) * scale;
+  }
+}
+
+// Offset (elements; bytes for Q8_0) of (position, KV head g, dim 0) in the cache, or -1 when the
+// table entry is not a real page (never the case after host validation; guards memory safety).
+// The Q8_0 vector size is derived here rather than kept in KernelParams: a field there changes
+// the struct's layout, and with it ptxas' register allocation of the F32 / F16 kernels (one more
+// field cost them 17-39 registers and a spill).
+template <typename KvT>
 __device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const int32_t* table,
                                            int position, int g) {
   const int64_t page = table[position / p.block_size];
   if (page < 0 || page >= p.num_blocks) return -1;
   const int64_t slot = page * p.block_size + position % p.block_size;
-  return (slot * p.kv_heads + g) * p.head_dim;
+  if constexpr (std::is_same_v<KvT, KvQ8>) {
+    return (slot * p.kv_heads + g) * (p.head_dim / kKvQ8BlockElems * kKvQ8BlockBytes);
+  } else {
+    return (slot * p.kv_heads + g) * p.head_dim;
+  }
 }
 
 // Warp 0: the cache offsets of the chunk's keys [c0, min(c0 + kChunk, hi)), -1 past the end.
+template <typename KvT>
 __device__ __forceinline__ void ChunkBases(const KernelParams& p, const int32_t* table, int64_t c0,
                                            int64_t hi, int g, int64_t* base_s) {
   const int lane = threadIdx.x & 31;
-  base_s[lane] = c0 + lane < hi ? KeyBase(p, table, static_cast<int>(c0 + lane), g) : -1;
+  base_s[lane] = c0 + lane < hi ? KeyBase<KvT>(p, table, static_cast<int>(c0 + lane), g) : -1;
 }
 
-// K and V of the chunk (offsets in base_s) into k_s / v_s; missing keys and the padding dims
-// become zeros, so later loops may run over whole rows and whole chunks.
+// F32 / F16 pages: 16-byte loads when the rows allow them, else one element at a time.
 template <typename KvT>
-__device__ void LoadChunk(const KernelParams& p, const int64_t* base_s, float* k_s, float* v_s) {
+__device__ void LoadChunkElements(const KernelParams& p, const int64_t* base_s, float* k_s,
+                                  float* v_s) {
   const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
   const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
   if (p.vector_loads) {
@@ -125,6 +154,46 @@ __device__ void LoadChunk(const KernelParams& p, const int64_t* base_s, float* k
     }
     k_s[j * p.k_stride + d] = kx;
     v_s[j * p.dims_padded + d] = vx;
+  }
+}
+
+// Q8_0 pages: one task per 8 values of a key (a quarter of a block): its scale and 8 int8 of K
+// and of V. head_dim is a multiple of 32, so there are no padding dims and no partial blocks.
+__device__ void LoadChunkQ8(const KernelParams& p, const int64_t* base_s, float* k_s, float* v_s) {
+  const uint8_t* k_cache = static_cast<const uint8_t*>(p.k_cache);
+  const uint8_t* v_cache = static_cast<const uint8_t*>(p.v_cache);
+  const int per_row = p.head_dim / 8;
+  for (int idx = threadIdx.x; idx < kChunk * per_row; idx += kThreads) {
+    const int j = idx / per_row;
+    const int d = (idx - j * per_row) * 8;
+    float kx[8], vx[8];
+    const int64_t base = base_s[j];
+    if (base >= 0) {
+      const int64_t block = base + d / kKvQ8BlockElems * kKvQ8BlockBytes;
+      const int off = static_cast<int>(d % kKvQ8BlockElems);
+      DequantQ8Eight(k_cache + block, off, kx);
+      DequantQ8Eight(v_cache + block, off, vx);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) kx[e] = vx[e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      k_s[j * p.k_stride + d + e] = kx[e];
+      v_s[j * p.dims_padded + d + e] = vx[e];
+    }
+  }
+}
+
+// K and V of the chunk (offsets in base_s) into k_s / v_s; missing keys and the padding dims
+// become zeros, so later loops may run over whole rows and whole chunks.
+template <typename KvT>
+__device__ __forceinline__ void LoadChunk(const KernelParams& p, const int64_t* base_s, float* k_s,
+                                          float* v_s) {
+  if constexpr (std::is_same_v<KvT, KvQ8>) {
+    LoadChunkQ8(p, base_s, k_s, v_s);
+  } else {
+    LoadChunkElements<KvT>(p, base_s, k_s, v_s);
   }
 }
 
@@ -190,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
     for (int c = 0; c < kDimsPerThread; ++c) acc[i][c] = 0.0f;
   }
 
-  if (warp == 0) ChunkBases(p, table, lo, hi, g, base_s);
+  if (warp == 0) ChunkBases<KvT>(p, table, lo, hi, g, base_s);
   __syncthreads();
 
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
@@ -262,7 +331,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
       }
     }
     // The offsets were last read by this chunk's load, before the barrier above.
-    if (warp == 0 && c0 + kChunk < hi) ChunkBases(p, table, c0 + kChunk, hi, g, base_s);
+    if (warp == 0 && c0 + kChunk < hi) ChunkBases<KvT>(p, table, c0 + kChunk, hi, g, base_s);
     __syncthreads();  // before the next chunk overwrites K, V and the probabilities
   }
 
@@ -342,11 +411,19 @@ __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const Ker
 KernelStatus ValidateArgs(const PagedAttentionCudaArgs& a) {
   const PagedKv& kv = a.kv;
   if (kv.k == nullptr || kv.v == nullptr) return KernelStatus::kInvalidArgument;
-  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16) return KernelStatus::kUnsupportedType;
+  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16 && kv.dtype != KvDtype::kQ8_0) {
+    return KernelStatus::kUnsupportedType;
+  }
   if (kv.num_blocks <= 0 || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0) {
     return KernelStatus::kInvalidArgument;
   }
   if (kv.head_dim > kMaxAttentionHeadDim) return KernelStatus::kTooLarge;
+  // Q8_0: whole blocks per vector, and 2-byte aligned pages for the 16-bit loads.
+  if (kv.dtype == KvDtype::kQ8_0 &&
+      (KvVectorBytes(kv.dtype, kv.head_dim) == 0 || reinterpret_cast<uintptr_t>(kv.k) % 2 != 0 ||
+       reinterpret_cast<uintptr_t>(kv.v) % 2 != 0)) {
+    return KernelStatus::kInvalidArgument;
+  }
   if (a.heads <= 0 || a.heads % kv.kv_heads != 0 || a.window < 0 || a.n_rows < 0) {
     return KernelStatus::kInvalidArgument;
   }
@@ -423,6 +500,7 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   p.scale = a.scale;
   p.splits = static_cast<int>(a.splits);
   const int vec_elems = kv.dtype == KvDtype::kF16 ? 8 : 4;
+  // (The Q8_0 loader has its own access pattern and ignores this.)
   p.vector_loads = kv.head_dim % vec_elems == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
   if (a.splits > 1) {
@@ -438,8 +516,18 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   const size_t smem = smem_floats * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.n_rows * kv.kv_heads * p.passes),
                   static_cast<unsigned>(a.splits));
-  cudaError_t err = kv.dtype == KvDtype::kF16 ? LaunchForDims<__half>(p, grid, smem, stream)
-                                              : LaunchForDims<float>(p, grid, smem, stream);
+  cudaError_t err;
+  switch (kv.dtype) {
+    case KvDtype::kF16:
+      err = LaunchForDims<__half>(p, grid, smem, stream);
+      break;
+    case KvDtype::kQ8_0:
+      err = LaunchForDims<KvQ8>(p, grid, smem, stream);
+      break;
+    default:
+      err = LaunchForDims<float>(p, grid, smem, stream);
+      break;
+  }
   if (err == cudaSuccess && a.splits > 1) {
     LaunchWithPdl(CombineSplitsKernel, static_cast<unsigned>(a.n_rows * a.heads), kCombineThreads,
                   0, stream, p);

@@ -11,7 +11,8 @@
 // Attention kernel: one CTA per (query row, KV head[, head pass][, split]) handles all query heads
 // of the GQA group (up to 16 per CTA; larger groups take several passes), so every K and V element
 // is read from memory once per row. Keys are processed in chunks of 32 positions gathered through
-// the block table (a chunk may span pages); K and V are converted to F32 in shared memory; the
+// the block table (a chunk may span pages); K and V are converted to F32 in shared memory (F16
+// and Q8_0 pages dequantized in registers on the way, Q8_0 as the F32 product scale * int8); the
 // softmax is computed online (running max and sum per head, rescaled per chunk) with F32
 // accumulation. Prefill rows use the same kernel, each query row on its own with its causal and
 // window limits; a tensor-core prefill kernel (tiles of query rows sharing K/V loads) is a later
@@ -91,7 +92,9 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& args, cudaStream_t
 // KV append: every pointer of `args` (k, v, slots, kv pages) is device memory. The slot values
 // cannot be range-checked here: run ValidateKvAppend on the host copy of the slots before
 // uploading them (the CUDA backend does); the kernel skips slots outside the cache rather than
-// writing out of bounds. F16 caches round to nearest even, as F32ToF16.
+// writing out of bounds. F16 caches round to nearest even, as F32ToF16. Q8_0 caches (pages 2-byte
+// aligned) quantize each 32-value block with the operations of engine/quant's Q8_0 quantizer, so
+// the bytes equal KvAppendCpu's for the same inputs.
 KernelStatus KvAppendCuda(const KvAppendArgs& args, cudaStream_t stream);
 
 }  // namespace stepserve::kernels

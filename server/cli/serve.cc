@@ -213,7 +213,7 @@ int Run(int argc, char** argv) {
   p.AddInt("block-size", &f.block_size, "tokens per KV block (power of two, 8..256)");
   p.AddString("kv-dtype", &f.kv_dtype,
               "f32 | f16 | q8_0: element type of the KV cache (f16 holds twice the tokens per GiB, "
-              "q8_0 3.8x; q8_0 on the CPU backend only for now)");
+              "q8_0 3.8x)");
   p.AddString("prefix-cache", &f.prefix_cache, "on | off: share KV blocks of equal prefixes");
   p.AddString("device-sampling", &f.device_sampling,
               "auto | on | off: greedy steps take only each row's top entries from the backend "

@@ -3,11 +3,13 @@
 //
 // Each scenario fills a paged cache (pages shuffled, poisoned with NaN bytes first so a read of an
 // unwritten slot shows) through AppendKv on both backends and requires the caches to be equal
-// byte for byte (F16: both round to nearest even), then runs Attention over a ragged batch of
-// decode rows and prefill chunks with NaN-poisoned outputs. Sliding-window scenarios mark the
-// pages no row can see as freed (-1). Bounds on ||out - ref|| / ||ref||: 1e-4 with an F32 cache,
-// 2e-3 with an F16 cache (both backends read the same halves, so the observed error is F32
-// rounding either way; an indexing or masking error gives errors of order 1).
+// byte for byte (F16: both round to nearest even; Q8_0: both quantize with the same operations),
+// then runs Attention over a ragged batch of decode rows and prefill chunks with NaN-poisoned
+// outputs. Sliding-window scenarios mark the pages no row can see as freed (-1). Bounds on
+// ||out - ref|| / ||ref||: 1e-4 with an F32 or Q8_0 cache, 2e-3 with an F16 cache (both backends
+// read the same values - Q8_0 dequantizes to the same F32 products - so the observed error is F32
+// rounding either way; an indexing or masking error gives errors of order 1). The Q8_0 kernels
+// against PagedAttentionRef / KvAppendRef, with forced split counts: attention_q8_cuda_test.cc.
 //
 // The host-side parts (batch flattening, split choice, argument checks) run without a device.
 #include <cuda_runtime_api.h>
@@ -42,6 +44,10 @@ using kernels::KernelStatus;
 
 constexpr double kMaxRelErrorF32Cache = 1e-4;
 constexpr double kMaxRelErrorF16Cache = 2e-3;
+constexpr double kMaxRelErrorQ8Cache = 1e-4;
+
+// The dtypes every backend-level scenario runs with (Q8_0 only where head_dim % 32 == 0).
+constexpr KvDtype kCacheDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0};
 
 struct SeqSpec {
   int64_t context = 0;  // tokens cached after this step
@@ -151,10 +157,10 @@ void RunScenario(Backend& cuda, Backend& cpu, const Scenario& sc, uint32_t seed)
   int64_t num_blocks = 0;
   const std::vector<std::vector<int32_t>> tables = AssignPages(sc, &num_blocks, rng);
   const int64_t width_kv = sc.kv_heads * sc.head_dim;
-  const size_t elem = sc.dtype == KvDtype::kF16 ? 2 : 4;
-  const size_t cache_bytes = static_cast<size_t>(num_blocks * sc.block_size * width_kv) * elem;
+  const size_t cache_bytes = static_cast<size_t>(num_blocks * sc.block_size * sc.kv_heads *
+                                                 kernels::KvVectorBytes(sc.dtype, sc.head_dim));
 
-  // Caches poisoned with 0xFF bytes (NaN in F32 and F16).
+  // Caches poisoned with 0xFF bytes (NaN in F32 and F16, a NaN scale in Q8_0).
   std::vector<uint8_t> cpu_k(cache_bytes, 0xFF), cpu_v(cache_bytes, 0xFF);
   BackendBuffer dev_k = UploadBytes(cuda, cpu_k.data(), cache_bytes);
   BackendBuffer dev_v = UploadBytes(cuda, cpu_v.data(), cache_bytes);
@@ -205,7 +211,9 @@ void RunScenario(Backend& cuda, Backend& cpu, const Scenario& sc, uint32_t seed)
     got.insert(got.end(), got_padded.begin() + r * stride, got_padded.begin() + r * stride + width);
     ref.insert(ref.end(), want.begin() + r * stride, want.begin() + r * stride + width);
   }
-  const double bound = sc.dtype == KvDtype::kF16 ? kMaxRelErrorF16Cache : kMaxRelErrorF32Cache;
+  const double bound = sc.dtype == KvDtype::kF16    ? kMaxRelErrorF16Cache
+                       : sc.dtype == KvDtype::kQ8_0 ? kMaxRelErrorQ8Cache
+                                                    : kMaxRelErrorF32Cache;
   EXPECT_LE(RelError(got, ref), bound);
 }
 
@@ -229,7 +237,7 @@ std::vector<SeqSpec> RaggedSeqs() {
 
 TEST_F(AttentionCudaTest, RaggedBatchMatchesCpu) {
   uint32_t seed = 1;
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+  for (KvDtype dtype : kCacheDtypes) {
     for (int64_t head_dim : {64, 128, 192}) {
       for (int64_t group : {4, 8}) {
         for (int64_t block_size : {16, 32}) {
@@ -252,8 +260,9 @@ TEST_F(AttentionCudaTest, RaggedBatchMatchesCpu) {
 // groups 1, 3 (tiny), 12 (step-3.5-flash), 16 and 20 (two head passes), strided Q / out.
 TEST_F(AttentionCudaTest, OddShapesMatchCpu) {
   uint32_t seed = 100;
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+  for (KvDtype dtype : kCacheDtypes) {
     for (int64_t head_dim : {32, 36, 30, 256}) {
+      if (kernels::KvVectorBytes(dtype, head_dim) == 0) continue;  // Q8_0: whole blocks only
       for (int64_t group : {1, 3, 12, 20}) {
         Scenario sc;
         sc.name =
@@ -275,7 +284,7 @@ TEST_F(AttentionCudaTest, OddShapesMatchCpu) {
 // W = 128: contexts 1..600 straddling the window, freed pages before it.
 TEST_F(AttentionCudaTest, SlidingWindowMatchesCpu) {
   uint32_t seed = 200;
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+  for (KvDtype dtype : kCacheDtypes) {
     for (int64_t block_size : {16, 32}) {
       Scenario sc;
       sc.name = absl::StrFormat("dtype %d block %d", static_cast<int>(dtype), block_size);
@@ -295,7 +304,7 @@ TEST_F(AttentionCudaTest, SlidingWindowMatchesCpu) {
 // Context 5000 with few rows: the split-K path (and a window wide enough to split too).
 TEST_F(AttentionCudaTest, LongContextSplitKMatchesCpu) {
   uint32_t seed = 300;
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+  for (KvDtype dtype : kCacheDtypes) {
     for (int64_t window : {0, 1000, 128}) {
       Scenario sc;
       sc.name = absl::StrFormat("dtype %d window %d", static_cast<int>(dtype), window);

@@ -39,6 +39,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
+  // F32, F16 and Q8_0 pages: the kernels in kernels/attention/paged_attention_cuda.h.
+  bool SupportsKvDtype(KvDtype dtype) const override {
+    return dtype == KvDtype::kF32 || dtype == KvDtype::kF16 || dtype == KvDtype::kQ8_0;
+  }
 
   bool host_visible() const override { return false; }
   absl::StatusOr<BackendBuffer> Allocate(size_t bytes) override;
