@@ -24,3 +24,16 @@ timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_du
   --print-summary per-kernel "$bench" "${args[@]}" --repeats 1 >"$out/ncu-prefill.txt" 2>&1
 echo "ncu prefill rc=$?"
 echo "total: $(($(date +%s) - start)) s"
+# KERNEL=<regex>: ncu sections of that kernel's first launch in the prefill as well.
+if [[ -n ${KERNEL:-} ]]; then
+  timeout 200 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats \
+    --section Occupancy --section SourceCounters -k "regex:$KERNEL" --launch-count 1 \
+    "$bench" "${args[@]}" --repeats 1 >"$out/ncu-kernel.txt" 2>&1
+  echo "ncu $KERNEL rc=$?"
+fi
+# AB_ENV="A=1 B=2": the wall-clock prefill again with those variables set.
+if [[ -n ${AB_ENV:-} ]]; then
+  env $AB_ENV timeout 120 "$bench" "${args[@]}" --repeats 3 2>>"$out/prefill-wall.err" |
+    grep prefill | sed "s/^/$AB_ENV /"
+fi
