@@ -307,12 +307,15 @@ TEST_P(GemvCudaTest, MatchesCpuReference) {
   EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size() * 4), 0) << what;
 }
 
+// {33, 2304}: an odd number of blocks (9) on a long row: with IQ4_XS the last block starts 16-byte
+// aligned and ends 8 bytes before the padded row end.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemvCudaTest,
     ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
                                          GgmlType::kIQ4_XS),
                        ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
                                          std::pair<int64_t, int64_t>{33, 4096},
+                                         std::pair<int64_t, int64_t>{33, 2304},
                                          std::pair<int64_t, int64_t>{4095, 768},
                                          std::pair<int64_t, int64_t>{37, 1280}),
                        ::testing::Values(1, 3, 8, 16),
