@@ -279,9 +279,9 @@ __global__ void __launch_bounds__(32 * kWarps)
 // chunks of 8 * NT activation rows, each a full K loop over its 16 rows of that matrix, so the
 // weight tile is decoded once per 8 * NT groups (re-read from L2 after the first chunk) instead
 // of once per 4 groups in the dp4a grouped kernel.
-// Register caps for 3 CTAs per SM (NT = 4; uncapped it took 253 registers) or 4 (NT = 2).
+// At least 3 CTAs (12 warps) per SM: uncapped, the 4 activation tiles took 253 registers.
 template <int kWarps, int NT>
-__global__ void __launch_bounds__(32 * kWarps, NT > 2 ? 3 : 4)
+__global__ void __launch_bounds__(32 * kWarps, 3)
     GemvMmaIq4XsGroupedKernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(16) uint8_t mma_smem[];
   const MmaCta<kWarps, NT> cta(mma_smem);
@@ -393,16 +393,8 @@ cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
   }
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM),
                   static_cast<unsigned>(slots));
-  // Chunks of 16 activation rows by default. 32 (STEPSERVE_GEMV_MMA_GROUPED_TILES=4) needs the
-  // sub-block loop unrolled by 2 only to fit its register cap, which serialises the activation
-  // loads' latency: ncu at a 512-token prefill chunk, gate 1280x4096 over 288 experts: 5.69 ms,
-  // DRAM 3% busy, 68% of warp cycles waiting on L1TEX, 12 warps per SM.
-  static const bool wide_chunks = [] {
-    const char* v = std::getenv("STEPSERVE_GEMV_MMA_GROUPED_TILES");
-    return v != nullptr && v[0] == '4';
-  }();
-  return wide_chunks ? LaunchMma<4, 4, true>(PdlEnabled(), grid, p, stream)
-                     : LaunchMma<4, 2, true>(PdlEnabled(), grid, p, stream);
+  // 32 activation rows per chunk: a prefill's experts see ~60 (2048 tokens, 8 of 288 experts).
+  return LaunchMma<4, 4, true>(/*overlap=*/PdlEnabled(), grid, p, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal
