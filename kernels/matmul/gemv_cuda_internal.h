@@ -103,6 +103,14 @@ inline constexpr int64_t kGroupedMmaMinPairs = 8;
 cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                     cudaStream_t stream);
 
+// The same through the grouped tensor-core GEMM (gemm_grouped_mma_cuda.cu: 64 weight rows x 32
+// pairs per CTA, activations staged in shared memory), tried first when GroupedGemmSetting() is 1
+// (STEPSERVE_GROUPED_GEMM=1 at the first use, or SetGroupedGemmCuda); off by default until it is
+// measured on a device.
+std::atomic<int>& GroupedGemmSetting();
+cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
+                                    cudaStream_t stream);
+
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream);

@@ -30,39 +30,17 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/mma_iq4_util.cuh"
 
 namespace stepserve::kernels::gemv_internal {
 namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
 
-constexpr int kMmaRowsM = 16;   // output rows per CTA
-constexpr int kIq4Bytes = 136;  // IQ4_XS block: d (f16), scales_h (u16), scales_l[4], qs[128]
-constexpr int kPairBytes = 2 * kIq4Bytes;            // 17 pieces of 16 bytes
+constexpr int kMmaRowsM = 16;                        // output rows per CTA
+constexpr int kPairBytes = kIq4PairBytes;            // 17 pieces of 16 bytes
 constexpr int kStageBytes = kMmaRowsM * kPairBytes;  // one pair of blocks of the 16 rows
 constexpr int kStages = 2;
-
-// c = A (16 x 32 int8, row-major fragments) * B (32 x 8 int8), int32, fresh accumulators.
-__device__ __forceinline__ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                      int (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%10, %10, %10, %10};"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-
-__device__ __forceinline__ void CopyAsync16(void* smem, const void* global) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
-}
-__device__ __forceinline__ void CommitCopies() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most one committed group of this thread's copies is still in flight.
-__device__ __forceinline__ void WaitCopiesButOne() {
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
-}
 
 // Copies pair `pair` (blocks 2 pair, 2 pair + 1) of the CTA's 16 rows of matrix `w` into `stage`
 // (row r at r * kPairBytes). kPieces = 17 for a full pair, 9 for a last pair of one block: its 136
@@ -76,13 +54,6 @@ __device__ __forceinline__ void CopyPair(uint8_t* stage, const GemvParams& p, co
     CopyAsync16(stage + r * kPairBytes + 16 * c,
                 w + row * p.w_row_bytes + pair * kPairBytes + 16 * c);
   }
-}
-
-// d * (6-bit scale - 32) of sub-block ib from an IQ4_XS block header {d | scales_h, scales_l}.
-__device__ __forceinline__ float SubBlockScale(uint2 h, float d, int ib) {
-  const uint32_t ls =
-      ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
-  return d * static_cast<float>(static_cast<int>(ls) - 32);
 }
 
 // The 8 sub-blocks of block b, staged at `blk` (row r at r * kPairBytes), into acc, for the first
@@ -287,20 +258,10 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
   const MmaCta<kWarps, NT> cta(mma_smem);
   const int warp = cta.warp, lane = cta.lane, g = lane >> 2, t = lane & 3;
   const int64_t o0 = cta.o0;
-  const int slot = static_cast<int>(blockIdx.y);
-  WaitForPrimaryGrid();  // the grouping kernel and the quantizer may still run
-  AllowDependentLaunch();
-  const int32_t id = p.slot_matrix[slot];
-  if (id == kSlotUnused) return;
-  const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
-  if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
-    for (int i = threadIdx.x; i < (end - begin) * kMmaRowsM; i += blockDim.x) {
-      const int64_t o = o0 + i % kMmaRowsM;
-      if (o < p.out) p.y[p.group_order[begin + i / kMmaRowsM] * p.y_stride + o] = 0.f;
-    }
-    return;
-  }
-  const WarpK<kWarps> k_loop(p, p.w + id * p.w_matrix_bytes, o0, cta.ring[warp], warp, lane);
+  const uint8_t* w = nullptr;
+  int begin = 0, end = 0;
+  if (!SlotGroups<kMmaRowsM>(p, o0, &w, &begin, &end)) return;
+  const WarpK<kWarps> k_loop(p, w, o0, cta.ring[warp], warp, lane);
   for (int c0 = begin; c0 < end; c0 += 8 * NT) {
     k_loop.IssueFirst();
     const int rows = end - c0 < 8 * NT ? end - c0 : 8 * NT;

@@ -149,7 +149,10 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
   if (err == cudaSuccess && a.slot_matrix != nullptr &&
       a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices) {
-    err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);
+    err = gemv_internal::LaunchGemmQ8xMmaGrouped(a.type, p, a.slots, stream);
+    if (err == cudaErrorNotSupported) {
+      err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);
+    }
     if (err != cudaErrorNotSupported) {
       if (err != cudaSuccess) {
         (void)cudaGetLastError();
@@ -171,6 +174,10 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
     return KernelStatus::kInvalidArgument;
   }
   return KernelStatus::kOk;
+}
+
+bool SetGroupedGemmCuda(bool enabled) {
+  return gemv_internal::GroupedGemmSetting().exchange(enabled ? 1 : 0) != 0;
 }
 
 GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode) {

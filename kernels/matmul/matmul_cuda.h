@@ -68,6 +68,13 @@ enum class GemvStreamMode : int { kNever = 0, kAuto = 1, kAlways = 2 };
 inline constexpr int64_t kGemvStreamAutoBytes = int64_t{64} << 20;
 GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode);
 
+// Grouped mode (GemvIndexedCuda with grouping) with many groups per matrix (a prefill's MoE) on
+// IQ4_XS: the grouped tensor-core GEMM (64 weight rows x 32 groups per CTA) instead of the grouped
+// tensor-core GEMV. Off by default until measured on a device; STEPSERVE_GROUPED_GEMM=1 (read at
+// the first use) turns it on, SetGroupedGemmCuda overrides it for every later launch (tests, A/B
+// runs) and returns the previous setting.
+bool SetGroupedGemmCuda(bool enabled);
+
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 

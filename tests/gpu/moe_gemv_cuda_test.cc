@@ -24,6 +24,7 @@
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/matmul/matmul_cuda.h"
 #include "kernels/moe/moe.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/kernels/test_util.h"
@@ -75,6 +76,17 @@ std::unique_ptr<DeviceBuffer> ToDevice(const std::vector<T>& v) {
 
 using Param = std::tuple<GgmlType, GgmlType, int64_t, float>;  // gate/up type, down type, T, limit
 
+// With this many tokens every token picks experts 0..K-1 (in shuffled slots): each picked expert
+// gets all T pairs, several chunks of a grouped tensor-core kernel's CTA.
+constexpr int64_t kSkewedTokens = 130;
+
+// Sets the grouped-GEMM switch for a scope (ASSERTs return early) and restores it.
+struct GroupedGemmScope {
+  bool was;
+  explicit GroupedGemmScope(bool on) : was(SetGroupedGemmCuda(on)) {}
+  ~GroupedGemmScope() { SetGroupedGemmCuda(was); }
+};
+
 class MoeGemvCudaTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MoeGemvCudaTest, MatchesReference) {
@@ -96,6 +108,8 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   std::iota(pool.begin(), pool.end(), 0);
   for (int64_t t = 0; t < tokens; ++t) {
     std::shuffle(pool.begin(), pool.end(), rng);
+    if (tokens == kSkewedTokens) std::iota(pool.begin(), pool.begin() + K, 0);
+    if (tokens == kSkewedTokens) std::shuffle(pool.begin(), pool.begin() + K, rng);
     for (int64_t k = 0; k < K; ++k) {
       ids[t * K + k] = pool[k];
       weights[t * K + k] = std::uniform_real_distribution<float>(0.05f, 0.6f)(rng);
@@ -124,44 +138,50 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   r.y_stride = d;
   ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
 
-  auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
-  const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
-  DeviceBuffer workspace(static_cast<size_t>(ws));
-  ASSERT_EQ(cudaMemset(workspace.ptr, 0xFF, ws), cudaSuccess);  // poison (NaN floats)
-  MoeGemvCudaArgs a;
-  a.x = static_cast<const float*>(dx->ptr);
-  a.x_stride = x_stride;
-  a.tokens = tokens;
-  a.n_embd = d;
-  a.n_ff = ff;
-  a.n_experts = E;
-  a.ids = static_cast<const int32_t*>(dids->ptr);
-  a.weights = static_cast<const float*>(dw->ptr);
-  a.top_k = K;
-  a.gate = gate.DeviceMatrix();
-  a.up = up.DeviceMatrix();
-  a.down = down.DeviceMatrix();
-  a.limit = limit;
-  a.y = static_cast<float*>(dy->ptr);
-  a.y_stride = d;
-  a.workspace = workspace.ptr;
-  a.workspace_bytes = ws;
-  ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got(tokens * d);
-  ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  // Compare the update (y - y0), not y: y0 would dilute the error.
-  std::vector<float> got_delta(got.size()), ref_delta(got.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    got_delta[i] = got[i] - y0[i];
-    ref_delta[i] = ref[i] - y0[i];
+  // Past kMoeGemvMaxTokens both grouped tensor-core kernels run: the GEMV (default) and the GEMM
+  // (SetGroupedGemmCuda).
+  for (const bool gemm : many ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    const GroupedGemmScope scope(gemm);
+    auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
+    const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
+    DeviceBuffer workspace(static_cast<size_t>(ws));
+    ASSERT_EQ(cudaMemset(workspace.ptr, 0xFF, ws), cudaSuccess);  // poison (NaN floats)
+    MoeGemvCudaArgs a;
+    a.x = static_cast<const float*>(dx->ptr);
+    a.x_stride = x_stride;
+    a.tokens = tokens;
+    a.n_embd = d;
+    a.n_ff = ff;
+    a.n_experts = E;
+    a.ids = static_cast<const int32_t*>(dids->ptr);
+    a.weights = static_cast<const float*>(dw->ptr);
+    a.top_k = K;
+    a.gate = gate.DeviceMatrix();
+    a.up = up.DeviceMatrix();
+    a.down = down.DeviceMatrix();
+    a.limit = limit;
+    a.y = static_cast<float*>(dy->ptr);
+    a.y_stride = d;
+    a.workspace = workspace.ptr;
+    a.workspace_bytes = ws;
+    ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got(tokens * d);
+    ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    // Compare the update (y - y0), not y: y0 would dilute the error.
+    std::vector<float> got_delta(got.size()), ref_delta(got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      got_delta[i] = got[i] - y0[i];
+      ref_delta[i] = ref[i] - y0[i];
+    }
+    const double err = testing::RelError(got_delta, ref_delta);
+    EXPECT_LT(err, kMaxRelError) << GgmlTypeName(gu_type) << "/" << GgmlTypeName(down_type)
+                                 << " tokens " << tokens << " limit " << limit << " gemm " << gemm;
+    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d rel_error=%.3g\n",
+                std::string(GgmlTypeName(gu_type)).c_str(),
+                std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit,
+                gemm ? 1 : 0, err);
   }
-  const double err = testing::RelError(got_delta, ref_delta);
-  EXPECT_LT(err, kMaxRelError) << GgmlTypeName(gu_type) << "/" << GgmlTypeName(down_type)
-                               << " tokens " << tokens << " limit " << limit;
-  std::printf("moe_gemv %s/%s tokens=%ld limit=%g rel_error=%.3g\n",
-              std::string(GgmlTypeName(gu_type)).c_str(),
-              std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit, err);
 }
 
 INSTANTIATE_TEST_SUITE_P(TypesAndTokens, MoeGemvCudaTest,
@@ -171,7 +191,9 @@ INSTANTIATE_TEST_SUITE_P(TypesAndTokens, MoeGemvCudaTest,
                                            Param{GgmlType::kQ8_0, GgmlType::kQ8_0, 16, 0.0f},
                                            Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f},
                                            Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 97, 0.0f},
-                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 200, 7.0f}));
+                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 200, 7.0f},
+                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS,
+                                                 kSkewedTokens, 0.0f}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;

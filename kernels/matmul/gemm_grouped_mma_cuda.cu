@@ -1,0 +1,218 @@
+// Grouped tensor-core GEMM of a prefill's MoE experts: IQ4_XS weights x int8 activations
+// (GemvParams grouped mode: slot s multiplies matrix slot_matrix[s] with the activation rows of
+// its groups), opt-in until measured (GroupedGemmEnabled, STEPSERVE_GROUPED_GEMM=1).
+//
+// Why: the grouped tensor-core GEMV (gemv_mma_cuda.cu) keeps the GEMV's shape - 16 weight rows per
+// CTA, warps splitting K, each lane loading its activation fragments and their scales straight
+// from global memory - and at a 2048-token prefill (16384 pairs over 288 experts) it ran at ~30
+// int8 TOPS: gate 5.68 ms, down 7.92 ms per layer (ncu), 68% of warp cycles waiting on those
+// loads, DRAM 3% busy. Here a CTA is a GEMM tile: 64 weight rows (16 per warp) x 32 pairs (four
+// 8-column MMA tiles), K in pairs of IQ4_XS blocks. Every thread helps copy one stage - the 64
+// rows' pair of blocks, the 32 pairs' 512 int8 activations and their 16 scales - into shared
+// memory with cp.async, two stages in flight. Each warp decodes its rows' A fragments once per
+// 32-weight sub-block (the table lookup of gemv_mma_cuda.cu) and reuses them for the four column
+// tiles; B fragments and scales come from shared memory (row strides padded so the 8 rows one
+// fragment load reads fall in distinct banks). K is not split across warps, so each warp's
+// accumulators are final: no reduction through shared memory.
+//
+// Per MMA: one 8-byte and two 4-byte shared loads, the MMA, and the F32 scaling of its 4 int32
+// sums (weight sub-block scale x activation block d): the int8 sums are exact within a 32-value
+// sub-block, as in every int8 path here.
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+
+#include "kernels/common/pdl.cuh"
+#include "kernels/matmul/gemv_block_util.cuh"
+#include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/mma_iq4_util.cuh"
+
+namespace stepserve::kernels::gemv_internal {
+namespace {
+
+#include "kernels/matmul/gemv_q8x_pieces.cuh"
+
+constexpr int kWarps = 4;
+constexpr int kTileRows = 16 * kWarps;  // weight (output) rows per CTA, 16 per warp
+constexpr int kTilePairs = 32;          // activation rows (token, slot pairs) per chunk
+constexpr int kColTiles = kTilePairs / 8;
+constexpr int kStages = 2;
+// Staged activation row: a pair of blocks (512 int8) + 16 bytes, so rows are 4 banks apart.
+constexpr int kActStride = 512 + 16;
+// Staged scales: 16 float2 {d, d * sum} per row + 16 bytes, so rows 2t are 8 banks apart.
+constexpr int kScaleStride = 16 * 8 + 16;
+constexpr int kWeightStageBytes = kTileRows * kIq4PairBytes;
+constexpr int kActStageBytes = kTilePairs * kActStride;
+constexpr int kScaleStageBytes = kTilePairs * kScaleStride;
+constexpr int kStageBytes = kWeightStageBytes + kActStageBytes + kScaleStageBytes;
+constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + kTilePairs * sizeof(int);
+
+// Copies pair of blocks `kp` of the CTA's 64 weight rows and of the chunk's 32 activation rows
+// (pair_row: their rows in xq / xd) into `stage`. A last pair of one block copies 9 weight pieces
+// (the 9th ends at the padded row end), 256 activations and 8 scales.
+__device__ __forceinline__ void CopyStage(uint8_t* stage, const GemvParams& p, const uint8_t* w,
+                                          int64_t o0, int64_t kp, bool full_pair,
+                                          const int* pair_row) {
+  const int w_pieces = full_pair ? 17 : 9;
+  for (int i = threadIdx.x; i < kTileRows * w_pieces; i += blockDim.x) {
+    const int r = i / w_pieces, c = i - r * w_pieces;
+    const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;  // extra rows: computed, dropped
+    CopyAsync16(stage + r * kIq4PairBytes + 16 * c,
+                w + row * p.w_row_bytes + kp * kIq4PairBytes + 16 * c);
+  }
+  const int x_pieces = full_pair ? 32 : 16;
+  uint8_t* act = stage + kWeightStageBytes;
+  for (int i = threadIdx.x; i < kTilePairs * x_pieces; i += blockDim.x) {
+    const int r = i / x_pieces, c = i - r * x_pieces;
+    CopyAsync16(act + r * kActStride + 16 * c,
+                p.xq + static_cast<int64_t>(pair_row[r]) * p.in + kp * 512 + 16 * c);
+  }
+  const int s_pieces = x_pieces / 4;  // 4 float2 per piece
+  uint8_t* scales = act + kActStageBytes;
+  const int64_t blocks32 = p.in / 32;
+  for (int i = threadIdx.x; i < kTilePairs * s_pieces; i += blockDim.x) {
+    const int r = i / s_pieces, c = i - r * s_pieces;
+    CopyAsync16(scales + r * kScaleStride + 16 * c,
+                p.xd + static_cast<int64_t>(pair_row[r]) * blocks32 + kp * 16 + 2 * c);
+  }
+}
+
+// Block bi (0 or 1) of a staged pair: the warp's 16 rows x the chunk's 32 columns, into acc.
+__device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int bi, int warp, int g, int t,
+                                               const uint32_t (&tbl)[4],
+                                               float (&acc)[kColTiles][4]) {
+  const uint8_t* ra = stage + (16 * warp + g) * kIq4PairBytes + bi * kIq4Bytes;
+  const uint8_t* rb = ra + 8 * kIq4PairBytes;
+  const uint8_t* act = stage + kWeightStageBytes + bi * 256 + 8 * t;
+  const uint8_t* scales = stage + kWeightStageBytes + kActStageBytes;
+  const uint2 ha = *reinterpret_cast<const uint2*>(ra);
+  const uint2 hb = *reinterpret_cast<const uint2*>(rb);
+  const float da = F16Bits(ha.x), db = F16Bits(hb.x);
+  // Fully unrolled: shared memory, not registers, bounds the CTAs per SM (two), so the loads of
+  // all 8 sub-blocks may be issued ahead.
+#pragma unroll
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
+    const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
+    const float dl_a = SubBlockScale(ha, da, ib), dl_b = SubBlockScale(hb, db, ib);
+    const uint2 va = Lookup16Pairs(qa, tbl), vb = Lookup16Pairs(qb, tbl);
+    const uint32_t a[4] = {va.x, vb.x, va.y, vb.y};
+    const int sub = 8 * bi + ib;  // 32-value activation block within the staged pair
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j) {
+      // B column g = staged row 8j + g (the activations are stored in pair order, so the 8 bytes
+      // at 8t of its sub-block are the fragment); results in columns 2t, 2t + 1.
+      const uint2 x = *reinterpret_cast<const uint2*>(act + (8 * j + g) * kActStride + 32 * ib);
+      const float d0 =
+          reinterpret_cast<const float2*>(scales + (8 * j + 2 * t) * kScaleStride)[sub].x;
+      const float d1 =
+          reinterpret_cast<const float2*>(scales + (8 * j + 2 * t + 1) * kScaleStride)[sub].x;
+      int c[4];
+      MmaS8(a, x.x, x.y, c);
+      acc[j][0] += IntToFloat(c[0]) * (dl_a * d0);
+      acc[j][1] += IntToFloat(c[1]) * (dl_a * d1);
+      acc[j][2] += IntToFloat(c[2]) * (dl_b * d0);
+      acc[j][3] += IntToFloat(c[3]) * (dl_b * d1);
+    }
+  }
+}
+
+// Grid (64-row tiles, slots). A slot's groups run in chunks of 32 (the last one clamped to its
+// last group: extra columns are computed and dropped).
+__global__ void __launch_bounds__(32 * kWarps)
+    GemmMmaIq4XsGroupedKernel(const __grid_constant__ GemvParams p) {
+  extern __shared__ __align__(16) uint8_t gemm_smem[];
+  int* pair_row = reinterpret_cast<int*>(gemm_smem + size_t{kStages} * kStageBytes);
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const uint8_t* w = nullptr;
+  int begin = 0, end = 0;
+  if (!SlotGroups<kTileRows>(p, o0, &w, &begin, &end)) return;
+  const int64_t nb = p.in / 256;
+  const int64_t n_kp = (nb + 1) / 2;
+  const uint32_t tbl[4] = {p.iq4nl[0], p.iq4nl[1], p.iq4nl[2], p.iq4nl[3]};
+  for (int c0 = begin; c0 < end; c0 += kTilePairs) {
+    const int cols = end - c0 < kTilePairs ? end - c0 : kTilePairs;
+    __syncthreads();  // the previous chunk is done with pair_row and the stages
+    if (threadIdx.x < kTilePairs) {
+      const int r = static_cast<int>(threadIdx.x) < cols ? static_cast<int>(threadIdx.x) : cols - 1;
+      pair_row[threadIdx.x] = p.group_order[c0 + r] / p.x_group_div;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      if (s < n_kp) CopyStage(gemm_smem + s * kStageBytes, p, w, o0, s, 2 * s + 1 < nb, pair_row);
+      CommitCopies();  // empty groups too: the wait below counts groups
+    }
+    float acc[kColTiles][4] = {};
+    for (int64_t kp = 0; kp < n_kp; ++kp) {
+      const int s = static_cast<int>(kp % kStages);
+      uint8_t* stage = gemm_smem + s * kStageBytes;
+      WaitCopiesButOne();  // this thread's copies of stage kp have landed
+      __syncthreads();     // and everyone's
+      MmaStagedBlock(stage, 0, warp, g, t, tbl, acc);
+      if (2 * kp + 1 < nb) MmaStagedBlock(stage, 1, warp, g, t, tbl, acc);
+      __syncthreads();  // every warp is done with the stage before it is refilled
+      if (kp + kStages < n_kp) {
+        CopyStage(stage, p, w, o0, kp + kStages, 2 * (kp + kStages) + 1 < nb, pair_row);
+      }
+      CommitCopies();
+    }
+    const int64_t oa = o0 + 16 * warp + g, ob = oa + 8;
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j) {
+      const int c_lo = 8 * j + 2 * t, c_hi = c_lo + 1;
+      if (c_lo < cols) {
+        float* y = p.y + static_cast<int64_t>(p.group_order[c0 + c_lo]) * p.y_stride;
+        if (oa < p.out) y[oa] = acc[j][0];
+        if (ob < p.out) y[ob] = acc[j][2];
+      }
+      if (c_hi < cols) {
+        float* y = p.y + static_cast<int64_t>(p.group_order[c0 + c_hi]) * p.y_stride;
+        if (oa < p.out) y[oa] = acc[j][1];
+        if (ob < p.out) y[ob] = acc[j][3];
+      }
+    }
+  }
+}
+
+int SettingFromEnv() {
+  const char* v = std::getenv("STEPSERVE_GROUPED_GEMM");
+  return v != nullptr && v[0] == '1' ? 1 : 0;
+}
+
+}  // namespace
+
+std::atomic<int>& GroupedGemmSetting() {
+  static std::atomic<int> setting{SettingFromEnv()};
+  return setting;
+}
+
+cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
+                                    cudaStream_t stream) {
+  if (GroupedGemmSetting().load(std::memory_order_relaxed) == 0 || type != GgmlType::kIQ4_XS ||
+      !p.x_pair_order || p.in % 256 != 0 || p.slot_matrix == nullptr || p.slot_begin == nullptr ||
+      p.group_order == nullptr || slots < 1 || slots > 65535) {
+    return cudaErrorNotSupported;
+  }
+  // The shared-memory limit, once per device (not a stream operation: safe during graph capture).
+  static std::atomic<uint64_t> attribute_set{0};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (attribute_set.load(std::memory_order_acquire) & bit) == 0) {
+    err =
+        cudaFuncSetAttribute(GemmMmaIq4XsGroupedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kSmemBytes));
+    if (err != cudaSuccess) return err;
+    attribute_set.fetch_or(bit, std::memory_order_release);
+  }
+  const dim3 grid(static_cast<unsigned>((p.out + kTileRows - 1) / kTileRows),
+                  static_cast<unsigned>(slots));
+  return LaunchOverlapping(PdlEnabled(), GemmMmaIq4XsGroupedKernel, grid, dim3(32 * kWarps),
+                           kSmemBytes, stream, p);
+}
+
+}  // namespace stepserve::kernels::gemv_internal
