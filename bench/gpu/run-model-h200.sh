@@ -3,7 +3,7 @@
 # and stepserve from the bundled Debian packages (docs/cuda-host.md), run every GPU test, compare
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
-# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab] [BUILD_DIR]
+# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab|gemv|rows|prefill] [BUILD_DIR]
 #   ab: batch 1 and 64 (AB_BATCHES) decode with the defaults, with the one-row GEMV never
 #   streamed (STEPSERVE_GEMV_STREAM=0; default auto), with every kernel in plain stream order
 #   (STEPSERVE_PDL=0), without the tensor-core GEMV (STEPSERVE_GEMV_MMA=0), and without fused
@@ -11,6 +11,8 @@
 #   gemv: the GEMV tests and bench_gemv --quick with the streamed one-row GEMV on and off.
 #   rows: gemv_cuda_test, bench_gemv --rows with the tensor-core GEMV from 2 rows and off
 #   (STEPSERVE_GEMV_MMA=2/0), decode at batch 4 and 16 with it from 2 rows, from 8 (default), off.
+#   prefill: the MoE and attention GPU tests, then 45-layer prefill (2048, 4096) with the defaults,
+#   STEPSERVE_GROUPED_GEMM=1, STEPSERVE_PREFILL_ATTENTION=1 and both (the opt-in prefill kernels).
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -32,6 +34,13 @@ extra=(stepserve)
 [[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
 [[ $what == gemv ]] && targets=(gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test) extra=(bench_gemv)
 [[ $what == rows ]] && targets=(gemv_cuda_test) extra=(bench_gemv bench_model)
+if [[ $what == prefill ]]; then
+  targets=()
+  for t in moe_gemv_cuda_test moe_cuda_test attention_cuda_test prefill_attention_cuda_test; do
+    grep -q "NAME $t " tests/gpu/CMakeLists.txt && targets+=("$t")
+  done
+  extra=(bench_model)
+fi
 bash scripts/bundle-deps.sh build "$build" "${targets[@]}" "${extra[@]}" \
   -- -DCMAKE_BUILD_TYPE=Release >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" "$out/build.log" | head -30; tail -20 "$out/build.log"; exit 1; }
@@ -85,6 +94,22 @@ if [[ $what == ab ]]; then
     echo "ab [$run] rc=$?"
     grep decode "$out/bench-ab.jsonl"
     tail -2 "$out/bench-ab.err"
+  done
+fi
+if [[ $what == prefill ]]; then
+  # The opt-in prefill kernels: their tests, then 45-layer prefill with each switched on.
+  for t in "${targets[@]}"; do
+    timeout 200 "$build/tests/gpu/$t" >"$out/$t.log" 2>&1
+    echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/$t.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|gemm=1|rel' "$out/$t.log" | head -20
+  done
+  for run in "" STEPSERVE_GROUPED_GEMM=1 STEPSERVE_PREFILL_ATTENTION=1 \
+    "STEPSERVE_GROUPED_GEMM=1 STEPSERVE_PREFILL_ATTENTION=1"; do
+    timeout 120 env $run "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
+      --recipe iq4_xs --batches "" --prefill 2048,4096 --layer-times=false \
+      >"$out/bench-prefill.jsonl" 2>"$out/bench-prefill.err"
+    echo "prefill [$run] rc=$? $(grep prefill "$out/bench-prefill.jsonl" | tr '\n' ' ')"
+    tail -2 "$out/bench-prefill.err"
   done
 fi
 if [[ $what == gemv ]]; then
