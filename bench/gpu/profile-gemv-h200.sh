@@ -25,7 +25,7 @@ sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerSta
 # IQ4_XS is the first type bench_gemv runs, so the 4th launch of each kernel is an IQ4_XS one
 # (ncu's -k regex matches the function name without its template arguments).
 for k in GemvStreamKernel GemvQ8Kernel ReadKernel GemvMmaIq4XsKernel; do
-  stream=1 mode=--quick regex=$k
+  stream=2 mode=--quick regex=$k  # 2: always streamed (auto streams only Q6_K and huge matrices)
   [[ $k == GemvQ8Kernel ]] && stream=0
   [[ $k == GemvMmaIq4XsKernel ]] && mode=--rows
   STEPSERVE_GEMV_STREAM=$stream STEPSERVE_GEMV_MMA=2 timeout 120 ncu --clock-control none \
