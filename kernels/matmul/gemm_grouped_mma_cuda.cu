@@ -67,7 +67,7 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const GemvParams& p, c
     CopyAsync16(act + r * kActStride + 16 * c,
                 p.xq + static_cast<int64_t>(pair_row[r]) * p.in + kp * 512 + 16 * c);
   }
-  const int s_pieces = x_pieces / 4;  // 4 float2 per piece
+  const int s_pieces = x_pieces / 4;  // 16-byte pieces of 2 float2: 8 for 16 sub-blocks
   uint8_t* scales = act + kActStageBytes;
   const int64_t blocks32 = p.in / 32;
   for (int i = threadIdx.x; i < kTilePairs * s_pieces; i += blockDim.x) {
