@@ -101,7 +101,7 @@ if [[ $what == prefill ]]; then
   for t in "${targets[@]}"; do
     timeout 200 "$build/tests/gpu/$t" >"$out/$t.log" 2>&1
     echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/$t.log" | tr '\n' ' ')"
-    grep -E '^\[  FAILED|gemm=1|rel' "$out/$t.log" | head -20
+    grep -E '^\[  FAILED|gemm=[12]|rel' "$out/$t.log" | head -20
   done
   for run in "" STEPSERVE_GROUPED_GEMM=1 STEPSERVE_PREFILL_ATTENTION=1 \
     "STEPSERVE_GROUPED_GEMM=1 STEPSERVE_PREFILL_ATTENTION=1"; do

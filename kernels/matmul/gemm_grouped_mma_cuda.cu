@@ -1,6 +1,6 @@
 // Grouped tensor-core GEMM of a prefill's MoE experts: IQ4_XS weights x int8 activations
 // (GemvParams grouped mode: slot s multiplies matrix slot_matrix[s] with the activation rows of
-// its groups), opt-in until measured (GroupedGemmEnabled, STEPSERVE_GROUPED_GEMM=1).
+// its groups), opt-in until measured (GroupedGemmSetting, STEPSERVE_GROUPED_GEMM=1 or 2).
 //
 // Why: the grouped tensor-core GEMV (gemv_mma_cuda.cu) keeps the GEMV's shape - 16 weight rows per
 // CTA, warps splitting K, each lane loading its activation fragments and their scales straight
@@ -177,9 +177,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
+// 0 = off, 1 = for many groups per matrix (as the grouped tensor-core GEMV), 2 = always.
 int SettingFromEnv() {
   const char* v = std::getenv("STEPSERVE_GROUPED_GEMM");
-  return v != nullptr && v[0] == '1' ? 1 : 0;
+  if (v == nullptr) return 0;
+  return v[0] == '1' ? 1 : (v[0] == '2' ? 2 : 0);
 }
 
 }  // namespace

@@ -147,8 +147,12 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   p.group_order = a.group_order;
   // Many groups per matrix (a prefill): the tensor-core grouped kernel where it applies.
   const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
+  // STEPSERVE_GROUPED_GEMM=2: the grouped GEMM at any number of groups per matrix (to measure it
+  // against the dp4a grouped GEMV at decode batch sizes).
+  const bool gemm_always = gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed) ==
+                           static_cast<int>(GroupedGemmMode::kAlways);
   if (err == cudaSuccess && a.slot_matrix != nullptr &&
-      a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices) {
+      (gemm_always || a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices)) {
     err = gemv_internal::LaunchGemmQ8xMmaGrouped(a.type, p, a.slots, stream);
     if (err == cudaErrorNotSupported) {
       err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);
@@ -176,8 +180,9 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   return KernelStatus::kOk;
 }
 
-bool SetGroupedGemmCuda(bool enabled) {
-  return gemv_internal::GroupedGemmSetting().exchange(enabled ? 1 : 0) != 0;
+GroupedGemmMode SetGroupedGemmCuda(GroupedGemmMode mode) {
+  return static_cast<GroupedGemmMode>(
+      gemv_internal::GroupedGemmSetting().exchange(static_cast<int>(mode)));
 }
 
 GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode) {

@@ -68,12 +68,14 @@ enum class GemvStreamMode : int { kNever = 0, kAuto = 1, kAlways = 2 };
 inline constexpr int64_t kGemvStreamAutoBytes = int64_t{64} << 20;
 GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode);
 
-// Grouped mode (GemvIndexedCuda with grouping) with many groups per matrix (a prefill's MoE) on
-// IQ4_XS: the grouped tensor-core GEMM (64 weight rows x 32 groups per CTA) instead of the grouped
-// tensor-core GEMV. Off by default until measured on a device; STEPSERVE_GROUPED_GEMM=1 (read at
-// the first use) turns it on, SetGroupedGemmCuda overrides it for every later launch (tests, A/B
-// runs) and returns the previous setting.
-bool SetGroupedGemmCuda(bool enabled);
+// Grouped mode (GemvIndexedCuda with grouping) on IQ4_XS through the grouped tensor-core GEMM
+// (64 weight rows x 32 groups per CTA) instead of the grouped tensor-core GEMV (many groups per
+// matrix: a prefill's MoE) or the dp4a grouped GEMV (few). Off by default until measured on a
+// device; STEPSERVE_GROUPED_GEMM=1 / 2 (read at the first use) selects kManyGroups / kAlways;
+// SetGroupedGemmCuda overrides it for every later launch (tests, A/B runs) and returns the
+// previous mode.
+enum class GroupedGemmMode : int { kOff = 0, kManyGroups = 1, kAlways = 2 };
+GroupedGemmMode SetGroupedGemmCuda(GroupedGemmMode mode);
 
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);

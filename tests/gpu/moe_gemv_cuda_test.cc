@@ -80,10 +80,10 @@ using Param = std::tuple<GgmlType, GgmlType, int64_t, float>;  // gate/up type, 
 // gets all T pairs, several chunks of a grouped tensor-core kernel's CTA.
 constexpr int64_t kSkewedTokens = 130;
 
-// Sets the grouped-GEMM switch for a scope (ASSERTs return early) and restores it.
+// Sets the grouped-GEMM mode for a scope (ASSERTs return early) and restores it.
 struct GroupedGemmScope {
-  bool was;
-  explicit GroupedGemmScope(bool on) : was(SetGroupedGemmCuda(on)) {}
+  GroupedGemmMode was;
+  explicit GroupedGemmScope(GroupedGemmMode mode) : was(SetGroupedGemmCuda(mode)) {}
   ~GroupedGemmScope() { SetGroupedGemmCuda(was); }
 };
 
@@ -138,10 +138,17 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   r.y_stride = d;
   ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
 
-  // Past kMoeGemvMaxTokens both grouped tensor-core kernels run: the GEMV (default) and the GEMM
-  // (SetGroupedGemmCuda).
-  for (const bool gemm : many ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-    const GroupedGemmScope scope(gemm);
+  // IQ4_XS projections also run through the grouped GEMM (SetGroupedGemmCuda): past
+  // kMoeGemvMaxTokens where it replaces the grouped tensor-core GEMV (kManyGroups), and at every
+  // token count in place of the dp4a grouped GEMV too (kAlways; one token is never grouped).
+  std::vector<GroupedGemmMode> modes{GroupedGemmMode::kOff};
+  if (gu_type == GgmlType::kIQ4_XS || down_type == GgmlType::kIQ4_XS) {
+    if (many) modes.push_back(GroupedGemmMode::kManyGroups);
+    modes.push_back(GroupedGemmMode::kAlways);
+  }
+  for (const GroupedGemmMode mode : modes) {
+    const GroupedGemmScope scope(mode);
+    const int gemm = static_cast<int>(mode);
     auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
     const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
     DeviceBuffer workspace(static_cast<size_t>(ws));
@@ -180,7 +187,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d rel_error=%.3g\n",
                 std::string(GgmlTypeName(gu_type)).c_str(),
                 std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit,
-                gemm ? 1 : 0, err);
+                gemm, err);
   }
 }
 
