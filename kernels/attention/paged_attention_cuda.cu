@@ -408,7 +408,9 @@ __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const Ker
   }
 }
 
-KernelStatus ValidateArgs(const PagedAttentionCudaArgs& a) {
+}  // namespace
+
+KernelStatus ValidatePagedAttentionCudaArgs(const PagedAttentionCudaArgs& a) {
   const PagedKv& kv = a.kv;
   if (kv.k == nullptr || kv.v == nullptr) return KernelStatus::kInvalidArgument;
   if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16 && kv.dtype != KvDtype::kQ8_0) {
@@ -451,6 +453,8 @@ KernelStatus ValidateArgs(const PagedAttentionCudaArgs& a) {
   return KernelStatus::kOk;
 }
 
+namespace {
+
 template <typename KvT, int kDimsPerThread>
 cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread>;
@@ -473,7 +477,7 @@ cudaError_t LaunchForDims(const KernelParams& p, dim3 grid, size_t smem, cudaStr
 }  // namespace
 
 KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t stream) {
-  if (KernelStatus s = ValidateArgs(a); s != KernelStatus::kOk) return s;
+  if (KernelStatus s = ValidatePagedAttentionCudaArgs(a); s != KernelStatus::kOk) return s;
   if (a.n_rows == 0) return KernelStatus::kOk;
   const PagedKv& kv = a.kv;
   KernelParams p{};

@@ -15,8 +15,9 @@
 // and Q8_0 pages dequantized in registers on the way, Q8_0 as the F32 product scale * int8); the
 // softmax is computed online (running max and sum per head, rescaled per chunk) with F32
 // accumulation. Prefill rows use the same kernel, each query row on its own with its causal and
-// window limits; a tensor-core prefill kernel (tiles of query rows sharing K/V loads) is a later
-// step. Split-K ("flash-decoding"): when few CTAs would run over long contexts, each row's visible
+// window limits, unless the caller takes the tensor-core prefill kernel below
+// (PrefillAttentionCuda: tiles of up to 64 consecutive query rows of one sequence per CTA and query
+// head). Split-K ("flash-decoding"): when few CTAs would run over long contexts, each row's visible
 // keys are cut into `splits` ranges whose partial (max, sum, unnormalised output) are combined by a
 // second kernel; PagedAttentionCudaSplits picks the split count.
 #ifndef STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_H_
@@ -84,10 +85,69 @@ int64_t PagedAttentionCudaSplits(int64_t n_rows, int64_t heads, int64_t kv_heads
 int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t head_dim,
                                        int64_t splits);
 
+// The host-side checks of PagedAttentionCuda (sizes, pointers, alignment; nothing is dereferenced),
+// shared with PrefillAttentionCuda.
+KernelStatus ValidatePagedAttentionCudaArgs(const PagedAttentionCudaArgs& args);
+
 // Checks sizes and pointers (host-side only; nothing is dereferenced), then enqueues the kernels.
 // Pages outside the cache read as zeros instead of faulting (validation on the host excludes them).
 // kInvalidArgument also when a launch fails (the CUDA error is cleared).
 KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& args, cudaStream_t stream);
+
+// ---- Tensor-core prefill attention (prefill_attention_cuda.cu) ----
+//
+// A CTA (4 warps) computes one query head for a tile of up to kPrefillTileRows query rows of one
+// sequence, flash-attention style: Q (scaled, F16) stays in registers as MMA fragments, K and V
+// are gathered through the block table 64 positions at a time into shared memory as F16 (F32 and
+// Q8_0 pages converted on the way, the Q8_0 values being the F32 products scale * int8 rounded to
+// F16), S = Q K^T and O += P V run on mma.sync m16n8k16 (F16 inputs, F32 accumulation) with the
+// online softmax in registers. Same semantics as PagedAttentionCuda; the F16 rounding of Q, K, P
+// and V gives relative output errors of order 1e-3 instead of 1e-6 (and cache values beyond the
+// F16 range, |x| > 65504, would become infinite).
+
+// Largest tile: 4 warps of 16 MMA rows.
+inline constexpr int64_t kPrefillTileRows = 64;
+
+// A tile: records [first_record, first_record + count) of the flattened batch (indices into
+// PagedAttentionCudaArgs::rows), 1 <= count <= kPrefillTileRows. The kernel requires what
+// BuildPrefillTiles guarantees: the records belong to one sequence (equal table_offset) and their
+// positions are consecutive and ascending (first, first + 1, ...). It reads the key range
+// [first position - window + 1 (at least 0), last position] once for the whole tile.
+struct PrefillTileCuda {
+  int32_t first_record = 0;
+  int32_t count = 0;
+};
+static_assert(sizeof(PrefillTileCuda) == 8);
+
+// Cuts the batch's records into tiles: maximal runs of consecutive records with equal table_offset
+// and positions increasing by one, each cut into tiles of kPrefillTileRows from its start (the
+// last one shorter). Runs of fewer than `min_rows` records (decode rows, short chunks) are left
+// out; returns how many records were left out (0: `tiles` covers the whole batch). `tiles` is
+// overwritten.
+int64_t BuildPrefillTiles(const PagedAttentionCudaBatch& batch, int64_t min_rows,
+                          std::vector<PrefillTileCuda>* tiles);
+
+// Whether the prefill kernel handles these pages: head_dim 128 or 192 (the kernel is compiled
+// for those), F32 / F16 pages 16-byte aligned (vector copies), Q8_0 pages 2-byte aligned.
+bool PrefillAttentionCudaSupports(const PagedKv& kv);
+
+// Opt-in until measured on a device: STEPSERVE_PREFILL_ATTENTION=1 in the environment (read at
+// the first use) turns the backend's use of PrefillAttentionCuda on; SetPrefillAttentionCuda
+// overrides it for every later call (tests, A/B runs) and returns the previous setting.
+bool PrefillAttentionCudaEnabled();
+bool SetPrefillAttentionCuda(bool enabled);
+
+// Enqueues the prefill kernel for `n_tiles` tiles (`device_tiles`: device memory) over the batch
+// of `args` (validated as PagedAttentionCuda validates it; splits and scratch are ignored). Only
+// the rows of the tiles are written. kUnsupportedType when !PrefillAttentionCudaSupports(args.kv)
+// (the caller then runs PagedAttentionCuda); kInvalidArgument for a bad tile list or a failed
+// launch. Tiles that are out of range or empty are skipped by the kernel (their rows untouched).
+KernelStatus PrefillAttentionCuda(const PagedAttentionCudaArgs& args,
+                                  const PrefillTileCuda* device_tiles, int64_t n_tiles,
+                                  cudaStream_t stream);
+
+// Kernel launches PrefillAttentionCuda has enqueued in this process (tests check the routing).
+int64_t PrefillAttentionCudaLaunches();
 
 // KV append: every pointer of `args` (k, v, slots, kv pages) is device memory. The slot values
 // cannot be range-checked here: run ValidateKvAppend on the host copy of the slots before

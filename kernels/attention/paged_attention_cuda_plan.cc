@@ -1,5 +1,6 @@
 // Host side of the CUDA paged attention (paged_attention_cuda.h): flattening the batch
-// description into one uploadable int32 array, the split-K decision and the scratch size.
+// description into one uploadable int32 array, the split-K decision, the scratch size and the
+// tiles of the tensor-core prefill kernel.
 #include <algorithm>
 #include <cstdint>
 
@@ -78,6 +79,32 @@ int64_t PagedAttentionCudaSplits(int64_t n_rows, int64_t heads, int64_t kv_heads
   int64_t pow2 = 1;
   while (2 * pow2 <= splits) pow2 *= 2;
   return pow2;
+}
+
+int64_t BuildPrefillTiles(const PagedAttentionCudaBatch& batch, int64_t min_rows,
+                          std::vector<PrefillTileCuda>* tiles) {
+  tiles->clear();
+  // Record r is words[4r .. 4r + 3] = {q_row, position, table_offset, 0} (PagedAttentionCudaRow).
+  const int64_t n =
+      std::clamp<int64_t>(batch.n_rows, 0, static_cast<int64_t>(batch.words.size()) / 4);
+  auto position = [&](int64_t r) { return static_cast<int64_t>(batch.words[4 * r + 1]); };
+  auto table = [&](int64_t r) { return batch.words[4 * r + 2]; };
+  int64_t left_out = std::max<int64_t>(batch.n_rows, 0) - n;  // records past `words`, if any
+  for (int64_t begin = 0; begin < n;) {
+    // The run: records that continue the previous one's sequence at the next position.
+    int64_t end = begin + 1;
+    while (end < n && table(end) == table(begin) && position(end) == position(end - 1) + 1) ++end;
+    if (end - begin < std::max<int64_t>(min_rows, 1)) {
+      left_out += end - begin;
+    } else {
+      for (int64_t first = begin; first < end; first += kPrefillTileRows) {
+        tiles->push_back({static_cast<int32_t>(first),
+                          static_cast<int32_t>(std::min(kPrefillTileRows, end - first))});
+      }
+    }
+    begin = end;
+  }
+  return left_out;
 }
 
 int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t head_dim,

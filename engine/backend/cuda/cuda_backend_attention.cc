@@ -5,6 +5,12 @@
 // AppendKv; rows and concatenated block tables for Attention) and uploaded in one copy. Every
 // layer of a step sees the same batch; StageToDevice skips an upload whose bytes equal the previous
 // one into the same scratch, so the per-layer cost is one comparison.
+//
+// Prefill: with the tensor-core prefill kernel switched on (STEPSERVE_PREFILL_ATTENTION=1 or
+// SetPrefillAttentionCuda) and supported (head_dim 128 / 192), an eager batch whose every row is
+// in a run of at least kPrefillMinRows consecutive positions of one sequence runs through
+// PrefillAttentionCuda; anything else (decode rows, mixed batches, recorded steps) keeps
+// PagedAttentionCuda.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -16,6 +22,13 @@
 #include "kernels/attention/paged_attention_cuda.h"
 
 namespace stepserve {
+namespace {
+
+// Shorter runs (decode rows, tiny chunks) would leave most of a 64-row tile's MMA rows idle.
+constexpr int64_t kPrefillMinRows = 16;
+
+}  // namespace
+
 struct CudaBackend::AttentionState {
   int sm_count = 0;
   std::vector<int64_t> slots;  // AppendKv: cache slot per row (-1: no sequence)
@@ -24,6 +37,8 @@ struct CudaBackend::AttentionState {
   kernels::PagedAttentionCudaBatch batch;
   Scratch batch_upload;
   Scratch partials;  // split-K partial results
+  std::vector<kernels::PrefillTileCuda> prefill_tiles;
+  Scratch prefill_tiles_upload;
 };
 
 absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
@@ -96,6 +111,25 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
   a.window = host.window;
   a.scale = host.scale;
   a.kv = cache;
+  // Never while a step is recorded: a replay would reuse tiles built for another batch.
+  if (!recording_step() && kernels::PrefillAttentionCudaEnabled() &&
+      kernels::PrefillAttentionCudaSupports(cache) &&
+      kernels::BuildPrefillTiles(state.batch, kPrefillMinRows, &state.prefill_tiles) == 0) {
+    ASSIGN_OR_RETURN(const void* device_words,
+                     StageToDevice(state.batch_upload, state.batch.words.data(),
+                                   state.batch.words.size() * sizeof(int32_t), "Attention batch"));
+    ASSIGN_OR_RETURN(const void* device_tiles,
+                     StageToDevice(state.prefill_tiles_upload, state.prefill_tiles.data(),
+                                   state.prefill_tiles.size() * sizeof(kernels::PrefillTileCuda),
+                                   "Attention prefill tiles"));
+    const int32_t* words = static_cast<const int32_t*>(device_words);
+    a.rows = reinterpret_cast<const kernels::PagedAttentionCudaRow*>(words);
+    a.block_tables = words + state.batch.tables_offset;
+    return KernelResult(
+        kernels::PrefillAttentionCuda(a, static_cast<const kernels::PrefillTileCuda*>(device_tiles),
+                                      static_cast<int64_t>(state.prefill_tiles.size()), stream()),
+        "Attention");
+  }
   a.splits = kernels::PagedAttentionCudaSplits(a.n_rows, a.heads, cache.kv_heads,
                                                state.batch.max_visible, state.sm_count);
   if (a.splits > 1) {
