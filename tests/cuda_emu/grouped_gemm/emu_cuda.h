@@ -1,0 +1,97 @@
+// Host emulation of the CUDA features GemmMmaIq4XsGroupedKernel (gemm_grouped_mma_cuda.cu) uses:
+// 128 "threads" as ucontext coroutines in one OS thread; warp collectives (mma.sync s8) and
+// __syncthreads / __syncwarp execute once every participant has arrived. cp.async copies land at
+// issue (copy_at_issue) or at the latest legal moment (the issuing thread's wait_group).
+// Adapted from the prefill attention emulator (../prefill_attention). Verification harness only.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <ucontext.h>
+#include <vector_functions.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "engine/quant/float16.h"
+
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+template <class T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+template <class T>
+inline T __ldcs(const T* p) {
+  return *p;
+}
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+struct EmuDim {
+  unsigned x = 0, y = 0, z = 0;
+};
+extern EmuDim threadIdx, blockIdx, blockDim;
+
+namespace emu {
+constexpr int kThreads = 128;
+extern uint8_t* smem_base;
+extern size_t smem_bytes;
+extern bool copy_at_issue;  // cp.async performed at issue (early) or at the wait (late)
+extern long long n_mma, n_copies, n_bar, n_exit_pending;
+void Fail(const char* what);
+uint32_t SharedOffset(const void* p);
+void CopyAsync16(void* smem, const void* global);
+void Commit();
+void WaitGroup(int n);
+void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]);
+void SyncThreads();
+void SyncWarp();
+// Global buffers cp.async may read (each 16-byte source must lie inside one).
+void ClearGlobals();
+void AddGlobal(const void* p, size_t bytes);
+}  // namespace emu
+
+inline void __syncthreads() { emu::SyncThreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::SyncWarp(); }
+inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset(p); }
+
+// prmt.b32 generic mode (what __byte_perm compiles to): selector nibble n of the low 16 bits of s;
+// its 3 lsbs pick one of the 8 bytes {y, x}; its msb replicates the picked byte's sign (PTX ISA,
+// prmt). The CUDA doc of __byte_perm only defines s<2:0> etc., so a set msb is flagged.
+extern long long g_byte_perm_msb;
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = (uint64_t(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; ++n) {
+    const unsigned ctl = (s >> (4 * n)) & 0xF;
+    uint32_t b = (v >> (8 * (ctl & 7))) & 0xFF;
+    if (ctl & 8) {
+      ++g_byte_perm_msb;
+      b = (b & 0x80) ? 0xFF : 0x00;
+    }
+    r |= b << (8 * n);
+  }
+  return r;
+}
+inline float __int_as_float(int i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline int __dp4a(int a, int b, int c) {
+  for (int k = 0; k < 4; ++k) c += int(int8_t(a >> (8 * k))) * int(int8_t(b >> (8 * k)));
+  return c;
+}
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
+  sh &= 31;
+  const uint64_t v = (uint64_t(hi) << 32) | lo;
+  return unsigned(v >> sh);
+}
+inline unsigned __vsub4(unsigned a, unsigned b) {
+  unsigned r = 0;
+  for (int k = 0; k < 4; ++k) r |= (((a >> (8 * k)) - (b >> (8 * k))) & 0xFF) << (8 * k);
+  return r;
+}

@@ -1,0 +1,286 @@
+// Runs the real GemmMmaIq4XsGroupedKernel source (through its launcher LaunchGemmQ8xMmaGrouped)
+// under the host emulator and checks y against a double-precision reference built from the same
+// IQ4_XS weights and (pair-ordered) int8 activations.
+//   test [copy_at_issue 0|1] [seed] [only_case]
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emu_cuda.h"
+
+// Host stand-ins for the runtime calls the launcher makes.
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+template <class T>
+cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+
+#include "kernels/matmul/gemm_grouped_mma_cuda.cu"
+
+namespace emu {
+uint32_t launch_seed = 1;
+unsigned last_grid_x = 0, last_grid_y = 0, last_block = 0;
+size_t last_smem = 0;
+long long n_ctas = 0;
+}  // namespace emu
+
+using stepserve::GgmlType;
+using stepserve::kernels::gemv_internal::GemvParams;
+using stepserve::kernels::gemv_internal::kSlotUnused;
+
+static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+// Where element e (0..31) of a 32-value block sits in the pair-ordered scratch (independent copy
+// of the rule documented at Q8ScratchPosition, matmul_cuda.h: element 4i + j at 8i + 2j and
+// 16 + 4i + j at 8i + 2j + 1).
+static int PairPos(int e) {
+  const int i = (e % 16) / 4, j = e % 4;
+  return e < 16 ? 8 * i + 2 * j : 8 * i + 2 * j + 1;
+}
+
+struct SlotSpec {
+  int32_t matrix;  // expert id, -1, or kSlotUnused
+  int groups;
+};
+struct Case {
+  std::string name;
+  int64_t in, out;
+  int div;
+  int64_t y_pad;  // y_stride = out + y_pad
+  int experts;
+  std::vector<SlotSpec> slots;
+  int extra_groups;  // groups in no slot (their y rows must stay NaN)
+};
+
+static int g_permute_x = 1;  // 0: harness mutation, activations stored un-permuted
+
+bool RunCase(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t nb = c.in / 256;
+  const int64_t row_bytes = (136 * nb + 15) / 16 * 16;
+  const int64_t matrix_bytes = c.out * row_bytes;
+  // ---- weights: exact-size buffer (16-byte aligned) so any read past it is caught ----
+  std::vector<uint4> w_store((c.experts * matrix_bytes + 15) / 16);
+  uint8_t* w = reinterpret_cast<uint8_t*>(w_store.data());
+  for (int64_t i = 0; i < c.experts * matrix_bytes; ++i) w[i] = uint8_t(rng());  // incl. padding
+  std::uniform_real_distribution<float> ud(0.5f, 2.0f);
+  for (int e = 0; e < c.experts; ++e)
+    for (int64_t o = 0; o < c.out; ++o)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = w + e * matrix_bytes + o * row_bytes + 136 * b;
+        const float d = ud(rng) * 1e-3f * ((rng() & 1) ? 1.f : -1.f);
+        const uint16_t h = stepserve::F32ToF16(d);
+        std::memcpy(blk, &h, 2);  // scales_h, scales_l, qs: random bytes already
+      }
+  // ---- groups and slots ----
+  int total = 0;
+  for (const SlotSpec& s : c.slots) total += s.groups;
+  const int G = total + c.extra_groups;
+  std::vector<int32_t> perm(G);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> group_order(perm.begin(), perm.begin() + total);
+  std::vector<int32_t> slot_matrix, slot_begin;
+  int at = 0;
+  for (const SlotSpec& s : c.slots) {
+    slot_matrix.push_back(s.matrix);
+    slot_begin.push_back(at);
+    at += s.groups;
+  }
+  slot_begin.push_back(at);
+  // ---- activations ----
+  const int64_t x_rows = (G + c.div - 1) / c.div, blocks32 = c.in / 32;
+  std::vector<int8_t> xl(x_rows * c.in);  // logical order
+  for (auto& v : xl) v = int8_t(rng());
+  std::vector<uint4> xq_store((x_rows * c.in + 15) / 16);
+  int8_t* xq = reinterpret_cast<int8_t*>(xq_store.data());
+  for (int64_t r = 0; r < x_rows; ++r)
+    for (int64_t b = 0; b < blocks32; ++b)
+      for (int e = 0; e < 32; ++e)
+        xq[r * c.in + 32 * b + (g_permute_x ? PairPos(e) : e)] = xl[r * c.in + 32 * b + e];
+  std::vector<float2> xd(x_rows * blocks32);
+  std::uniform_real_distribution<float> xdd(0.005f, 0.05f);
+  for (int64_t r = 0; r < x_rows; ++r)
+    for (int64_t b = 0; b < blocks32; ++b) {
+      int s = 0;
+      for (int e = 0; e < 32; ++e) s += xl[r * c.in + 32 * b + e];
+      const float d = xdd(rng);
+      xd[r * blocks32 + b] = make_float2(d, d * s);
+    }
+  // ---- reference (double) ----
+  const int64_t y_stride = c.out + c.y_pad;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> want(G * y_stride, nan), scale(G * y_stride, 0.0);
+  std::vector<float> want32(G * y_stride, 0.f);  // F32 model in the kernel's order, no FMA
+  for (size_t s = 0; s < c.slots.size(); ++s) {
+    const int32_t id = slot_matrix[s];
+    if (id == kSlotUnused) continue;
+    for (int k = slot_begin[s]; k < slot_begin[s + 1]; ++k) {
+      const int g = group_order[k];
+      const int64_t r = g / c.div;
+      for (int64_t o = 0; o < c.out; ++o) {
+        if (id < 0) {
+          want[g * y_stride + o] = 0.0;
+          continue;
+        }
+        double acc = 0, abs_acc = 0;
+        float acc32 = 0.f;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = w + id * matrix_bytes + o * row_bytes + 136 * b;
+          uint16_t dh, sh;
+          std::memcpy(&dh, blk, 2);
+          std::memcpy(&sh, blk + 2, 2);
+          const double d = stepserve::F16ToF32(dh);
+          for (int ib = 0; ib < 8; ++ib) {
+            const int ls =
+                ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+            const double dl = d * (ls - 32);
+            long long isum = 0;
+            for (int j = 0; j < 32; ++j) {
+              const uint8_t q = blk[8 + 16 * ib + (j % 16)];
+              const int nib = j < 16 ? (q & 15) : (q >> 4);
+              isum += kValues[nib] * xl[r * c.in + 256 * b + 32 * ib + j];
+            }
+            const double term = dl * double(xd[r * blocks32 + 8 * b + ib].x) * double(isum);
+            acc += term;
+            const float dl32 = float(stepserve::F16ToF32(dh)) * float(ls - 32);
+            acc32 += float(isum) * (dl32 * xd[r * blocks32 + 8 * b + ib].x);
+            abs_acc += std::fabs(term);
+          }
+        }
+        want[g * y_stride + o] = acc;
+        scale[g * y_stride + o] = abs_acc;
+        want32[g * y_stride + o] = acc32;
+      }
+    }
+  }
+  // ---- kernel ----
+  const int64_t kGuard = 4096;  // NaN floats after the last row: writes past y show as stray
+  std::vector<float> y(G * y_stride + kGuard, std::numeric_limits<float>::quiet_NaN());
+  want.resize(y.size(), nan);
+  scale.resize(y.size(), 0.0);
+  GemvParams p{};
+  p.w = w;
+  p.w_row_bytes = row_bytes;
+  p.in = c.in;
+  p.out = c.out;
+  p.xq = xq;
+  p.xd = xd.data();
+  p.rows = static_cast<int>(x_rows);
+  p.x_pair_order = true;
+  p.y = y.data();
+  p.y_stride = y_stride;
+  for (int k = 0; k < 4; ++k) {
+    uint32_t v = 0;
+    for (int j = 0; j < 4; ++j) v |= uint32_t(uint8_t(kValues[4 * k + j])) << (8 * j);
+    p.iq4nl[k] = v;
+  }
+  p.w_matrix_bytes = matrix_bytes;
+  p.n_matrices = c.experts;
+  p.x_group_div = c.div;
+  p.slot_matrix = slot_matrix.data();
+  p.slot_begin = slot_begin.data();
+  p.group_order = group_order.data();
+  emu::ClearGlobals();
+  emu::AddGlobal(w, c.experts * matrix_bytes);
+  emu::AddGlobal(xq, x_rows * c.in);
+  emu::AddGlobal(xd.data(), xd.size() * sizeof(float2));
+  const long long mma0 = emu::n_mma, ctas0 = emu::n_ctas, bpm0 = g_byte_perm_msb;
+  const cudaError_t err = stepserve::kernels::gemv_internal::LaunchGemmQ8xMmaGrouped(
+      GgmlType::kIQ4_XS, p, static_cast<int64_t>(c.slots.size()), nullptr);
+  if (err != cudaSuccess) {
+    std::printf("FAIL %s: launcher returned %d\n", c.name.c_str(), int(err));
+    return false;
+  }
+  // ---- compare ----
+  double max_rel = 0, max_abs_norm = 0;
+  int64_t not_bitexact = 0, cancel_only = 0, bad = 0, written_ok = 0, zeros = 0, stray = 0,
+          missing = 0;
+  for (int64_t i = 0; i < int64_t(y.size()); ++i) {
+    const double ref = want[i];
+    const float got = y[i];
+    if (std::isnan(ref)) {
+      if (!std::isnan(got)) ++stray;
+      continue;
+    }
+    if (std::isnan(got)) {
+      ++missing;
+      continue;
+    }
+    if (scale[i] == 0) {  // a -1 slot's zero row
+      if (got != 0.0f)
+        ++bad;
+      else
+        ++zeros;
+      continue;
+    }
+    const double err_abs = std::fabs(double(got) - ref);
+    const double rel = err_abs / std::max(std::fabs(ref), 1e-300);
+    const double norm = err_abs / scale[i];
+    max_rel = std::max(max_rel, rel);
+    max_abs_norm = std::max(max_abs_norm, norm);
+    // 1e-4 relative; for a sum that cancels to below 1e-3 of its terms, 1e-6 of the terms' sum.
+    if (!(rel <= 1e-4 || norm <= 1e-6))
+      ++bad;
+    else
+      ++written_ok;
+    cancel_only += rel > 1e-4 && norm <= 1e-6;
+    not_bitexact += got != want32[i];
+  }
+  const bool ok = bad == 0 && stray == 0 && missing == 0 && err == cudaSuccess &&
+                  emu::last_grid_x == unsigned((c.out + 63) / 64) &&
+                  emu::last_grid_y == c.slots.size() && emu::last_block == 128;
+  std::printf(
+      "%-4s %-44s grid %ux%u smem %zu ctas %lld mma %lld | checked %lld zero-rows %lld | "
+      "max rel %.2e max err/sum|terms| %.2e (rel>1e-4: %lld) not-bit-exact-vs-F32-model %lld | bad "
+      "%lld stray %lld missing %lld%s\n",
+      ok ? "ok" : "FAIL", c.name.c_str(), emu::last_grid_x, emu::last_grid_y, emu::last_smem,
+      emu::n_ctas - ctas0, emu::n_mma - mma0, (long long)written_ok, (long long)zeros, max_rel,
+      max_abs_norm, (long long)cancel_only, (long long)not_bitexact, (long long)bad,
+      (long long)stray, (long long)missing,
+      g_byte_perm_msb != bpm0 ? " (byte_perm msb used!)" : "");
+  return ok;
+}
+
+int main(int argc, char** argv) {
+  emu::copy_at_issue = argc > 1 && argv[1][0] == '1';
+  const uint32_t seed = argc > 2 ? uint32_t(std::atoi(argv[2])) : 1;
+  const int only = argc > 3 ? std::atoi(argv[3]) : -1;
+  g_permute_x = argc > 4 ? std::atoi(argv[4]) : 1;
+  emu::launch_seed = seed * 1000 + 1;
+  static std::vector<uint4> smem(240 * 1024 / 16);
+  emu::smem_base = reinterpret_cast<uint8_t*>(smem.data());
+  emu::smem_bytes = smem.size() * 16;
+  stepserve::kernels::gemv_internal::GroupedGemmSetting().store(2);
+  const int E = 5;
+  const std::vector<SlotSpec> slots = {{1, 1},  {E - 1, 31}, {0, 32}, {kSlotUnused, 3}, {2, 33},
+                                       {-1, 5}, {3, 70},     {4, 0},  {-1, 1}};
+  std::vector<Case> cases = {
+      {"in 768 out 128 div 1", 768, 128, 1, 3, E, slots, 6},
+      {"in 768 out 80 div 4", 768, 80, 4, 5, E, slots, 7},
+      {"in 1024 out 80 div 1", 1024, 80, 1, 0, E, slots, 5},
+      {"in 1024 out 128 div 4", 1024, 128, 4, 2, E, slots, 4},
+      // extra edges: one block (a lone half pair), one full pair, out < 64, 5 pairs + half
+      {"in 256 out 80 div 1", 256, 80, 1, 1, E, slots, 2},
+      {"in 512 out 16 div 4", 512, 16, 4, 1, E, slots, 3},
+      {"in 2816 out 80 div 1 (11 blocks)", 2816, 80, 1, 1, E, slots, 2},
+  };
+  int fails = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (only >= 0 && int(i) != only) continue;
+    fails += !RunCase(cases[i], seed * 100 + uint32_t(i));
+  }
+  std::printf(
+      "%d failures (copy_at_issue %d seed %u) ctas %lld mma %lld copies %lld barriers %lld "
+      "exit-pending-groups %lld\n",
+      fails, int(emu::copy_at_issue), seed, emu::n_ctas, emu::n_mma, emu::n_copies, emu::n_bar,
+      emu::n_exit_pending);
+  return fails != 0;
+}

@@ -1,0 +1,53 @@
+# Builds <out>/kernels/... : host-compilable copies of the kernel and its device headers,
+# the inline-asm wrappers re-pointed at emu:: (everything else verbatim). Optional mutation:
+#   transform.py OUT [FILE OLD NEW]   (FILE relative to kernels/, OLD replaced once, must exist)
+import os, sys
+M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'kernels') + '/'
+out = sys.argv[1]
+files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/mma_iq4_util.cuh', 'matmul/gemv_q8x_pieces.cuh',
+         'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h']
+def replace_fn(text, signature_start, new):
+    i = text.index(signature_start)
+    j = text.index('{', i)
+    depth, k = 0, j
+    while True:
+        if text[k] == '{': depth += 1
+        elif text[k] == '}':
+            depth -= 1
+            if depth == 0: break
+        k += 1
+    return text[:i] + new + text[k + 1:]
+reps = {
+ 'matmul/mma_iq4_util.cuh': [
+  ('__device__ __forceinline__ void MmaS8(', 'inline void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) { emu::MmaS8(a, b0, b1, c); }'),
+  ('__device__ __forceinline__ void CopyAsync16(', 'inline void CopyAsync16(void* smem, const void* global) { emu::CopyAsync16(smem, global); }'),
+  ('__device__ __forceinline__ void CommitCopies(', 'inline void CommitCopies() { emu::Commit(); }'),
+  ('__device__ __forceinline__ void WaitCopiesButOne(', 'inline void WaitCopiesButOne() { emu::WaitGroup(1); }'),
+ ],
+ 'matmul/gemv_block_util.cuh': [
+  ('__device__ __forceinline__ float F16Bits(', 'inline float F16Bits(uint32_t h) { return stepserve::F16ToF32(static_cast<unsigned short>(h)); }'),
+ ],
+ 'matmul/gemv_q8x_pieces.cuh': [
+  ('__device__ __forceinline__ void PrefetchL2(', 'inline void PrefetchL2(const void*) {}'),
+ ],
+ 'matmul/gemm_grouped_mma_cuda.cu': [],
+ 'matmul/gemv_cuda_internal.h': [],
+}
+mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
+for f in files:
+    s = open(M + f).read()
+    for sig, new in reps[f]:
+        s = replace_fn(s, sig, new)
+    if f.endswith('gemm_grouped_mma_cuda.cu'):
+        old = 'extern __shared__ __align__(16) uint8_t gemm_smem[];'
+        assert s.count(old) == 1
+        s = s.replace(old, 'uint8_t* const gemm_smem = emu::smem_base;')
+    if mut and mut[0] == f:
+        assert s.count(mut[1]) >= 1, 'mutation target not found: ' + mut[1]
+        s = s.replace(mut[1], mut[2], 1)
+    assert 'asm(' not in s and 'asm volatile' not in s, f
+    os.makedirs(os.path.dirname(f'{out}/kernels/{f}'), exist_ok=True)
+    open(f'{out}/kernels/{f}', 'w').write(s)
+# pdl.cuh: no-op PDL, and the launch runs every CTA through the emulator (emu_launch.h).
+os.makedirs(f'{out}/kernels/common', exist_ok=True)
+open(f'{out}/kernels/common/pdl.cuh', 'w').write('#pragma once\n#include "emu_launch.h"\n')

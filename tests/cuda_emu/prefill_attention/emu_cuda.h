@@ -1,0 +1,53 @@
+// Host emulation of the CUDA features prefill_attention_cuda.cu uses: 128 "threads" as ucontext
+// coroutines in one OS thread; warp collectives (shfl, redux, ldmatrix, mma) and __syncthreads
+// execute once every participant has arrived. Verification harness only.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "engine/quant/float16.h"
+
+#define __launch_bounds__(...)
+template <class T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+struct EmuDim {
+  unsigned x = 0, y = 0, z = 0;
+};
+extern EmuDim threadIdx, blockIdx;
+
+namespace emu {
+constexpr int kThreads = 128;
+extern uint8_t* smem_base;
+extern size_t smem_bytes;
+extern bool copy_at_issue;  // cp.async performed at issue (early) or at the wait (late)
+void Fail(const char* what);
+uint32_t SharedOffset(const void* p);
+void CopyAsync16(void* smem, const void* global);
+void Commit();
+void WaitButOne();
+void LdMatrix(uint32_t addr, uint32_t (&r)[4], bool trans);
+void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+float ShflXor(float v, int mask);
+int ReduceMin(int v);
+int ReduceMax(int v);
+void SyncThreads();
+}  // namespace emu
+
+inline float __shfl_xor_sync(unsigned, float v, int m) { return emu::ShflXor(v, m); }
+inline int __reduce_min_sync(unsigned, int v) { return emu::ReduceMin(v); }
+inline int __reduce_max_sync(unsigned, int v) { return emu::ReduceMax(v); }
+inline void __syncthreads() { emu::SyncThreads(); }
+inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset(p); }
