@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/pdl.cuh"
 
 namespace stepserve::kernels {
@@ -82,22 +83,6 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   uint32_t r;
   memcpy(&r, &h, sizeof(r));
   return r;
-}
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void CopyAsync16(void* smem, const void* global) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SharedAddress(smem)), "l"(global)
-               : "memory");
-}
-__device__ __forceinline__ void CommitCopies() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most the most recently committed group of this thread's copies is in flight.
-__device__ __forceinline__ void WaitCopiesButOne() {
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
 }
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {

@@ -1,11 +1,12 @@
 // Device helpers shared by the tensor-core IQ4_XS kernels (gemv_mma_cuda.cu, the GEMV for 2-16
 // activation rows; gemm_grouped_mma_cuda.cu, the grouped GEMM of a prefill's experts): the int8
-// MMA, cp.async copies into shared memory and the IQ4_XS block layout and sub-block scale.
+// MMA, the IQ4_XS block layout and sub-block scale (cp.async: kernels/common/cp_async.cuh).
 #ifndef STEPSERVE_KERNELS_MATMUL_MMA_IQ4_UTIL_CUH_
 #define STEPSERVE_KERNELS_MATMUL_MMA_IQ4_UTIL_CUH_
 
 #include <cstdint>
 
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -26,18 +27,6 @@ __device__ __forceinline__ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint3
       "{%8, %9}, {%10, %10, %10, %10};"
       : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-
-__device__ __forceinline__ void CopyAsync16(void* smem, const void* global) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
-}
-__device__ __forceinline__ void CommitCopies() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most one committed group of this thread's copies is still in flight.
-__device__ __forceinline__ void WaitCopiesButOne() {
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
 }
 
 // d * (6-bit scale - 32) of sub-block ib from an IQ4_XS block header {d | scales_h, scales_l}.

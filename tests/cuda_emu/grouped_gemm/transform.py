@@ -4,7 +4,8 @@
 import os, sys
 M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'kernels') + '/'
 out = sys.argv[1]
-files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/mma_iq4_util.cuh', 'matmul/gemv_q8x_pieces.cuh',
+files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
+         'matmul/gemv_q8x_pieces.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
@@ -20,6 +21,8 @@ def replace_fn(text, signature_start, new):
 reps = {
  'matmul/mma_iq4_util.cuh': [
   ('__device__ __forceinline__ void MmaS8(', 'inline void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) { emu::MmaS8(a, b0, b1, c); }'),
+ ],
+ 'common/cp_async.cuh': [
   ('__device__ __forceinline__ void CopyAsync16(', 'inline void CopyAsync16(void* smem, const void* global) { emu::CopyAsync16(smem, global); }'),
   ('__device__ __forceinline__ void CommitCopies(', 'inline void CommitCopies() { emu::Commit(); }'),
   ('__device__ __forceinline__ void WaitCopiesButOne(', 'inline void WaitCopiesButOne() { emu::WaitGroup(1); }'),

@@ -11,6 +11,14 @@ os.makedirs(out, exist_ok=True)
 src = open(kernel).read()
 src = src.replace('#include "kernels/common/pdl.cuh"\n', '')
 src = src.replace('#include <cuda_fp16.h>\n', '')
+# cp.async primitives (kernels/common/cp_async.cuh) -> emu::, declared in place of the include.
+src = src.replace('#include "kernels/common/cp_async.cuh"\n',
+                  'namespace stepserve::kernels {\n'
+                  'inline uint32_t SharedAddress(const void* p) { return emu::SharedOffset(p); }\n'
+                  'inline void CopyAsync16(void* s, const void* g) { emu::CopyAsync16(s, g); }\n'
+                  'inline void CommitCopies() { emu::Commit(); }\n'
+                  'inline void WaitCopiesButOne() { emu::WaitButOne(); }\n'
+                  '}  // namespace stepserve::kernels\n')
 src = src.replace('namespace {', 'namespace {\nalignas(16) uint4 smem4[110000 / 16];\n', 1)
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
@@ -24,10 +32,6 @@ def replace_fn(text, signature_start, new):
         k += 1
     return text[:i] + new + text[k + 1:]
 reps = [
- ('__device__ __forceinline__ uint32_t SharedAddress(', 'inline uint32_t SharedAddress(const void* p) { return emu::SharedOffset(p); }'),
- ('__device__ __forceinline__ void CopyAsync16(', 'inline void CopyAsync16(void* s, const void* g) { emu::CopyAsync16(s, g); }'),
- ('__device__ __forceinline__ void CommitCopies(', 'inline void CommitCopies() { emu::Commit(); }'),
- ('__device__ __forceinline__ void WaitCopiesButOne(', 'inline void WaitCopiesButOne() { emu::WaitButOne(); }'),
  ('__device__ __forceinline__ void LdMatrixX4(', 'inline void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) { emu::LdMatrix(addr, r, false); }'),
  ('__device__ __forceinline__ void LdMatrixX4Trans(', 'inline void LdMatrixX4Trans(uint32_t addr, uint32_t (&r)[4]) { emu::LdMatrix(addr, r, true); }'),
  ('__device__ __forceinline__ void Mma(', 'inline void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { emu::Mma(c, a, b0, b1); }'),
