@@ -39,6 +39,7 @@
 
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/dynamic_smem.h"
 #include "kernels/common/pdl.cuh"
 
 namespace stepserve::kernels {
@@ -469,8 +470,8 @@ template <int kDim, typename KvT>
 cudaError_t Launch(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
   auto* kernel = &PrefillAttentionKernel<kDim, KvT>;
   constexpr size_t kSmem = SmemBytes(kDim);  // 70656 (128) / 103424 (192): above the 48 KB default
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmem));
+  static std::atomic<uint64_t> attribute_set{0};
+  cudaError_t err = SetDynamicSharedOnce(kernel, kSmem, attribute_set);
   if (err != cudaSuccess) return err;
   err = LaunchWithPdl(kernel, grid, kThreads, kSmem, stream, p);
   return err != cudaSuccess ? err : cudaGetLastError();

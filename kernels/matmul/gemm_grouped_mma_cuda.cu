@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/common/dynamic_smem.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -198,18 +199,11 @@ cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
       p.group_order == nullptr || slots < 1 || slots > 65535) {
     return cudaErrorNotSupported;
   }
-  // The shared-memory limit, once per device (not a stream operation: safe during graph capture).
   static std::atomic<uint64_t> attribute_set{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (attribute_set.load(std::memory_order_acquire) & bit) == 0) {
-    err =
-        cudaFuncSetAttribute(GemmMmaIq4XsGroupedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kSmemBytes));
-    if (err != cudaSuccess) return err;
-    attribute_set.fetch_or(bit, std::memory_order_release);
+  if (const cudaError_t err =
+          SetDynamicSharedOnce(GemmMmaIq4XsGroupedKernel, kSmemBytes, attribute_set);
+      err != cudaSuccess) {
+    return err;
   }
   const dim3 grid(static_cast<unsigned>((p.out + kTileRows - 1) / kTileRows),
                   static_cast<unsigned>(slots));

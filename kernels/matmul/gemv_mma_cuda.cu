@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/common/dynamic_smem.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -293,8 +294,7 @@ int MinRowsFromEnv() {
 
 namespace {
 
-// Sets the kernel's shared-memory limit once per device (not a stream operation, so also safe
-// while a graph is being captured), then launches.
+// Sets the kernel's shared-memory limit once per device, then launches.
 template <int kWarps, int NT, bool kGrouped>
 cudaError_t LaunchMma(bool overlap, dim3 grid, const GemvParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = MmaSharedBytes<kWarps, NT>();
@@ -305,15 +305,9 @@ cudaError_t LaunchMma(bool overlap, dim3 grid, const GemvParams& p, cudaStream_t
     kernel = GemvMmaIq4XsKernel<kWarps, NT>;
   }
   static std::atomic<uint64_t> attribute_set{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (attribute_set.load(std::memory_order_acquire) & bit) == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(kSmem));
-    if (err != cudaSuccess) return err;
-    attribute_set.fetch_or(bit, std::memory_order_release);
+  if (const cudaError_t err = SetDynamicSharedOnce(kernel, kSmem, attribute_set);
+      err != cudaSuccess) {
+    return err;
   }
   return LaunchOverlapping(overlap, kernel, grid, dim3(32 * kWarps), kSmem, stream, p);
 }

@@ -13,6 +13,10 @@ namespace emu {
 void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t order_seed);
 }
 cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
 template <class T>
 cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
   return cudaSuccess;
