@@ -131,9 +131,10 @@ int64_t BuildPrefillTiles(const PagedAttentionCudaBatch& batch, int64_t min_rows
 // for those), F32 / F16 pages 16-byte aligned (vector copies), Q8_0 pages 2-byte aligned.
 bool PrefillAttentionCudaSupports(const PagedKv& kv);
 
-// Opt-in until measured on a device: STEPSERVE_PREFILL_ATTENTION=1 in the environment (read at
-// the first use) turns the backend's use of PrefillAttentionCuda on; SetPrefillAttentionCuda
-// overrides it for every later call (tests, A/B runs) and returns the previous setting.
+// On by default (measured on the H200, docs/cuda-engine.md): STEPSERVE_PREFILL_ATTENTION=0 in the
+// environment (read at the first use) turns the backend's use of PrefillAttentionCuda off;
+// SetPrefillAttentionCuda overrides it for every later call (tests, A/B runs) and returns the
+// previous setting.
 bool PrefillAttentionCudaEnabled();
 bool SetPrefillAttentionCuda(bool enabled);
 

@@ -489,9 +489,11 @@ cudaError_t LaunchForType(KvDtype dtype, const PrefillParams& p, dim3 grid, cuda
   }
 }
 
+// On unless STEPSERVE_PREFILL_ATTENTION=0 (the default since it was measured on the H200:
+// 45-layer prefill 2048 tokens 1724 -> 2239 tok/s alone, 4865 with the grouped GEMM).
 int SettingFromEnv() {
   const char* v = std::getenv("STEPSERVE_PREFILL_ATTENTION");
-  return v != nullptr && v[0] == '1' ? 1 : 0;
+  return v != nullptr && v[0] == '0' ? 0 : 1;
 }
 
 std::atomic<int>& PrefillSetting() {

@@ -106,8 +106,7 @@ cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
 // The same through the grouped tensor-core GEMM (gemm_grouped_mma_cuda.cu: 64 weight rows x 32
 // pairs per CTA, activations staged in shared memory), tried first when GroupedGemmSetting() is
 // non-zero (STEPSERVE_GROUPED_GEMM at the first use, or SetGroupedGemmCuda): 1 = with many groups
-// per matrix, 2 = at any count (also decode batches, to measure it there); off by default until
-// it is measured on a device.
+// per matrix (the default), 2 = at any count (also decode batches, to measure it there), 0 = off.
 std::atomic<int>& GroupedGemmSetting();
 cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                     cudaStream_t stream);

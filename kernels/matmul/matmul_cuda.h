@@ -70,8 +70,8 @@ GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode);
 
 // Grouped mode (GemvIndexedCuda with grouping) on IQ4_XS through the grouped tensor-core GEMM
 // (64 weight rows x 32 groups per CTA) instead of the grouped tensor-core GEMV (many groups per
-// matrix: a prefill's MoE) or the dp4a grouped GEMV (few). Off by default until measured on a
-// device; STEPSERVE_GROUPED_GEMM=1 / 2 (read at the first use) selects kManyGroups / kAlways;
+// matrix: a prefill's MoE) or the dp4a grouped GEMV (few). kManyGroups by default (measured on
+// the H200); STEPSERVE_GROUPED_GEMM=0 / 2 (read at the first use) selects kOff / kAlways;
 // SetGroupedGemmCuda overrides it for every later launch (tests, A/B runs) and returns the
 // previous mode.
 enum class GroupedGemmMode : int { kOff = 0, kManyGroups = 1, kAlways = 2 };

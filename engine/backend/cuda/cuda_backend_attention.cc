@@ -6,11 +6,11 @@
 // layer of a step sees the same batch; StageToDevice skips an upload whose bytes equal the previous
 // one into the same scratch, so the per-layer cost is one comparison.
 //
-// Prefill: with the tensor-core prefill kernel switched on (STEPSERVE_PREFILL_ATTENTION=1 or
-// SetPrefillAttentionCuda) and supported (head_dim 128 / 192), an eager batch whose every row is
-// in a run of at least kPrefillMinRows consecutive positions of one sequence runs through
-// PrefillAttentionCuda; anything else (decode rows, mixed batches, recorded steps) keeps
-// PagedAttentionCuda.
+// Prefill: with the tensor-core prefill kernel on (the default; STEPSERVE_PREFILL_ATTENTION=0 or
+// SetPrefillAttentionCuda(false) turn it off) and supported (head_dim 128 / 192), an eager batch
+// whose every row is in a run of at least kPrefillMinRows consecutive positions of one sequence
+// runs through PrefillAttentionCuda; anything else (decode rows, mixed batches, recorded steps)
+// keeps PagedAttentionCuda.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -70,11 +70,11 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
       bytes->assign(begin, begin + slots.size() * sizeof(int64_t));
       return absl::OkStatus();
     };
-    ASSIGN_OR_RETURN(device_slots,
-                     StageStepInput(absl::StrFormat("slots/%d/%d/%d", list, cache.block_size,
-                                                    cache.num_blocks),
-                                    state.slots.data(), state.slots.size() * sizeof(int64_t),
-                                    "AppendKv slots", recipe));
+    ASSIGN_OR_RETURN(
+        device_slots,
+        StageStepInput(absl::StrFormat("slots/%d/%d/%d", list, cache.block_size, cache.num_blocks),
+                       state.slots.data(), state.slots.size() * sizeof(int64_t), "AppendKv slots",
+                       recipe));
   } else {
     ASSIGN_OR_RETURN(device_slots,
                      StageToDevice(state.slots_upload, state.slots.data(),
