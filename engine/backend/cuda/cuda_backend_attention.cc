@@ -7,10 +7,10 @@
 // one into the same scratch, so the per-layer cost is one comparison.
 //
 // Prefill: with the tensor-core prefill kernel on (the default; STEPSERVE_PREFILL_ATTENTION=0 or
-// SetPrefillAttentionCuda(false) turn it off) and supported (head_dim 128 / 192), an eager batch
-// whose every row is in a run of at least kPrefillMinRows consecutive positions of one sequence
-// runs through PrefillAttentionCuda; anything else (decode rows, mixed batches, recorded steps)
-// keeps PagedAttentionCuda.
+// SetPrefillAttentionCuda(false) turn it off, and exact mode does not use it) and supported
+// (head_dim 128 / 192), an eager batch whose every row is in a run of at least kPrefillMinRows
+// consecutive positions of one sequence runs through PrefillAttentionCuda; anything else (decode
+// rows, mixed batches, recorded steps) keeps PagedAttentionCuda.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -111,8 +111,12 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
   a.window = host.window;
   a.scale = host.scale;
   a.kv = cache;
-  // Never while a step is recorded: a replay would reuse tiles built for another batch.
-  if (!recording_step() && kernels::PrefillAttentionCudaEnabled() &&
+  // Never while a step is recorded: a replay would reuse tiles built for another batch. Not in
+  // exact mode either: the tensor-core kernel rounds Q, K, V and P to F16 (~3e-4 relative on a
+  // row), which in a whole model is enough to flip a near-tied MoE routing choice now and then
+  // (H200, model_cuda_test at 533 tokens: 2 of 533 logits rows off by 0.17); exact mode promises
+  // F32 math, like its F32 activations in the matmuls.
+  if (!recording_step() && !exact_activations_ && kernels::PrefillAttentionCudaEnabled() &&
       kernels::PrefillAttentionCudaSupports(cache) &&
       kernels::BuildPrefillTiles(state.batch, kPrefillMinRows, &state.prefill_tiles) == 0) {
     ASSIGN_OR_RETURN(const void* device_words,
