@@ -12,10 +12,9 @@
 //  - each CTA then dots the row with the (at most kRouterFusedMaxRows) activation rows, read from
 //    L2, reduces in a fixed order (reproducible) and writes its logits;
 //  - the last CTA to finish (atomicInc ticket: the counter wraps back to 0 on that CTA, so it is
-//    ready for the next launch without a reset) runs the selection row by row: gates and scores
-//    staged in shared memory, then every thread counts the experts that rank before each of its
-//    own (stopping at top_k) - rank k < top_k is pick k. Same order and formulas as RouterKernel,
-//    whose top_k rounds of warp-wide argmax are a serial chain of shuffles.
+//    ready for the next launch without a reset) runs the selection, one warp per row over the
+//    row's scores staged in shared memory: top_k rounds of warp-wide argmax over the experts
+//    ranked after the previous pick, the same order and formulas as RouterKernel.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -29,8 +28,10 @@ namespace stepserve::kernels {
 namespace {
 
 using cuda_reduce::kWarpSize;
+using router_select::Candidate;
 using router_select::RanksBefore;
 using router_select::SelectionScore;
+using router_select::WarpBest;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / kWarpSize;
@@ -38,7 +39,7 @@ constexpr int kMaxRows = static_cast<int>(kRouterFusedMaxRows);
 constexpr int kMaxExperts = static_cast<int>(kRouterFusedMaxExperts);
 constexpr int kMaxTopK = static_cast<int>(kRouterCudaMaxTopK);
 constexpr int kMaxVec = static_cast<int>(kRouterFusedMaxIn) / (4 * kThreads);  // float4s a thread
-static_assert(kMaxExperts % kThreads == 0);
+static_assert(kMaxRows <= kWarps, "the selection takes one warp per row");
 
 __device__ __forceinline__ float Dot4(float4 a, float4 b, float acc) {
   acc = fmaf(a.x, b.x, acc);
@@ -47,104 +48,75 @@ __device__ __forceinline__ float Dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, acc);
 }
 
-constexpr int kExpertsPerThread = kMaxExperts / kThreads;
-
-// Block-wide maximum / sum over the CTA (kThreads threads); `scratch` holds kWarps floats.
-__device__ __forceinline__ float CtaMax(float v, float* scratch) {
-  v = cuda_reduce::WarpMax(v);
-  __syncthreads();
-  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  float m = scratch[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, scratch[w]);
-  return m;
-}
-
-__device__ __forceinline__ float CtaSum(float v, float* scratch) {
-  v = cuda_reduce::WarpSum(v);
-  __syncthreads();
-  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  float s = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) s += scratch[w];
-  return s;
-}
-
-// The selection for one row, by the whole CTA: gates and scores into shared memory, then each
-// thread counts, for each of its experts, the experts that rank before it (stopping at top_k):
-// an expert of rank k < top_k is pick k. Ranks are unique under the total order, so this equals
-// RouterKernel's top_k rounds of argmax, without their serial chain of warp reductions.
-__device__ void SelectRow(const RouterArgs& a, int64_t row, const float* logits, float* score,
-                          float* pi, float* scratch, int* picked_id, float* picked_pi) {
+// One warp selects the top_k experts of `row` from the scores and gates staged in shared memory
+// and writes its ids and weights.
+__device__ void SelectRow(const RouterArgs& a, int64_t row, const float* score, const float* pi,
+                          int* picked_id, float* picked_pi) {
+  const int lane = threadIdx.x % kWarpSize;
   const int n = static_cast<int>(a.n_experts);
   const int top_k = static_cast<int>(a.top_k);
-  float logit[kExpertsPerThread];
-#pragma unroll
-  for (int i = 0; i < kExpertsPerThread; ++i) {  // all loads first: one L2 round trip
-    const int e = static_cast<int>(threadIdx.x) + i * kThreads;
-    logit[i] = e < n ? __ldcg(logits + e) : -INFINITY;
-  }
-  float max = 0.0f, inv_sum = 1.0f;
-  if (a.gating == GatingFunc::kSoftmax) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kExpertsPerThread; ++i) m = fmaxf(m, logit[i]);
-    max = CtaMax(m, scratch);
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kExpertsPerThread; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (e < n) sum += expf(logit[i] - max);
+  float prev_score = INFINITY;
+  int prev_id = -1;
+  for (int k = 0; k < top_k; ++k) {
+    Candidate best{-INFINITY, -1, 0.0f};
+    for (int e = lane; e < n; e += kWarpSize) {
+      if (RanksBefore(prev_score, prev_id, score[e], e)) {
+        const Candidate c{score[e], e, pi[e]};
+        best = router_select::Better(best, c);
+      }
     }
-    inv_sum = 1.0f / CtaSum(sum, scratch);
-  }
-#pragma unroll
-  for (int i = 0; i < kExpertsPerThread; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (e < n) {
-      const float p = a.gating == GatingFunc::kSoftmax ? expf(logit[i] - max) * inv_sum
-                                                       : 1.0f / (1.0f + expf(-logit[i]));
-      pi[e] = p;
-      score[e] = SelectionScore(p, a.bias != nullptr ? a.bias[e] : 0.0f);
+    best = WarpBest(best);
+    prev_score = best.score;
+    prev_id = best.id;
+    if (lane == 0) {
+      picked_id[k] = best.id;
+      picked_pi[k] = best.pi;
     }
   }
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < kExpertsPerThread; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (e >= n) continue;
-    const float mine = score[e];
-    int rank = 0;
-    for (int j = 0; j < n && rank < top_k; ++j) rank += RanksBefore(score[j], j, mine, e) ? 1 : 0;
-    if (rank < top_k) {
-      picked_id[rank] = e;
-      picked_pi[rank] = pi[e];
-    }
-  }
-  __syncthreads();
+  __syncwarp();
   // The selected gates summed in pick order, as the CPU kernel does.
-  if (threadIdx.x < static_cast<unsigned>(top_k)) {
+  if (lane < top_k) {
     float sum = 0.0f;
     for (int k = 0; k < top_k; ++k) sum += picked_pi[k];
     float factor = 1.0f;
     if (a.normalize) factor = 1.0f / (sum < kRouterNormFloor ? kRouterNormFloor : sum);
     if (a.scale != 0.0f && a.scale != 1.0f) factor *= a.scale;
-    a.ids[row * a.top_k + threadIdx.x] = picked_id[threadIdx.x];
-    a.weights[row * a.top_k + threadIdx.x] = picked_pi[threadIdx.x] * factor;
+    a.ids[row * a.top_k + lane] = picked_id[lane];
+    a.weights[row * a.top_k + lane] = picked_pi[lane] * factor;
   }
+}
+
+// Gates and selection scores of one row of logits into shared memory (one warp).
+__device__ void StageRow(const RouterArgs& a, const float* logits, float* score, float* pi) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int n = static_cast<int>(a.n_experts);
+  float inv_sum = 1.0f, max = 0.0f;
+  if (a.gating == GatingFunc::kSoftmax) {
+    float m = -INFINITY;
+    for (int e = lane; e < n; e += kWarpSize) m = fmaxf(m, __ldcg(logits + e));
+    max = cuda_reduce::WarpMax(m);
+    float s = 0.0f;
+    for (int e = lane; e < n; e += kWarpSize) s += expf(__ldcg(logits + e) - max);
+    inv_sum = 1.0f / cuda_reduce::WarpSum(s);
+  }
+  for (int e = lane; e < n; e += kWarpSize) {
+    const float logit = __ldcg(logits + e);
+    const float p = a.gating == GatingFunc::kSoftmax ? expf(logit - max) * inv_sum
+                                                     : 1.0f / (1.0f + expf(-logit));
+    pi[e] = p;
+    score[e] = SelectionScore(p, a.bias != nullptr ? a.bias[e] : 0.0f);
+  }
+  __syncwarp();
 }
 
 __global__ void __launch_bounds__(kThreads)
     RouterFusedKernel(const __grid_constant__ RouterFusedArgs a) {
   __shared__ float partial[kWarps][kMaxRows];
   __shared__ bool is_last;
-  __shared__ float score[kMaxExperts];
-  __shared__ float pi[kMaxExperts];
-  __shared__ float scratch[kWarps];
-  __shared__ int picked_id[kMaxTopK];
-  __shared__ float picked_pi[kMaxTopK];
+  __shared__ float score[kMaxRows][kMaxExperts];
+  __shared__ float pi[kMaxRows][kMaxExperts];
+  __shared__ int picked_id[kMaxRows][kMaxTopK];
+  __shared__ float picked_pi[kMaxRows][kMaxTopK];
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int64_t e = blockIdx.x;
@@ -188,9 +160,10 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!is_last) return;
   __threadfence();  // every other CTA's logits (fenced before their tickets) are visible here
-  for (int r = 0; r < rows; ++r) {
-    SelectRow(a.select, r, a.logits + r * a.select.logits_stride, score, pi, scratch, picked_id,
-              picked_pi);
+  if (warp < rows) {
+    const float* row_logits = a.logits + warp * a.select.logits_stride;
+    StageRow(a.select, row_logits, score[warp], pi[warp]);
+    SelectRow(a.select, warp, score[warp], pi[warp], picked_id[warp], picked_pi[warp]);
   }
 }
 
