@@ -13,7 +13,7 @@
 //   RETURN_IF_ERROR(ops->HeadGate(o, g, Dh));                      // in place
 //   RETURN_IF_ERROR(ops->Matmul(o, wo, attn_out));
 //   RETURN_IF_ERROR(ops->Add(h, attn_out, h));
-//   MoE: Route(f, ffn_gate_inp, logits, ...) (= Matmul + RouterTopK); MoeExperts(f, ..., y) adds
+//   MoE: Matmul(f, ffn_gate_inp, logits); RouterTopK(logits, ...); MoeExperts(f, ..., y) adds
 //   into y; dense FFN / shared expert: Matmul, Matmul, SwiGlu, Matmul, Add.
 //
 // Every op validates shapes and returns InvalidArgument / OutOfRange naming the op and operand;
@@ -170,10 +170,10 @@ class BackendBuffer {
 };
 
 struct BackendMemoryInfo {
-  uint64_t total_bytes = 0;   // device capacity (CPU: physical RAM)
-  uint64_t free_bytes = 0;    // what the device reports free now
-  uint64_t weight_bytes = 0;  // held by PlaceWeight copies (CPU: 0, weights stay in the mmap)
-  uint64_t buffer_bytes = 0;  // held by live Allocate buffers
+  uint64_t total_bytes = 0;    // device capacity (CPU: physical RAM)
+  uint64_t free_bytes = 0;     // what the device reports free now
+  uint64_t weight_bytes = 0;   // held by PlaceWeight copies (CPU: 0, weights stay in the mmap)
+  uint64_t buffer_bytes = 0;   // held by live Allocate buffers
 };
 
 struct BackendOptions {
@@ -299,14 +299,6 @@ class Backend {
   // Top-k routing from router logits [E, T]; ids and weights hold T * top_k entries.
   virtual absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                                   std::span<int32_t> ids, std::span<float> weights) = 0;
-  // The MoE router of x: Matmul(x, router, logits) then RouterTopK(logits, ...); logits [E, T]
-  // are written either way. A backend may fuse the two (CUDA: one kernel for decode batches).
-  virtual absl::Status Route(const TensorView& x, const WeightView& router,
-                             const TensorView& logits, const RouterParams& params,
-                             std::span<int32_t> ids, std::span<float> weights) {
-    if (absl::Status s = Matmul(x, router, logits); !s.ok()) return s;
-    return RouterTopK(logits, params, ids, weights);
-  }
   // y[t] += sum_k weights[t][k] * Expert_{ids[t][k]}(x[t]); x: [d, T], y: [d, T].
   virtual absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                                   std::span<const int32_t> ids, std::span<const float> weights,

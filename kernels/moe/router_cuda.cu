@@ -5,19 +5,50 @@
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/router_cuda.h"
-#include "kernels/moe/router_select.cuh"
 
 namespace stepserve::kernels {
 namespace {
 
 using cuda_reduce::kFullMask;
 using cuda_reduce::kWarpSize;
-using router_select::Candidate;
-using router_select::RanksBefore;
-using router_select::SelectionScore;
-using router_select::WarpBest;
 
 constexpr int kMaxThreads = static_cast<int>(kRouterCudaMaxExperts);
+
+// The selection order: higher score first, then lower expert id (std::stable_sort's order in
+// RouterRef). Scores are never NaN here (see SelectionScore), so this is a total order.
+__device__ __forceinline__ bool RanksBefore(float score_a, int id_a, float score_b, int id_b) {
+  return score_a > score_b || (score_a == score_b && id_a < id_b);
+}
+
+// A NaN score (from NaN logits) ranks last instead of breaking the order; its weight stays NaN.
+__device__ __forceinline__ float SelectionScore(float pi, float bias) {
+  const float score = pi + bias;
+  return isnan(score) ? -INFINITY : score;
+}
+
+// The best of two candidates (id < 0: none) in the selection order.
+struct Candidate {
+  float score;
+  int id;
+  float pi;
+};
+
+__device__ __forceinline__ Candidate Better(const Candidate& a, const Candidate& b) {
+  if (b.id < 0) return a;
+  if (a.id < 0) return b;
+  return RanksBefore(b.score, b.id, a.score, a.id) ? b : a;
+}
+
+__device__ __forceinline__ Candidate WarpBest(Candidate c) {
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    Candidate other;
+    other.score = __shfl_xor_sync(kFullMask, c.score, offset);
+    other.id = __shfl_xor_sync(kFullMask, c.id, offset);
+    other.pi = __shfl_xor_sync(kFullMask, c.pi, offset);
+    c = Better(c, other);
+  }
+  return c;
+}
 
 // Maximum over the block (the shape of cuda_reduce::BlockSum); `scratch` holds 32 floats.
 __device__ __forceinline__ float BlockMax(float v, float* scratch) {

@@ -29,44 +29,6 @@ inline constexpr int64_t kRouterCudaMaxExperts = 1024;
 // launch fails (the CUDA error is cleared).
 KernelStatus RouterCuda(const RouterArgs& args, cudaStream_t stream);
 
-// The router of a decode step in one launch (router_fused_cuda.cu): logits = x W^T with F32
-// router weights, written to select.logits, then RouterCuda's selection on them (same order, same
-// formulas). One CTA per expert reads its weight row before waiting for the kernel before it, and
-// the last CTA to finish selects for every row (a ticket counter that wraps back to zero itself).
-struct RouterFusedArgs {
-  const float* x = nullptr;  // [rows][in], x_stride floats apart, 16-byte aligned rows
-  int64_t x_stride = 0;
-  int64_t in = 0;
-  const float* w = nullptr;  // [n_experts][in] F32, w_stride floats apart, 16-byte aligned rows
-  int64_t w_stride = 0;
-  float* logits = nullptr;     // [rows][n_experts], select.logits_stride apart: written
-  RouterArgs select;           // select.logits must equal `logits`; rows and n_experts as there
-  unsigned* ticket = nullptr;  // one device word, zero before the first launch on the stream
-};
-
-// Limits of the fused kernel: rows (each CTA dots its row with every activation row from L2),
-// `in` (the weight row is held in registers: in / 512 float4 per thread) and experts (the last
-// CTA stages rows x n_experts scores in shared memory).
-inline constexpr int64_t kRouterFusedMaxRows = 4;
-inline constexpr int64_t kRouterFusedMaxIn = 8192;
-inline constexpr int64_t kRouterFusedMaxExperts = 512;
-
-// Whether the backend routes decode batches through RouterFusedCuda: opt-in until measured on a
-// device (STEPSERVE_FUSED_ROUTER=1 in the environment, read at the first use);
-// SetRouterFusedCuda overrides it for every later call (tests, A/B runs) and returns the
-// previous setting.
-bool RouterFusedCudaEnabled();
-bool SetRouterFusedCuda(bool enabled);
-
-// Whether RouterFusedCuda takes these sizes and layouts (else run the router GEMV + RouterCuda);
-// the ticket is not looked at.
-bool RouterFusedCudaSupports(const RouterFusedArgs& args);
-
-// Validates (ValidateRouter on select, the limits and alignments above: kTooLarge /
-// kInvalidArgument beyond them), then enqueues; kInvalidArgument also when the launch fails (error
-// cleared).
-KernelStatus RouterFusedCuda(const RouterFusedArgs& args, cudaStream_t stream);
-
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_MOE_ROUTER_CUDA_H_

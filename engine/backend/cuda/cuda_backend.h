@@ -2,7 +2,7 @@
 //
 // The class is split by op group so each file stays small and owns its kernels' state:
 //   cuda_backend.cc            device, stream, memory (Allocate/Upload/.../PlaceWeight), registry
-//   cuda_backend_pointwise.cc  RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, Route
+//   cuda_backend_pointwise.cc  RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK
 //   cuda_backend_attention.cc  AppendKv, Attention
 //   cuda_backend_matmul.cc     Matmul, Embed, MoeExperts
 // Each group keeps its device scratch in its own state struct (declared here, defined in its
@@ -69,8 +69,9 @@ class CudaBackend final : public Backend {
                           std::span<const int32_t> positions) override;
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
                         const KvCacheView& cache) override;
-  absl::Status Attention(const TensorView& q, const AttentionBatch& batch, const KvCacheView& cache,
-                         const AttentionParams& params, const TensorView& out) override;
+  absl::Status Attention(const TensorView& q, const AttentionBatch& batch,
+                         const KvCacheView& cache, const AttentionParams& params,
+                         const TensorView& out) override;
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override;
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
@@ -78,9 +79,6 @@ class CudaBackend final : public Backend {
   absl::Status Add(const TensorView& a, const TensorView& b, const TensorView& y) override;
   absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                           std::span<int32_t> ids, std::span<float> weights) override;
-  absl::Status Route(const TensorView& x, const WeightView& router, const TensorView& logits,
-                     const RouterParams& params, std::span<int32_t> ids,
-                     std::span<float> weights) override;
   absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                           std::span<const int32_t> ids, std::span<const float> weights,
                           int64_t top_k, const TensorView& y) override;
@@ -145,9 +143,9 @@ class CudaBackend final : public Backend {
   // The recipe of the step's positions (each must be >= 0).
   static absl::Status StepPositionsRecipe(const StepDescription& step, std::vector<uint8_t>* bytes);
 
-  struct PointwiseState;  // cuda_backend_pointwise.cc
-  struct AttentionState;  // cuda_backend_attention.cc
-  struct MatmulState;     // cuda_backend_matmul.cc
+  struct PointwiseState;   // cuda_backend_pointwise.cc
+  struct AttentionState;   // cuda_backend_attention.cc
+  struct MatmulState;      // cuda_backend_matmul.cc
 
  private:
   CudaBackend() = default;
@@ -179,7 +177,8 @@ class CudaBackend final : public Backend {
   std::mutex placed_mu_;
   std::vector<void*> placed_;  // PlaceWeight copies, freed in the destructor
   std::atomic<uint64_t> weight_bytes_{0};
-  std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<PointwiseState> pointwise_;
   std::shared_ptr<AttentionState> attention_;
   std::shared_ptr<MatmulState> matmul_;

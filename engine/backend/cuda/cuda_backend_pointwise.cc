@@ -1,7 +1,7 @@
-// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK. Each checks
-// its operands on the host with the CPU backend's checks and messages (op_checks.h), then enqueues
-// one kernel on the backend's stream. Only QkNormRope has host-side data (the positions), which it
-// stages into this group's scratch.
+// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK. Each checks its operands
+// on the host with the CPU backend's checks and messages (op_checks.h), then enqueues one kernel
+// on the backend's stream. Only QkNormRope has host-side data (the positions), which it stages
+// into this group's scratch.
 #include <cstdint>
 #include <memory>
 
@@ -19,9 +19,8 @@ namespace stepserve {
 using kernels::KernelStatus;
 
 struct CudaBackend::PointwiseState {
-  Scratch positions;      // QkNormRope's positions, uploaded per call
-  Scratch topk;           // LogitsTopK's per-chunk candidates
-  Scratch router_ticket;  // RouterFusedCuda's ticket counter (zeroed when allocated)
+  Scratch positions;  // QkNormRope's positions, uploaded per call
+  Scratch topk;       // LogitsTopK's per-chunk candidates
 };
 
 absl::Status CudaBackend::RmsNorm(const TensorView& x, const WeightView& weight, float eps,
@@ -101,36 +100,6 @@ absl::Status CudaBackend::RouterTopK(const TensorView& logits, const RouterParam
                                      std::span<int32_t> ids, std::span<float> weights) {
   ASSIGN_OR_RETURN(const kernels::RouterArgs a, RouterOpArgs(logits, p, ids, weights));
   return KernelResult(kernels::RouterCuda(a, stream()), "RouterTopK");
-}
-
-// Decode batches with an F32 router take the fused kernel when it is on (RouterFusedCudaEnabled:
-// router GEMV + selection in one launch, weights read before the previous kernel ends); anything
-// else the two ops.
-absl::Status CudaBackend::Route(const TensorView& x, const WeightView& router,
-                                const TensorView& logits, const RouterParams& p,
-                                std::span<int32_t> ids, std::span<float> weights) {
-  ASSIGN_OR_RETURN(const kernels::MatmulArgs m, MatmulOpArgs(x, router, logits));
-  ASSIGN_OR_RETURN(const kernels::RouterArgs select, RouterOpArgs(logits, p, ids, weights));
-  kernels::RouterFusedArgs a;
-  a.x = m.x;
-  a.x_stride = m.x_stride;
-  a.in = m.in;
-  a.w = static_cast<const float*>(m.w);
-  a.w_stride = m.w_row_bytes / static_cast<int64_t>(sizeof(float));
-  a.logits = logits.f32();
-  a.select = select;
-  if (!kernels::RouterFusedCudaEnabled() || m.type != GgmlType::kF32 ||
-      m.w_row_bytes % sizeof(float) != 0 || !kernels::RouterFusedCudaSupports(a)) {
-    return Backend::Route(x, router, logits, p, ids, weights);
-  }
-  if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
-  Scratch& ticket = pointwise_->router_ticket;
-  if (ticket.data == nullptr) {
-    ASSIGN_OR_RETURN(void* data, EnsureScratch(ticket, sizeof(unsigned), "Route ticket"));
-    RETURN_IF_ERROR(CudaResult(cudaMemsetAsync(data, 0, sizeof(unsigned), stream()), "Route"));
-  }
-  a.ticket = static_cast<unsigned*>(ticket.data);
-  return KernelResult(kernels::RouterFusedCuda(a, stream()), "Route");
 }
 
 absl::Status CudaBackend::LogitsTopK(const TensorView& logits, int32_t k,
