@@ -22,6 +22,8 @@
 // blocks than two warp steps give each lane group a row of its own instead. IQ4_XS with 8-16
 // activation rows goes to the tensor-core kernel (gemv_mma_cuda.cu) first.
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
@@ -192,8 +194,10 @@ __device__ __forceinline__ void PrefetchRows(const GemvParams& p, const uint8_t*
 // One warp: output rows o0 .. o0+kRows-1 (NR, or one per lane group on short rows), all
 // activation rows (batch) reusing one decode of the weights. With one activation row the whole
 // 4096-row matrix is one wave only at >= 8 blocks per SM, so registers are capped at 64 there.
-template <class P, int R, int NR, int D, bool kIndexed, bool kShort>
-__global__ void __launch_bounds__(kThreads, R == 1 ? 8 : 1)
+// kMinBlocks: the CTAs per SM the register budget must allow (8: at most 64 registers).
+template <class P, int R, int NR, int D, bool kIndexed, bool kShort,
+          int kMinBlocks = R == 1 ? 8 : 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8Kernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
   const int lane = threadIdx.x & 31;
@@ -333,12 +337,27 @@ cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int6
                            stream, p);
 }
 
-template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false>
+template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false,
+          int kMinBlocks = R == 1 ? 8 : 1>
 cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
                    int64_t groups = 1) {
   return LaunchWarpRows < kShort ? kShortRowsPerWarp<P>
-                                 : NR > (GemvQ8Kernel<P, R, NR, D, kIndexed, kShort>, p, groups,
-                                         overlap_previous, stream);
+                                 : NR > (GemvQ8Kernel<P, R, NR, D, kIndexed, kShort, kMinBlocks>, p,
+                                         groups, overlap_previous, stream);
+}
+
+// Experiment (A/B on a device, not a default): STEPSERVE_GEMV_ONE_ROW=1 / 2 / 3 runs the plain
+// one-row IQ4_XS GEMV without the 64-register cap (at most 128): with two rows per warp (depth
+// 2), one row (depth 4), or two rows (depth 4). The session-8 profile of the default (ncu: ~146
+// instructions per lane per 32 weights, 46% of stall cycles on long scoreboard, 0.47 issued per
+// scheduler-cycle) asks whether rematerialised lane constants under the cap and the per-row
+// activation loads cost the instructions. Read once.
+int OneRowVariant() {
+  static const int v = [] {
+    const char* e = std::getenv("STEPSERVE_GEMV_ONE_ROW");
+    return e != nullptr && e[0] >= '1' && e[0] <= '3' ? e[0] - '0' : 0;
+  }();
+  return v;
 }
 
 // Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
@@ -353,6 +372,20 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
     if (p.rows == 1) return Launch<P, 1, 1, D, false, true>(p, overlap_previous, stream);
     if (p.rows <= 4) return Launch<P, 4, 1, D, false, true>(p, overlap_previous, stream);
     return Launch<P, 16, 1, D, false, true>(p, overlap_previous, stream);
+  }
+  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+    if (p.rows == 1) {
+      switch (OneRowVariant()) {
+        case 1:
+          return Launch<P, 1, 2, 2, false, false, 4>(p, overlap_previous, stream);
+        case 2:
+          return Launch<P, 1, 1, 4, false, false, 4>(p, overlap_previous, stream);
+        case 3:
+          return Launch<P, 1, 2, 4, false, false, 4>(p, overlap_previous, stream);
+        default:
+          break;
+      }
+    }
   }
   if (p.rows == 1) return Launch<P, 1, 1, P::kDepth1>(p, overlap_previous, stream);
   if (p.rows <= 4) return Launch<P, 4, 2, 2>(p, overlap_previous, stream);
