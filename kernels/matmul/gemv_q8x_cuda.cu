@@ -350,8 +350,11 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
 // one-row IQ4_XS GEMV without the 64-register cap (at most 128): with two rows per warp (depth
 // 2), one row (depth 4), or two rows (depth 4). The session-8 profile of the default (ncu: ~146
 // instructions per lane per 32 weights, 46% of stall cycles on long scoreboard, 0.47 issued per
-// scheduler-cycle) asks whether rematerialised lane constants under the cap and the per-row
-// activation loads cost the instructions. Read once.
+// scheduler-cycle) asked whether rematerialised lane constants under the cap and the per-row
+// activation loads cost the instructions. Measured (bench_gemv --quick, 4096x12288 / 12288x4096):
+// default 16.50 / 15.70 us, 1: 16.72 / 14.80, 2: 15.34 / 15.13, 3: 15.18 / 14.97 - about 5%, so
+// the decode's own instruction count is the lever; 2 becomes the default once a whole-model
+// decode A/B agrees (run-model-h200.sh onerow). Read once.
 int OneRowVariant() {
   static const int v = [] {
     const char* e = std::getenv("STEPSERVE_GEMV_ONE_ROW");
