@@ -13,9 +13,9 @@
 #   (STEPSERVE_GEMV_MMA=2/0), decode at batch 4 and 16 with it from 2 rows, from 8 (default), off.
 #   prefill: the MoE and attention GPU tests, then 45-layer prefill (2048, 4096) with the defaults,
 #   STEPSERVE_GROUPED_GEMM=0, STEPSERVE_PREFILL_ATTENTION=0 and both (the prefill kernels off).
-#   onerow: gemv_cuda_test and bench_gemv --quick under STEPSERVE_GEMV_ONE_ROW=2 and 3 (the
-#   one-row IQ4_XS GEMV without the register cap), then 45-layer decode at batch 1 and 4 with
-#   the default and each variant (the whole-model A/B that decides the default).
+#   onerow: gemv_cuda_test and bench_gemv --quick under STEPSERVE_GEMV_ONE_ROW=2, 3 and 4 (the
+#   one-row IQ4_XS GEMV without the register cap; 4: lean addressing), then 45-layer decode at
+#   batch 1 and 4 with the default and each variant (the A/B that decides the default).
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -161,12 +161,12 @@ if [[ $what == mixes ]]; then
   tail -3 "$out/bench-step5.err"
 fi
 if [[ $what == onerow ]]; then
-  for v in 2 3; do
+  for v in 2 3 4; do
     STEPSERVE_GEMV_ONE_ROW=$v timeout 120 "$build/tests/gpu/gemv_cuda_test" >"$out/gemv-v$v.log" 2>&1
     echo "gemv_cuda_test STEPSERVE_GEMV_ONE_ROW=$v rc=$? $(grep -E '^\[  (PASSED|FAILED)' \
       "$out/gemv-v$v.log" | tr '\n' ' ')"
   done
-  for v in 0 2 3; do
+  for v in 0 2 3 4; do
     STEPSERVE_GEMV_ONE_ROW=$v timeout 30 "$build/bench/gpu/bench_gemv" --quick 2>&1 |
       grep -E '"type":"iq4_xs".*"rows":1,' | sed "s/^/[one-row $v] /"
     STEPSERVE_GEMV_ONE_ROW=$v timeout 120 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash \

@@ -275,6 +275,59 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Experiment (STEPSERVE_GEMV_ONE_ROW=4): the one-row IQ4_XS GEMV of GemvQ8Kernel<PieceIQ4_XS, 1,
+// 1, D> with the same per-lane arithmetic in the same order (bit-identical results) but lean
+// addressing: 32-bit block counters, weight / activation / scale pointers advanced by constants
+// instead of 64-bit index products per step, lane constants computed once, no register cap. The
+// session-8 PTX of the default loop spent ~30 of ~146 instructions per step on index math,
+// recomputed lane constants and ring moves.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
+  using P = PieceIQ4_XS;
+  constexpr int kGroups = 32 / P::kLanes;  // blocks per warp step (lane group g = lane / 8)
+  const int lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (o >= p.out) return;
+  const int g = lane / P::kLanes, ib = lane % P::kLanes;
+  const int nb = static_cast<int>(p.in / P::kElems);
+  const uint8_t* wp = p.w + o * p.w_row_bytes + g * P::kBytes;
+  PrefetchRows<1>(p, p.w, o, lane);
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int8_t* xp = p.xq + g * P::kElems + 32 * ib;
+  const float2* dp = p.xd + g * (P::kElems / 32) + ib;
+  typename P::Raw ring[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    if (g + k * kGroups < nb) ring[k] = P::LoadRaw(wp + k * kGroups * P::kBytes, ib);
+  }
+  float acc = 0.0f;
+  for (int b0 = g; b0 < nb; b0 += D * kGroups) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int b = b0 + k * kGroups;
+      if (b < nb) {
+        const typename P::W wv = P::Decode(ring[k], b, ib, p);
+        if (b + D * kGroups < nb) {
+          ring[k] = P::LoadRaw(wp + (k + D) * kGroups * P::kBytes, ib);
+        }
+        typename P::X x;
+        x.a = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems));
+        x.b = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems + 16));
+        x.d = __ldg(&dp[k * kGroups * (P::kElems / 32)].x);
+        acc += P::Dot(wv, x, ib);
+      }
+    }
+    wp += D * kGroups * P::kBytes;
+    xp += D * kGroups * P::kElems;
+    dp += D * kGroups * (P::kElems / 32);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+  if (lane == 0) p.y[o] = acc;
+}
+
 // One thread per 4 activations, 8 threads per 32-value block (a row holds whole blocks, so the
 // 8 lanes of a group are always all active or all past the end together).
 __global__ void __launch_bounds__(256)
@@ -354,11 +407,12 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
 // activation loads cost the instructions. Measured (bench_gemv --quick, 4096x12288 / 12288x4096):
 // default 16.50 / 15.70 us, 1: 16.72 / 14.80, 2: 15.34 / 15.13, 3: 15.18 / 14.97 - about 5%, so
 // the decode's own instruction count is the lever; 2 becomes the default once a whole-model
-// decode A/B agrees (run-model-h200.sh onerow). Read once.
+// decode A/B agrees (run-model-h200.sh onerow). 4: GemvIq4XsOneRowKernel (lean addressing, not
+// measured yet). Read once.
 int OneRowVariant() {
   static const int v = [] {
     const char* e = std::getenv("STEPSERVE_GEMV_ONE_ROW");
-    return e != nullptr && e[0] >= '1' && e[0] <= '3' ? e[0] - '0' : 0;
+    return e != nullptr && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
   }();
   return v;
 }
@@ -385,6 +439,9 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
           return Launch<P, 1, 1, 4, false, false, 4>(p, overlap_previous, stream);
         case 3:
           return Launch<P, 1, 2, 4, false, false, 4>(p, overlap_previous, stream);
+        case 4:
+          return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous,
+                                   stream);
         default:
           break;
       }
