@@ -3,7 +3,7 @@
 # and stepserve from the bundled Debian packages (docs/cuda-host.md), run every GPU test, compare
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
-# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab|gemv|rows|prefill|onerow] [BUILD_DIR]
+# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab|gemv|rows|prefill] [BUILD_DIR]
 #   ab: batch 1 and 64 (AB_BATCHES) decode with the defaults, with the one-row GEMV never
 #   streamed (STEPSERVE_GEMV_STREAM=0; default auto), with every kernel in plain stream order
 #   (STEPSERVE_PDL=0), without the tensor-core GEMV (STEPSERVE_GEMV_MMA=0), and without fused
@@ -13,9 +13,6 @@
 #   (STEPSERVE_GEMV_MMA=2/0), decode at batch 4 and 16 with it from 2 rows, from 8 (default), off.
 #   prefill: the MoE and attention GPU tests, then 45-layer prefill (2048, 4096) with the defaults,
 #   STEPSERVE_GROUPED_GEMM=0, STEPSERVE_PREFILL_ATTENTION=0 and both (the prefill kernels off).
-#   onerow: gemv_cuda_test and bench_gemv --quick under STEPSERVE_GEMV_ONE_ROW=2, 3 and 4 (the
-#   one-row IQ4_XS GEMV without the register cap; 4: lean addressing), then 45-layer decode at
-#   batch 1 and 4 with the default and each variant (the A/B that decides the default).
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -36,7 +33,7 @@ done
 extra=(stepserve)
 [[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
 [[ $what == gemv ]] && targets=(gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test) extra=(bench_gemv)
-[[ $what == rows || $what == onerow ]] && targets=(gemv_cuda_test) extra=(bench_gemv bench_model)
+[[ $what == rows ]] && targets=(gemv_cuda_test) extra=(bench_gemv bench_model)
 if [[ $what == prefill ]]; then
   targets=()
   for t in moe_gemv_cuda_test moe_cuda_test attention_cuda_test prefill_attention_cuda_test; do
@@ -159,19 +156,5 @@ if [[ $what == mixes ]]; then
   echo "bench step-5 q2 (20 layers) rc=$?"
   grep -v '"layer"' "$out/bench-step5.jsonl"
   tail -3 "$out/bench-step5.err"
-fi
-if [[ $what == onerow ]]; then
-  for v in 2 3 4; do
-    STEPSERVE_GEMV_ONE_ROW=$v timeout 120 "$build/tests/gpu/gemv_cuda_test" >"$out/gemv-v$v.log" 2>&1
-    echo "gemv_cuda_test STEPSERVE_GEMV_ONE_ROW=$v rc=$? $(grep -E '^\[  (PASSED|FAILED)' \
-      "$out/gemv-v$v.log" | tr '\n' ' ')"
-  done
-  for v in 0 2 3 4; do
-    STEPSERVE_GEMV_ONE_ROW=$v timeout 30 "$build/bench/gpu/bench_gemv" --quick 2>&1 |
-      grep -E '"type":"iq4_xs".*"rows":1,' | sed "s/^/[one-row $v] /"
-    STEPSERVE_GEMV_ONE_ROW=$v timeout 120 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash \
-      --layers 45 --recipe iq4_xs --batches 1,4 --decode-steps 12 --prefill "" \
-      --layer-times=false 2>>"$out/onerow.err" | grep decode | sed "s/^/[one-row $v] /"
-  done
 fi
 echo "total: $(($(date +%s) - start)) s"

@@ -275,12 +275,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Experiment (STEPSERVE_GEMV_ONE_ROW=4): the one-row IQ4_XS GEMV of GemvQ8Kernel<PieceIQ4_XS, 1,
-// 1, D> with the same per-lane arithmetic in the same order (bit-identical results) but lean
-// addressing: 32-bit block counters, weight / activation / scale pointers advanced by constants
-// instead of 64-bit index products per step, lane constants computed once, no register cap. The
-// session-8 PTX of the default loop spent ~30 of ~146 instructions per step on index math,
-// recomputed lane constants and ring moves.
+// The one-row IQ4_XS GEMV (the batch-1 decode's kernel for most IQ4_XS matrices): the per-lane
+// arithmetic of GemvQ8Kernel<PieceIQ4_XS, 1, 1, D> in the same order (bit-identical results)
+// with lean addressing - 32-bit block counters, weight / activation / scale pointers advanced by
+// constants instead of 64-bit index products per step, lane constants computed once, no register
+// cap (55 registers). Why: the session-8 profile of the generic kernel (ncu: ~146 instructions per
+// lane per 32 weights, 0.47 issued per scheduler-cycle) showed ~30 instructions per step of index
+// math, recomputed lane constants and ring moves. Measured on the H200 (session 9, bench_gemv
+// --quick 4096x12288 / 12288x4096): 16.50 / 15.69 -> 16.28 / 14.09 us; 45-layer decode batch 1
+// 7.597 -> 7.364 ms. Lifting the generic kernel's 64-register cap instead (1 or 2 rows per warp,
+// depth 2 or 4) gained 15.2-15.3 / 15.0-15.1 us and 7.48-7.50 ms, so those variants were dropped.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
@@ -399,24 +403,6 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
                                          groups, overlap_previous, stream);
 }
 
-// Experiment (A/B on a device, not a default): STEPSERVE_GEMV_ONE_ROW=1 / 2 / 3 runs the plain
-// one-row IQ4_XS GEMV without the 64-register cap (at most 128): with two rows per warp (depth
-// 2), one row (depth 4), or two rows (depth 4). The session-8 profile of the default (ncu: ~146
-// instructions per lane per 32 weights, 46% of stall cycles on long scoreboard, 0.47 issued per
-// scheduler-cycle) asked whether rematerialised lane constants under the cap and the per-row
-// activation loads cost the instructions. Measured (bench_gemv --quick, 4096x12288 / 12288x4096):
-// default 16.50 / 15.70 us, 1: 16.72 / 14.80, 2: 15.34 / 15.13, 3: 15.18 / 14.97 - about 5%, so
-// the decode's own instruction count is the lever; 2 becomes the default once a whole-model
-// decode A/B agrees (run-model-h200.sh onerow). 4: GemvIq4XsOneRowKernel (lean addressing, not
-// measured yet). Read once.
-int OneRowVariant() {
-  static const int v = [] {
-    const char* e = std::getenv("STEPSERVE_GEMV_ONE_ROW");
-    return e != nullptr && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
-  }();
-  return v;
-}
-
 // Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
 // (sharing activation loads) and pipeline depth D. Measured on the H200 (docs/cuda-host.md): the
 // first version (no ring, NR up to 4) stalled on load latency (ncu: 68% of stall cycles waiting on
@@ -432,19 +418,7 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   }
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (p.rows == 1) {
-      switch (OneRowVariant()) {
-        case 1:
-          return Launch<P, 1, 2, 2, false, false, 4>(p, overlap_previous, stream);
-        case 2:
-          return Launch<P, 1, 1, 4, false, false, 4>(p, overlap_previous, stream);
-        case 3:
-          return Launch<P, 1, 2, 4, false, false, 4>(p, overlap_previous, stream);
-        case 4:
-          return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous,
-                                   stream);
-        default:
-          break;
-      }
+      return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous, stream);
     }
   }
   if (p.rows == 1) return Launch<P, 1, 1, P::kDepth1>(p, overlap_previous, stream);
