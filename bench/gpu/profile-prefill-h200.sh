@@ -18,7 +18,10 @@ bash scripts/bundle-deps.sh build "$build" bench_model -- -DCMAKE_BUILD_TYPE=Rel
 echo "build: $(($(date +%s) - start)) s"
 source <(bash scripts/bundle-deps.sh env)
 bench="$build/bench/gpu/bench_model"
-args=(--synthetic step-3.5-flash --layers "$layers" --recipe iq4_xs --batches "" --prefill "$prompt")
+# --layer-times=false: the batch-1 layer timing pass (a 256-token context fill plus decode steps)
+# would otherwise share the ncu summary with the prefill.
+args=(--synthetic step-3.5-flash --layers "$layers" --recipe iq4_xs --batches "" --prefill "$prompt"
+  --layer-times=false)
 timeout 120 "$bench" "${args[@]}" --repeats 3 2>"$out/prefill-wall.err" | tee "$out/prefill-wall.jsonl"
 timeout 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
   --print-summary per-kernel "$bench" "${args[@]}" --repeats 1 >"$out/ncu-prefill.txt" 2>&1

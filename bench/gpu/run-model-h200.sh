@@ -12,7 +12,7 @@
 #   rows: gemv_cuda_test, bench_gemv --rows with the tensor-core GEMV from 2 rows and off
 #   (STEPSERVE_GEMV_MMA=2/0), decode at batch 4 and 16 with it from 2 rows, from 8 (default), off.
 #   prefill: the MoE and attention GPU tests, then 45-layer prefill (2048, 4096) with the defaults,
-#   STEPSERVE_GROUPED_GEMM=0, STEPSERVE_PREFILL_ATTENTION=0 and both (the prefill kernels off).
+#   with STEPSERVE_GROUPED_GEMM_F16=0 (the int8 grouped GEMM) and with PREFILL_RUNS' settings.
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -97,14 +97,14 @@ if [[ $what == ab ]]; then
   done
 fi
 if [[ $what == prefill ]]; then
-  # The prefill kernels: their tests, then 45-layer prefill with the defaults and each switched off.
+  # The prefill kernels: their tests, then 45-layer prefill with the defaults, with the int8 grouped
+  # GEMM instead of the F16 one, and with the settings in PREFILL_RUNS (space-separated VAR=value).
   for t in "${targets[@]}"; do
     timeout 200 "$build/tests/gpu/$t" >"$out/$t.log" 2>&1
     echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/$t.log" | tr '\n' ' ')"
-    grep -E '^\[  FAILED|gemm=[12]|rel' "$out/$t.log" | head -20
+    grep -E '^\[  FAILED|f16=1' "$out/$t.log" | head -20
   done
-  for run in "" STEPSERVE_GROUPED_GEMM=0 STEPSERVE_PREFILL_ATTENTION=0 \
-    "STEPSERVE_GROUPED_GEMM=0 STEPSERVE_PREFILL_ATTENTION=0"; do
+  for run in "" STEPSERVE_GROUPED_GEMM_F16=0 ${PREFILL_RUNS:-}; do
     timeout 120 env $run "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
       --recipe iq4_xs --batches "" --prefill 2048,4096 --layer-times=false \
       >"$out/bench-prefill.jsonl" 2>"$out/bench-prefill.err"

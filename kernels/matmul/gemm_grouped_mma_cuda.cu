@@ -137,11 +137,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int c0 = begin; c0 < end; c0 += kTilePairs) {
     const int cols = end - c0 < kTilePairs ? end - c0 : kTilePairs;
     __syncthreads();  // the previous chunk is done with pair_row and the stages
-    if (threadIdx.x < kTilePairs) {
-      const int r = static_cast<int>(threadIdx.x) < cols ? static_cast<int>(threadIdx.x) : cols - 1;
-      pair_row[threadIdx.x] = p.group_order[c0 + r] / p.x_group_div;
-    }
-    __syncthreads();
+    LoadPairRows<kTilePairs>(p, c0, cols, pair_row);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       if (s < n_kp) CopyStage(gemm_smem + s * kStageBytes, p, w, o0, s, 2 * s + 1 < nb, pair_row);
@@ -161,21 +157,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
       CommitCopies();
     }
-    const int64_t oa = o0 + 16 * warp + g, ob = oa + 8;
-#pragma unroll
-    for (int j = 0; j < kColTiles; ++j) {
-      const int c_lo = 8 * j + 2 * t, c_hi = c_lo + 1;
-      if (c_lo < cols) {
-        float* y = p.y + static_cast<int64_t>(p.group_order[c0 + c_lo]) * p.y_stride;
-        if (oa < p.out) y[oa] = acc[j][0];
-        if (ob < p.out) y[ob] = acc[j][2];
-      }
-      if (c_hi < cols) {
-        float* y = p.y + static_cast<int64_t>(p.group_order[c0 + c_hi]) * p.y_stride;
-        if (oa < p.out) y[oa] = acc[j][1];
-        if (ob < p.out) y[ob] = acc[j][3];
-      }
-    }
+    StoreGroupedTile(p, o0 + 16 * warp + g, c0, cols, t, acc);
   }
 }
 
@@ -202,15 +184,8 @@ cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
     return cudaErrorNotSupported;
   }
   static std::atomic<uint64_t> attribute_set{0};
-  if (const cudaError_t err =
-          SetDynamicSharedOnce(GemmMmaIq4XsGroupedKernel, kSmemBytes, attribute_set);
-      err != cudaSuccess) {
-    return err;
-  }
-  const dim3 grid(static_cast<unsigned>((p.out + kTileRows - 1) / kTileRows),
-                  static_cast<unsigned>(slots));
-  return LaunchOverlapping(PdlEnabled(), GemmMmaIq4XsGroupedKernel, grid, dim3(32 * kWarps),
-                           kSmemBytes, stream, p);
+  return LaunchGroupedTiles(GemmMmaIq4XsGroupedKernel, kTileRows, 32 * kWarps, kSmemBytes,
+                            attribute_set, p, slots, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

@@ -35,7 +35,8 @@ struct GemvParams {
   const int8_t* xq;  // int8 activations, row stride `in` (Q8 path)
   const float2* xd;  // {d, d * sum} per 32 activations, row stride in / 32 (Q8 path)
   int rows;
-  bool x_pair_order;  // the quantizer writes, and the IQ4_XS piece reads, blocks in pair order
+  bool x_pair_order;   // the quantizer writes, and the IQ4_XS piece reads, blocks in pair order
+  const uint16_t* xh;  // F16 activations in pair order, row stride `in` (grouped F16 GEMM)
   float* y;
   int64_t y_stride;
   uint32_t iq4nl[4];  // kvalues_iq4nl as 16 int8 bytes, by value so no device-global state
@@ -110,6 +111,16 @@ cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
 std::atomic<int>& GroupedGemmSetting();
 cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                     cudaStream_t stream);
+
+// The grouped F16 GEMM (gemm_grouped_f16_cuda.cu: IQ4_XS weights decoded to F16, F16 activations
+// in p.xh, 128 weight rows x 64 pairs per CTA), tried before the int8 one where it applies:
+// GroupedGemmF16Setting() (STEPSERVE_GROUPED_GEMM_F16 at the first use, default on; 0 = off),
+// IQ4_XS, `in` a multiple of 256, 1..65535 slots. LaunchConvertF16PairOrder writes xh from x
+// (p.rows rows); it needs 2 * in * rows bytes (GemvIndexedCudaScratchBytes).
+std::atomic<bool>& GroupedGemmF16Setting();
+bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots);
+cudaError_t LaunchConvertF16PairOrder(const GemvParams& p, uint16_t* xh, cudaStream_t stream);
+cudaError_t LaunchGemmF16Grouped(const GemvParams& p, int64_t slots, cudaStream_t stream);
 
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,

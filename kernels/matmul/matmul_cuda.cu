@@ -22,6 +22,12 @@ int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
          rows * (in / gemv_internal::kQ8BlockElems) * static_cast<int64_t>(sizeof(float2));
 }
 
+int64_t GemvIndexedCudaScratchBytes(int64_t in, int64_t rows) {
+  const int64_t q8 = GemvCudaScratchBytes(in, rows);
+  const int64_t f16 = in > 0 && rows > 0 ? 2 * in * rows : 0;
+  return q8 > f16 ? q8 : f16;
+}
+
 KernelStatus ValidateGemvCuda(const GemvCudaArgs& a) {
   if (!GemvCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
   const bool q8 = a.activations == GemvCudaActivations::kQ8;
@@ -122,12 +128,64 @@ KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
   return KernelStatus::kOk;
 }
 
+namespace {
+
+// The indexed / grouped fields of GemvParams (one activation row per group).
+void SetIndexedFields(const GemvIndexedCudaArgs& a, GemvParams* p) {
+  p->rows = 1;
+  p->matrix_ids = a.ids;
+  p->w_matrix_bytes = a.w_matrix_bytes;
+  p->n_matrices = a.n_matrices;
+  p->x_group_div = static_cast<int>(a.x_group_div);
+  p->slot_matrix = a.slot_matrix;
+  p->slot_begin = a.slot_begin;
+  p->group_order = a.group_order;
+}
+
+// The grouped F16 GEMM (gemv_cuda_internal.h): x converted into the scratch as F16 (unless the
+// previous call on it did), then the GEMM over the slots.
+KernelStatus LaunchGroupedF16(const GemvIndexedCudaArgs& a, gemv_internal::GemvParams p,
+                              cudaStream_t stream) {
+  auto* xh = static_cast<uint16_t*>(a.scratch);
+  p.xh = xh;
+  cudaError_t err = cudaSuccess;
+  if (!a.x_prequantized) {
+    gemv_internal::GemvParams q = p;
+    q.rows = static_cast<int>(a.x_rows);
+    err = gemv_internal::LaunchConvertF16PairOrder(q, xh, stream);
+  }
+  if (err == cudaSuccess) {
+    SetIndexedFields(a, &p);
+    err = gemv_internal::LaunchGemmF16Grouped(p, a.slots, stream);
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KernelStatus::kInvalidArgument;
+  }
+  return KernelStatus::kOk;
+}
+
+}  // namespace
+
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvIndexedCuda(a);
   if (status != KernelStatus::kOk) return status;
   GemvParams p =
       BaseParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
   auto* base = static_cast<uint8_t*>(a.scratch);
+  // Many groups per matrix (a prefill): the tensor-core grouped kernels where they apply.
+  const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
+  const int grouped_gemm = gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed);
+  // STEPSERVE_GROUPED_GEMM=2: the grouped GEMM at any number of groups per matrix (to measure it
+  // against the dp4a grouped GEMV at decode batch sizes).
+  const bool many_groups =
+      a.slot_matrix != nullptr && (grouped_gemm == static_cast<int>(GroupedGemmMode::kAlways) ||
+                                   a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices);
+  if (many_groups && grouped_gemm != 0 &&
+      gemv_internal::GroupedGemmF16Applies(a.type, a.in, a.slots) &&
+      a.scratch_bytes >= GemvIndexedCudaScratchBytes(a.in, a.x_rows)) {
+    return LaunchGroupedF16(a, p, stream);
+  }
   p.xq = reinterpret_cast<int8_t*>(base);
   p.xd = reinterpret_cast<float2*>(base + gemv_internal::Q8ScalesOffset(a.in, a.x_rows));
   cudaError_t err = cudaSuccess;
@@ -137,22 +195,8 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
     err = gemv_internal::LaunchQuantizeQ8(q, const_cast<int8_t*>(p.xq), const_cast<float2*>(p.xd),
                                           stream);
   }
-  p.rows = 1;
-  p.matrix_ids = a.ids;
-  p.w_matrix_bytes = a.w_matrix_bytes;
-  p.n_matrices = a.n_matrices;
-  p.x_group_div = static_cast<int>(a.x_group_div);
-  p.slot_matrix = a.slot_matrix;
-  p.slot_begin = a.slot_begin;
-  p.group_order = a.group_order;
-  // Many groups per matrix (a prefill): the tensor-core grouped kernel where it applies.
-  const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
-  // STEPSERVE_GROUPED_GEMM=2: the grouped GEMM at any number of groups per matrix (to measure it
-  // against the dp4a grouped GEMV at decode batch sizes).
-  const bool gemm_always = gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed) ==
-                           static_cast<int>(GroupedGemmMode::kAlways);
-  if (err == cudaSuccess && a.slot_matrix != nullptr &&
-      (gemm_always || a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices)) {
+  SetIndexedFields(a, &p);
+  if (err == cudaSuccess && many_groups) {
     err = gemv_internal::LaunchGemmQ8xMmaGrouped(a.type, p, a.slots, stream);
     if (err == cudaErrorNotSupported) {
       err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);
@@ -179,6 +223,8 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   }
   return KernelStatus::kOk;
 }
+
+bool SetGroupedGemmF16Cuda(bool on) { return gemv_internal::GroupedGemmF16Setting().exchange(on); }
 
 GroupedGemmMode SetGroupedGemmCuda(GroupedGemmMode mode) {
   return static_cast<GroupedGemmMode>(

@@ -76,9 +76,18 @@ GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode);
 // previous mode.
 enum class GroupedGemmMode : int { kOff = 0, kManyGroups = 1, kAlways = 2 };
 GroupedGemmMode SetGroupedGemmCuda(GroupedGemmMode mode);
+// Where the grouped GEMM runs (any mode but kOff) on IQ4_XS with `in` a multiple of 256 and
+// GemvIndexedCuda's scratch holds GemvIndexedCudaScratchBytes, its F16 form (weights decoded to
+// F16, activations converted to F16, F32 accumulation) is taken instead of the int8 one: on by
+// default (STEPSERVE_GROUPED_GEMM_F16=0 at the first use turns it off); SetGroupedGemmF16Cuda
+// overrides it for every later launch and returns the previous setting.
+bool SetGroupedGemmF16Cuda(bool on);
 
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
+// Scratch bytes with which GemvIndexedCuda can take any of its paths, the grouped F16 GEMM (F16
+// activations: 2 bytes per value) included; GemvCudaScratchBytes suffices for the int8 ones.
+int64_t GemvIndexedCudaScratchBytes(int64_t in, int64_t rows);
 
 // Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS (Q5_K with kQ8 activations only).
 bool GemvCudaSupports(GgmlType type);
@@ -106,8 +115,9 @@ KernelStatus GemvCuda(const GemvCudaArgs& args, cudaStream_t stream);
 // token's activations) or 1 (down: one intermediate row per slot). The ids stay in device memory
 // (written by the router on the GPU), so there is no host round trip and the call can be captured
 // in a CUDA graph. An id outside [0, n_matrices) yields a zero output row. kQ8 activations only;
-// x has x_rows rows (quantized into `scratch`, GemvCudaScratchBytes(in, x_rows) bytes, unless
-// x_prequantized).
+// x has x_rows rows (quantized into `scratch`, at least GemvCudaScratchBytes(in, x_rows) bytes,
+// unless x_prequantized: then the previous call on this scratch had the same type, in, x_rows,
+// groups, slots and scratch_bytes, so it wrote the activations in the form this one reads).
 struct GemvIndexedCudaArgs {
   GgmlType type = GgmlType::kQ4_K;
   const void* w = nullptr;     // device, first matrix

@@ -4,9 +4,11 @@
 #ifndef STEPSERVE_KERNELS_MATMUL_MMA_IQ4_UTIL_CUH_
 #define STEPSERVE_KERNELS_MATMUL_MMA_IQ4_UTIL_CUH_
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/dynamic_smem.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -27,6 +29,16 @@ __device__ __forceinline__ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint3
       "{%8, %9}, {%10, %10, %10, %10};"
       : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+// c += A (16 x 16 F16, row-major fragments) * B (16 x 8 F16), F32 accumulators. Not volatile:
+// a pure function of its operands, so the compiler may schedule it among the decode.
+__device__ __forceinline__ void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                       float (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // d * (6-bit scale - 32) of sub-block ib from an IQ4_XS block header {d | scales_h, scales_l}.
@@ -59,6 +71,54 @@ __device__ __forceinline__ bool SlotGroups(const GemvParams& p, int64_t o0, cons
   }
   *w = p.w + id * p.w_matrix_bytes;
   return true;
+}
+
+// Grouped mode: the activation rows (in xq / xd or xh) of the chunk's groups c0 .. c0 + cols - 1
+// into pair_row[0 .. kTilePairs), the last one repeated past `cols`; then a barrier.
+template <int kTilePairs>
+__device__ __forceinline__ void LoadPairRows(const GemvParams& p, int c0, int cols, int* pair_row) {
+  if (threadIdx.x < kTilePairs) {
+    const int r = static_cast<int>(threadIdx.x) < cols ? static_cast<int>(threadIdx.x) : cols - 1;
+    pair_row[threadIdx.x] = p.group_order[c0 + r] / p.x_group_div;
+  }
+  __syncthreads();
+}
+
+// Launches a grouped tile kernel: grid (tiles of `tile_rows` output rows, slots), `threads` per
+// CTA, `smem` bytes of dynamic shared memory (the attribute set once per device: attribute_set).
+inline cudaError_t LaunchGroupedTiles(void (*kernel)(GemvParams), int tile_rows, int threads,
+                                      size_t smem, std::atomic<uint64_t>& attribute_set,
+                                      const GemvParams& p, int64_t slots, cudaStream_t stream) {
+  if (const cudaError_t err = SetDynamicSharedOnce(kernel, smem, attribute_set);
+      err != cudaSuccess) {
+    return err;
+  }
+  const dim3 grid(static_cast<unsigned>((p.out + tile_rows - 1) / tile_rows),
+                  static_cast<unsigned>(slots));
+  return LaunchOverlapping(PdlEnabled(), kernel, grid, dim3(threads), smem, stream, p);
+}
+
+// Grouped mode: stores a warp's m16n8 accumulator tiles (rows oa and oa + 8, kColTiles tiles of
+// 8 columns: the chunk's columns c0 + 8j + 2t, + 1) into the output rows of their groups, dropping
+// columns past `cols` and rows past p.out.
+template <int kColTiles>
+__device__ __forceinline__ void StoreGroupedTile(const GemvParams& p, int64_t oa, int c0, int cols,
+                                                 int t, const float (&acc)[kColTiles][4]) {
+  const int64_t ob = oa + 8;
+#pragma unroll
+  for (int j = 0; j < kColTiles; ++j) {
+    const int c_lo = 8 * j + 2 * t, c_hi = c_lo + 1;
+    if (c_lo < cols) {
+      float* y = p.y + static_cast<int64_t>(p.group_order[c0 + c_lo]) * p.y_stride;
+      if (oa < p.out) y[oa] = acc[j][0];
+      if (ob < p.out) y[ob] = acc[j][2];
+    }
+    if (c_hi < cols) {
+      float* y = p.y + static_cast<int64_t>(p.group_order[c0 + c_hi]) * p.y_stride;
+      if (oa < p.out) y[oa] = acc[j][1];
+      if (ob < p.out) y[ob] = acc[j][3];
+    }
+  }
 }
 
 }  // namespace stepserve::kernels::gemv_internal

@@ -28,7 +28,8 @@ Layout MakeLayout(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
   l.up = l.gate + Align16(groups * n_ff * 4);
   l.down = l.up + Align16(groups * n_ff * 4);
   l.scratch = l.down + Align16(groups * n_embd * 4);
-  const int64_t a = GemvCudaScratchBytes(n_embd, tokens), b = GemvCudaScratchBytes(n_ff, groups);
+  const int64_t a = GemvIndexedCudaScratchBytes(n_embd, tokens);
+  const int64_t b = GemvIndexedCudaScratchBytes(n_ff, groups);
   l.scratch_bytes = Align16(a > b ? a : b);
   l.slot_matrix = l.scratch + l.scratch_bytes;
   l.slot_begin = l.slot_matrix + Align16(groups * 4);

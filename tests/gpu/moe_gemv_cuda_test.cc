@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/quant/ggml_type.h"
@@ -87,6 +88,13 @@ struct GroupedGemmScope {
   ~GroupedGemmScope() { SetGroupedGemmCuda(was); }
 };
 
+// The same for the grouped GEMM's F16 form.
+struct GroupedGemmF16Scope {
+  bool was;
+  explicit GroupedGemmF16Scope(bool on) : was(SetGroupedGemmF16Cuda(on)) {}
+  ~GroupedGemmF16Scope() { SetGroupedGemmF16Cuda(was); }
+};
+
 class MoeGemvCudaTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MoeGemvCudaTest, MatchesReference) {
@@ -138,16 +146,20 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   r.y_stride = d;
   ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
 
-  // IQ4_XS projections also run through the grouped GEMM (SetGroupedGemmCuda): past
-  // kMoeGemvMaxTokens where it replaces the grouped tensor-core GEMV (kManyGroups), and at every
-  // token count in place of the dp4a grouped GEMV too (kAlways; one token is never grouped).
-  std::vector<GroupedGemmMode> modes{GroupedGemmMode::kOff};
+  // IQ4_XS projections also run through the grouped GEMM (SetGroupedGemmCuda), in its F16 form
+  // (the default) and its int8 form (SetGroupedGemmF16Cuda(false)): past kMoeGemvMaxTokens where
+  // it replaces the grouped tensor-core GEMV (kManyGroups), and at every token count in place of
+  // the dp4a grouped GEMV too (kAlways; one token is never grouped).
+  std::vector<std::pair<GroupedGemmMode, bool>> modes{{GroupedGemmMode::kOff, false}};
   if (gu_type == GgmlType::kIQ4_XS || down_type == GgmlType::kIQ4_XS) {
-    if (many) modes.push_back(GroupedGemmMode::kManyGroups);
-    modes.push_back(GroupedGemmMode::kAlways);
+    for (const bool f16 : {true, false}) {
+      if (many) modes.push_back({GroupedGemmMode::kManyGroups, f16});
+      modes.push_back({GroupedGemmMode::kAlways, f16});
+    }
   }
-  for (const GroupedGemmMode mode : modes) {
+  for (const auto& [mode, f16] : modes) {
     const GroupedGemmScope scope(mode);
+    const GroupedGemmF16Scope f16_scope(f16);
     const int gemm = static_cast<int>(mode);
     auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
     const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
@@ -183,11 +195,12 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     }
     const double err = testing::RelError(got_delta, ref_delta);
     EXPECT_LT(err, kMaxRelError) << GgmlTypeName(gu_type) << "/" << GgmlTypeName(down_type)
-                                 << " tokens " << tokens << " limit " << limit << " gemm " << gemm;
-    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d rel_error=%.3g\n",
+                                 << " tokens " << tokens << " limit " << limit << " gemm " << gemm
+                                 << " f16 " << f16;
+    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d rel_error=%.3g\n",
                 std::string(GgmlTypeName(gu_type)).c_str(),
                 std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit,
-                gemm, err);
+                gemm, f16 ? 1 : 0, err);
   }
 }
 
