@@ -122,11 +122,35 @@ __device__ __forceinline__ uint32_t ScaledHalves(uint32_t biased, uint32_t sel, 
   return v;
 }
 
-// A float scale in both halves of an F16 pair.
-__device__ __forceinline__ uint32_t HalfPair(float s) {
-  uint16_t h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(s));
-  return static_cast<uint32_t>(h) * 0x10001u;
+// The 8 sub-block scales d * (ls - 32) of an IQ4_XS block header as F16 pairs: s[0] = {ib 0, 2},
+// s[1] = {4, 6}, s[2] = {1, 3}, s[3] = {5, 7}. The 6-bit ls of all 8 sub-blocks are assembled as
+// bytes with whole-word bit operations, turned into exact F16 (0x64XX = 1024 + XX, minus 1056)
+// and multiplied by d in F16: one rounding, as when the float d * (ls - 32) is rounded to F16.
+// Why: per sub-block and row the scalar decode (SubBlockScale, then a float -> F16 conversion)
+// cost ~7 integer-pipe instructions; the ALU pipe is the decode's limit (session-9 ncu: math-pipe
+// throttle the first stall reason).
+__device__ __forceinline__ void SubBlockScalesF16(uint2 h, uint32_t (&s)[4]) {
+  const uint32_t sh = h.x >> 16;  // scales_h: bits 2ib, 2ib + 1 = bits 4-5 of ls
+  const uint32_t nib = __byte_perm(sh & 0x0F0Fu, (sh >> 4) & 0x0F0Fu, 0x5140u);  // byte k: nibble k
+  const uint32_t ls_even = (h.y & 0x0F0F0F0Fu) | ((nib & 0x03030303u) << 4);     // byte k: ls(2k)
+  const uint32_t ls_odd = ((h.y >> 4) & 0x0F0F0F0Fu) | ((nib & 0x0C0C0C0Cu) << 2);  // ls(2k + 1)
+  const uint32_t d2 = __byte_perm(h.x, 0, 0x1010u);                                 // {d, d}
+  s[0] = __byte_perm(ls_even, 0x64646464u, 0x4140u);
+  s[1] = __byte_perm(ls_even, 0x64646464u, 0x4342u);
+  s[2] = __byte_perm(ls_odd, 0x64646464u, 0x4140u);
+  s[3] = __byte_perm(ls_odd, 0x64646464u, 0x4342u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    asm("sub.rn.f16x2 %0, %0, %1;" : "+r"(s[i]) : "r"(0x64206420u));  // 1056 in both halves
+    asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(s[i]) : "r"(d2));
+  }
+}
+
+// Sub-block ib's scale from SubBlockScalesF16 in both halves (ib & 3 is known at compile time
+// under the unrolled loop; ib & 4 selects between two registers).
+__device__ __forceinline__ uint32_t ScalePair(const uint32_t (&s)[4], int ib) {
+  const uint32_t pair = (ib & 1) ? ((ib & 4) ? s[3] : s[2]) : ((ib & 4) ? s[1] : s[0]);
+  return __byte_perm(pair, 0, (ib & 2) ? 0x3232u : 0x1010u);
 }
 
 // The staged block: the warp's 16 rows x the chunk's 64 columns, into acc.
@@ -138,13 +162,14 @@ __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, i
   const uint8_t* act = stage + kWeightStageBytes + g * kActStride + 16 * t;
   const uint2 ha = *reinterpret_cast<const uint2*>(ra);
   const uint2 hb = *reinterpret_cast<const uint2*>(rb);
-  const float da = F16Bits(ha.x), db = F16Bits(hb.x);
+  uint32_t scales_a[4], scales_b[4];
+  SubBlockScalesF16(ha, scales_a);
+  SubBlockScalesF16(hb, scales_b);
 #pragma unroll kUnrollIb
   for (int ib = 0; ib < 8; ++ib) {
     const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
     const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
-    const uint32_t sa = HalfPair(SubBlockScale(ha, da, ib));
-    const uint32_t sb = HalfPair(SubBlockScale(hb, db, ib));
+    const uint32_t sa = ScalePair(scales_a, ib), sb = ScalePair(scales_b, ib);
     const uint2 va = Lookup16Pairs(qa, tbl), vb = Lookup16Pairs(qb, tbl);
     // a0 / a2: row g, a1 / a3: row g + 8 (mma.m16n8k16 A fragment order).
     const uint32_t a_lo[4] = {ScaledHalves(va.x, 0x4140u, sa), ScaledHalves(vb.x, 0x4140u, sb),
