@@ -111,15 +111,30 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int
   }
 }
 
+// F16 pair arithmetic and conversion, round to nearest even, subnormals kept (inline PTX so the
+// host emulation, tests/cuda_emu/grouped_gemm, can substitute these three).
+__device__ __forceinline__ uint32_t SubF16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t MulF16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint16_t F16FromF32(float x) {
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+
 // Two F16 weights from bytes (sel) of `biased` (IQ4_NL table value + 128 per byte) times `scale`:
 // 0x64XX is the F16 1024 + XX, so subtracting 1152 leaves the table value exactly; one rounding
 // in the product. (A fused h * s - 1152 * s would round 1152 * s: up to half a table step.)
 __device__ __forceinline__ uint32_t ScaledHalves(uint32_t biased, uint32_t sel, uint32_t scale) {
   const uint32_t h = __byte_perm(biased, 0x64646464u, sel);
-  uint32_t v;
-  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(v) : "r"(h), "r"(0x64806480u));  // 1152 in both halves
-  asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(v) : "r"(scale));
-  return v;
+  return MulF16x2(SubF16x2(h, 0x64806480u), scale);  // 0x6480: 1152
 }
 
 // The 8 sub-block scales d * (ls - 32) of an IQ4_XS block header as F16 pairs: s[0] = {ib 0, 2},
@@ -141,8 +156,7 @@ __device__ __forceinline__ void SubBlockScalesF16(uint2 h, uint32_t (&s)[4]) {
   s[3] = __byte_perm(ls_odd, 0x64646464u, 0x4342u);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    asm("sub.rn.f16x2 %0, %0, %1;" : "+r"(s[i]) : "r"(0x64206420u));  // 1056 in both halves
-    asm("mul.rn.f16x2 %0, %0, %1;" : "+r"(s[i]) : "r"(d2));
+    s[i] = MulF16x2(SubF16x2(s[i], 0x64206420u), d2);  // 0x6420: 1056
   }
 }
 
@@ -246,11 +260,8 @@ __global__ void __launch_bounds__(256)
   uint32_t packed[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    uint16_t lo, hi;
-    const float x0 = fminf(fmaxf(v[2 * j], -65504.f), 65504.f);
-    const float x1 = fminf(fmaxf(v[2 * j + 1], -65504.f), 65504.f);
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(lo) : "f"(x0));
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hi) : "f"(x1));
+    const uint16_t lo = F16FromF32(fminf(fmaxf(v[2 * j], -65504.f), 65504.f));
+    const uint16_t hi = F16FromF32(fminf(fmaxf(v[2 * j + 1], -65504.f), 65504.f));
     packed[j] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
   *reinterpret_cast<uint4*>(xh + r * p.in + 8 * c) =
