@@ -11,20 +11,31 @@ uint8_t* smem_base = nullptr;
 size_t smem_bytes = 0;
 bool copy_at_issue = false;
 long long n_mma = 0, n_copies = 0, n_bar = 0, n_exit_pending = 0;
+// Launch bookkeeping for emu_launch.h (here, not in a test, so every test binary shares it).
+uint32_t launch_seed = 1;
+unsigned last_grid_x = 0, last_grid_y = 0, last_block = 0;
+size_t last_smem = 0;
+long long n_ctas = 0;
 
 namespace {
-enum class Op { kNone, kMmaS8, kSyncWarp, kBar, kDone };
-using Copy = std::pair<void*, const void*>;
+enum class Op { kNone, kMmaS8, kMmaF16, kSyncWarp, kBar, kDone };
+struct Copy {
+  void* dst;
+  const void* src;
+  int bytes;
+};
 struct Lane {
   ucontext_t ctx;
   std::vector<char> stack;
   Op op = Op::kNone;
   uint32_t a[4] = {}, b0 = 0, b1 = 0;
-  int* c = nullptr;
+  int* c = nullptr;     // MmaS8 accumulators
+  float* cf = nullptr;  // MmaF16 accumulators
   std::vector<Copy> open;
   std::deque<std::vector<Copy>> groups;
 };
-Lane lanes[kThreads];
+Lane lanes[kMaxThreads];
+int n_threads = 0;  // of the running CTA (its blockDim.x)
 ucontext_t sched;
 int cur = -1;
 std::function<void()> entry;
@@ -42,7 +53,7 @@ void Block(Op op) {
 }
 
 void DoCopies(const std::vector<Copy>& g) {
-  for (const auto& [d, s] : g) std::memcpy(d, s, 16);
+  for (const Copy& c : g) std::memcpy(c.dst, c.src, c.bytes);
 }
 
 int8_t S8(uint32_t r, int k) { return int8_t(r >> (8 * k)); }
@@ -92,12 +103,76 @@ void RunWarpOp(int w) {
       ++n_mma;
       break;
     }
+    case Op::kMmaF16: {
+      // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, lane = 4 g + t (lower k / column in
+      // the low 16 bits):
+      //   a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..2t+9], a3 = A[g+8][2t+8..]
+      //   b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+      //   c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+      // The products of F16 values are exact in double; the hardware's order of accumulation is
+      // unspecified, so the 16 products are summed in double and added to C with one rounding to
+      // float (the test's tolerance covers any order).
+      double A[16][16], B[16][8];
+      float C[16][8];
+      for (int t = 0; t < 32; ++t) {
+        const int g = t / 4, q = t % 4;
+        for (int h = 0; h < 2; ++h) {
+          A[g][2 * q + h] = F16Value(L[t].a[0], h);
+          A[g + 8][2 * q + h] = F16Value(L[t].a[1], h);
+          A[g][2 * q + 8 + h] = F16Value(L[t].a[2], h);
+          A[g + 8][2 * q + 8 + h] = F16Value(L[t].a[3], h);
+          B[2 * q + h][g] = F16Value(L[t].b0, h);
+          B[2 * q + 8 + h][g] = F16Value(L[t].b1, h);
+        }
+        C[g][2 * q] = L[t].cf[0];
+        C[g][2 * q + 1] = L[t].cf[1];
+        C[g + 8][2 * q] = L[t].cf[2];
+        C[g + 8][2 * q + 1] = L[t].cf[3];
+      }
+      float D[16][8];
+      for (int r = 0; r < 16; ++r) {
+        for (int n = 0; n < 8; ++n) {
+          double sum = 0;
+          for (int k = 0; k < 16; ++k) sum += A[r][k] * B[k][n];
+          D[r][n] = static_cast<float>(double(C[r][n]) + sum);
+        }
+      }
+      for (int t = 0; t < 32; ++t) {
+        const int g = t / 4, q = t % 4;
+        L[t].cf[0] = D[g][2 * q];
+        L[t].cf[1] = D[g][2 * q + 1];
+        L[t].cf[2] = D[g + 8][2 * q];
+        L[t].cf[3] = D[g + 8][2 * q + 1];
+      }
+      ++n_mma;
+      break;
+    }
     default:
       Fail("not a warp op");
   }
   for (int t = 0; t < 32; ++t) L[t].op = Op::kNone;
 }
-bool IsWarpOp(Op op) { return op == Op::kMmaS8 || op == Op::kSyncWarp; }
+bool IsWarpOp(Op op) { return op == Op::kMmaS8 || op == Op::kMmaF16 || op == Op::kSyncWarp; }
+
+// cp.async of `bytes` (16: .cg, 8: .ca): both addresses `bytes`-aligned, the destination inside
+// the launch's dynamic shared memory, the source inside one registered global buffer.
+void CopyAsync(void* smem, const void* global, int bytes) {
+  const uint32_t off = SharedOffset(smem);
+  if (off + bytes > smem_bytes) Fail("cp.async destination past dynamic shared memory");
+  if (reinterpret_cast<uintptr_t>(smem) % bytes || reinterpret_cast<uintptr_t>(global) % bytes) {
+    Fail("cp.async misaligned");
+  }
+  const auto* s = static_cast<const uint8_t*>(global);
+  bool inside = false;
+  for (const auto& [b, n] : globals) inside = inside || (s >= b && s + bytes <= b + n);
+  if (!inside) Fail("cp.async source outside every global buffer");
+  ++n_copies;
+  if (copy_at_issue) {
+    std::memcpy(smem, global, bytes);
+  } else {
+    lanes[cur].open.push_back({smem, global, bytes});
+  }
+}
 }  // namespace
 
 void Fail(const char* what) {
@@ -118,23 +193,8 @@ uint32_t SharedOffset(const void* p) {
   return static_cast<uint32_t>(b - smem_base);
 }
 
-void CopyAsync16(void* smem, const void* global) {
-  const uint32_t off = SharedOffset(smem);
-  if (off + 16 > smem_bytes) Fail("cp.async destination past dynamic shared memory");
-  if (reinterpret_cast<uintptr_t>(smem) % 16 || reinterpret_cast<uintptr_t>(global) % 16) {
-    Fail("cp.async misaligned");
-  }
-  const auto* s = static_cast<const uint8_t*>(global);
-  bool inside = false;
-  for (const auto& [b, n] : globals) inside = inside || (s >= b && s + 16 <= b + n);
-  if (!inside) Fail("cp.async source outside every global buffer");
-  ++n_copies;
-  if (copy_at_issue) {
-    std::memcpy(smem, global, 16);
-  } else {
-    lanes[cur].open.push_back({smem, global});
-  }
-}
+void CopyAsync16(void* smem, const void* global) { CopyAsync(smem, global, 16); }
+void CopyAsync8(void* smem, const void* global) { CopyAsync(smem, global, 8); }
 void Commit() {
   lanes[cur].groups.push_back(std::move(lanes[cur].open));
   lanes[cur].open.clear();
@@ -155,17 +215,65 @@ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) {
   l.b1 = b1;
   Block(Op::kMmaS8);
 }
+void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]) {
+  Lane& l = lanes[cur];
+  l.cf = c;
+  std::memcpy(l.a, a, sizeof(l.a));
+  l.b0 = b0;
+  l.b1 = b1;
+  Block(Op::kMmaF16);
+}
+
+uint16_t F16Round(double x) {
+  if (std::isnan(x)) return 0x7E00;
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double ax = std::fabs(x);
+  if (ax == 0) return sign;
+  if (std::isinf(ax)) return sign | 0x7C00;
+  int e = 0;
+  std::frexp(ax, &e);  // ax in [2^(e-1), 2^e)
+  // The F16 ulp at ax: 2^(e-1-10) for normals, 2^-24 for subnormals (exponent floor -14).
+  const int ulp = std::max(e - 1, -14) - 10;
+  // Scaling by a power of two is exact; nearbyint rounds to nearest even (default mode).
+  const double r = std::ldexp(std::nearbyint(std::ldexp(ax, -ulp)), ulp);
+  if (r > 65504.0) return sign | 0x7C00;
+  return sign | stepserve::F32ToF16(static_cast<float>(r));  // r is an F16 value: exact
+}
+float F16Value(uint32_t r, int hi) {
+  return stepserve::F16ToF32(static_cast<uint16_t>(hi ? r >> 16 : r & 0xFFFFu));
+}
+uint32_t SubF16x2(uint32_t a, uint32_t b) {
+  uint32_t d = 0;
+  for (int h = 0; h < 2; ++h) {
+    d |= uint32_t(F16Round(double(F16Value(a, h)) - double(F16Value(b, h)))) << (16 * h);
+  }
+  return d;
+}
+uint32_t MulF16x2(uint32_t a, uint32_t b) {
+  uint32_t d = 0;
+  for (int h = 0; h < 2; ++h) {
+    d |= uint32_t(F16Round(double(F16Value(a, h)) * double(F16Value(b, h)))) << (16 * h);
+  }
+  return d;
+}
+uint16_t F16FromF32(float x) { return F16Round(x); }
+
 void SyncThreads() { Block(Op::kBar); }
 void SyncWarp() { Block(Op::kSyncWarp); }
 
-// Runs one CTA of `kernel` to completion.
-void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t order_seed) {
+// Runs one CTA of `kernel` with `threads` threads (a multiple of 32, at most kMaxThreads) to
+// completion.
+void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
+            uint32_t order_seed) {
+  if (threads < 32 || threads > kMaxThreads || threads % 32) Fail("CTA size");
+  const int n = threads, warps = threads / 32;
+  n_threads = n;
   entry = std::move(kernel);
   blockIdx.x = bx;
   blockIdx.y = by;
-  blockDim.x = kThreads;
+  blockDim.x = n;
   blockDim.y = blockDim.z = 1;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < n; ++t) {
     Lane& l = lanes[t];
     l.stack.resize(1 << 18);
     l.op = Op::kNone;
@@ -177,14 +285,17 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t ord
     l.ctx.uc_link = nullptr;
     makecontext(&l.ctx, Trampoline, 0);
   }
+  // Random picks in [0, m) as (rng * m) >> 32: for 128 threads / 4 warps the same draws as the
+  // shifts used before the thread count became a launch parameter (rng >> 25, rng >> 30).
+  auto pick = [](uint32_t r, int m) { return static_cast<int>((uint64_t{r} * m) >> 32); };
   uint32_t rng = order_seed * 2654435761u + 1;
   for (;;) {
     // Run every runnable lane until it blocks (in a varying order).
     bool ran = false;
-    const int start = static_cast<int>((rng = rng * 1664525u + 1013904223u) >> 25) % kThreads;
+    const int start = pick(rng = rng * 1664525u + 1013904223u, n);
     const bool reverse = (rng >> 7) & 1;
-    for (int k = 0; k < kThreads; ++k) {
-      const int t = reverse ? (start - k + kThreads) % kThreads : (start + k) % kThreads;
+    for (int k = 0; k < n; ++k) {
+      const int t = reverse ? (start - k + n) % n : (start + k) % n;
       if (lanes[t].op != Op::kNone) continue;
       cur = t;
       threadIdx.x = t;
@@ -195,40 +306,35 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t ord
     if (ran) continue;
     // Complete the warp collectives every lane of the warp has reached (in a varying order).
     bool progressed = false;
-    const int w0 = static_cast<int>((rng = rng * 1664525u + 1013904223u) >> 30);
-    for (int k = 0; k < kThreads / 32; ++k) {
-      const int w = (w0 + k) % (kThreads / 32);
-      bool all = true, any = false;
-      for (int t = 0; t < 32; ++t) {
-        const bool wop = IsWarpOp(lanes[32 * w + t].op);
-        all = all && wop;
-        any = any || wop;
-      }
+    const int w0 = pick(rng = rng * 1664525u + 1013904223u, warps);
+    for (int k = 0; k < warps; ++k) {
+      const int w = (w0 + k) % warps;
+      bool all = true;
+      for (int t = 0; t < 32; ++t) all = all && IsWarpOp(lanes[32 * w + t].op);
       if (all) {
         cur = -1;
         RunWarpOp(w);
         progressed = true;
         break;  // let the lanes run again before the next warp's op: more interleavings
       }
-      (void)any;
     }
     if (progressed) continue;
     int done = 0, bar = 0;
-    for (int t = 0; t < kThreads; ++t) {
+    for (int t = 0; t < n; ++t) {
       done += lanes[t].op == Op::kDone;
       bar += lanes[t].op == Op::kBar;
     }
-    if (done == kThreads) break;
-    if (bar > 0 && bar + done == kThreads) {
+    if (done == n) break;
+    if (bar > 0 && bar + done == n) {
       if (done > 0) Fail("__syncthreads with exited threads");
-      for (int t = 0; t < kThreads; ++t) lanes[t].op = Op::kNone;
+      for (int t = 0; t < n; ++t) lanes[t].op = Op::kNone;
       ++n_bar;
       continue;
     }
     Fail("deadlock: warp collective with lanes at a barrier or exited");
   }
   // Copies still in flight at exit land now (none should carry data the CTA needed).
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < n; ++t) {
     for (auto& g : lanes[t].groups) {
       n_exit_pending += !g.empty();
       DoCopies(g);

@@ -1,7 +1,9 @@
-// Host emulation of the CUDA features GemmMmaIq4XsGroupedKernel (gemm_grouped_mma_cuda.cu) uses:
-// 128 "threads" as ucontext coroutines in one OS thread; warp collectives (mma.sync s8) and
-// __syncthreads / __syncwarp execute once every participant has arrived. cp.async copies land at
-// issue (copy_at_issue) or at the latest legal moment (the issuing thread's wait_group).
+// Host emulation of the CUDA features the grouped GEMMs GemmMmaIq4XsGroupedKernel
+// (gemm_grouped_mma_cuda.cu, 128 threads) and GemmF16Iq4XsGroupedKernel (gemm_grouped_f16_cuda.cu,
+// 256 threads) use: a CTA's threads (the launch's blockDim, up to kMaxThreads) as ucontext
+// coroutines in one OS thread; warp collectives (mma.sync s8 / f16) and __syncthreads / __syncwarp
+// execute once every participant has arrived. cp.async copies (16 or 8 bytes) land at issue
+// (copy_at_issue) or at the latest legal moment (the issuing thread's wait_group).
 // Adapted from the prefill attention emulator (../prefill_attention). Verification harness only.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -36,7 +38,7 @@ struct EmuDim {
 extern EmuDim threadIdx, blockIdx, blockDim;
 
 namespace emu {
-constexpr int kThreads = 128;
+constexpr int kMaxThreads = 256;  // the F16 GEMM's 8 warps
 extern uint8_t* smem_base;
 extern size_t smem_bytes;
 extern bool copy_at_issue;  // cp.async performed at issue (early) or at the wait (late)
@@ -44,9 +46,18 @@ extern long long n_mma, n_copies, n_bar, n_exit_pending;
 void Fail(const char* what);
 uint32_t SharedOffset(const void* p);
 void CopyAsync16(void* smem, const void* global);
+void CopyAsync8(void* smem, const void* global);
 void Commit();
 void WaitGroup(int n);
 void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]);
+void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]);
+// F16 arithmetic as the PTX .rn f16 instructions: round to nearest even, subnormals kept.
+// F16Round rounds an exact double (a sum or product of two F16 values is exact in double).
+uint16_t F16Round(double x);
+float F16Value(uint32_t r, int hi);  // the F16 in the low (hi 0) or high half of r
+uint32_t SubF16x2(uint32_t a, uint32_t b);
+uint32_t MulF16x2(uint32_t a, uint32_t b);
+uint16_t F16FromF32(float x);
 void SyncThreads();
 void SyncWarp();
 // Global buffers cp.async may read (each 16-byte source must lie inside one).

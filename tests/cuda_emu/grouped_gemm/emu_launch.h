@@ -1,5 +1,6 @@
 // Stand-in for kernels/common/pdl.cuh under the emulator: PDL calls are no-ops and a launch runs
-// every CTA of the grid (in a shuffled order) through emu::RunCta.
+// every CTA of the grid (in a shuffled order) through emu::RunCta, with the launch's blockDim.x
+// threads (a multiple of 32, up to emu::kMaxThreads).
 #pragma once
 #include <algorithm>
 #include <functional>
@@ -10,7 +11,8 @@
 #include "emu_cuda.h"
 
 namespace emu {
-void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t order_seed);
+void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
+            uint32_t order_seed);
 extern uint32_t launch_seed;
 extern unsigned last_grid_x, last_grid_y, last_block;
 extern size_t last_smem;
@@ -28,7 +30,8 @@ cudaError_t LaunchOverlapping(bool, void (*kernel)(KernelArgs...), dim3 grid, di
   emu::last_grid_y = grid.y;
   emu::last_block = block.x;
   emu::last_smem = smem;
-  if (block.x != emu::kThreads || block.y != 1 || block.z != 1 || grid.z != 1) {
+  if (block.x % 32 != 0 || block.x == 0 || block.x > unsigned(emu::kMaxThreads) || block.y != 1 ||
+      block.z != 1 || grid.z != 1) {
     emu::Fail("launch shape");
   }
   if (smem > emu::smem_bytes) emu::Fail("dynamic shared memory larger than the emulator's");
@@ -41,10 +44,17 @@ cudaError_t LaunchOverlapping(bool, void (*kernel)(KernelArgs...), dim3 grid, di
   std::shuffle(ctas.begin(), ctas.end(), rng);
   for (const auto& [bx, by] : ctas) {
     std::memset(emu::smem_base, 0xFF, saved);  // poison: stale or never-copied data shows
-    emu::RunCta([&] { kernel(args...); }, bx, by, emu::launch_seed++ * 7919u + bx * 131u + by);
+    emu::RunCta([&] { kernel(args...); }, bx, by, static_cast<int>(block.x),
+                emu::launch_seed++ * 7919u + bx * 131u + by);
     ++emu::n_ctas;
   }
   emu::smem_bytes = saved;
   return cudaSuccess;
+}
+template <class... KernelArgs, class... Args>
+cudaError_t LaunchWithPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  return LaunchOverlapping(PdlEnabled(), kernel, grid, block, smem, stream,
+                           std::forward<Args>(args)...);
 }
 }  // namespace stepserve::kernels

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # mutate.sh NAME FILE OLD NEW: applies one source mutation (FILE relative to kernels/, OLD replaced
 # once), rebuilds the emulation in $EMU_WORK (default /tmp/stepserve-emu-gemm) and runs every case
-# in both cp.async landing modes; prints whether the injected bug was caught.
+# in both cp.async landing modes; prints whether the injected bug was caught. The test is
+# test_f16.cc for FILE matmul/gemm_grouped_f16_cuda.cu, else test.cc (EMU_TEST=... overrides:
+# a shared header such as mma_iq4_util.cuh is used by both kernels).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-/tmp/stepserve-emu-gemm}/mut_$1
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
+test=${EMU_TEST:-$([ "$2" = matmul/gemm_grouped_f16_cuda.cu ] && echo test_f16 || echo test)}
 rm -rf "$work" && mkdir -p "$work"
 python3 "$here/transform.py" "$work/shadow" "$2" "$3" "$4" || { echo "$1: TRANSFORM FAILED"; exit 1; }
 g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \
-  "$here/test.cc" "$here/emu_cuda.cc" -o "$work/emu" 2>"$work/build.log" ||
+  "$here/$test.cc" "$here/emu_cuda.cc" -o "$work/emu" 2>"$work/build.log" ||
   { echo "$1: BUILD FAILED"; head -5 "$work/build.log"; exit 1; }
 res=""
 for mode in 0 1; do
@@ -18,4 +21,4 @@ for mode in 0 1; do
   f=$(grep -c "^FAIL" "$work/run$mode.log"); e=$(grep -m1 "EMU FAILURE" "$work/run$mode.log")
   res="$res | late/early=$mode rc=$rc FAIL-cases=$f ${e:+[$e]}"
 done
-echo "$1:$res"
+echo "$1 ($test):$res"

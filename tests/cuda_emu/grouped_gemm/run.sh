@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Host emulation of GemmMmaIq4XsGroupedKernel (kernels/matmul/gemm_grouped_mma_cuda.cu) against a
-# double-precision reference: the real kernel source with its inline-asm wrappers (mma.m16n8k32,
-# cp.async, cvt) replaced by emulated ones (emu_cuda.*), 128 threads as coroutines in shuffled
-# orders, cp.async landing at issue or at the wait. No GPU needed (CUDA headers only). A check of
-# indexing, fragment mapping and barriers before device time is spent, not of speed or of the
-# hardware's own MMA. Usage: bash tests/cuda_emu/grouped_gemm/run.sh [SEEDS...]
-#   ./mutate.sh NAME FILE OLD NEW (in a work dir made by this script) runs one injected bug.
+# Host emulation of the grouped GEMMs against double-precision references: GemmMmaIq4XsGroupedKernel
+# (kernels/matmul/gemm_grouped_mma_cuda.cu, int8, 128 threads; test.cc) and
+# GemmF16Iq4XsGroupedKernel with its activation converter (gemm_grouped_f16_cuda.cu, F16, 256
+# threads; test_f16.cc). The real kernel sources with their inline-asm wrappers (mma.sync,
+# cp.async, cvt, f16x2 arithmetic) replaced by emulated ones (emu_cuda.*), a CTA's threads as
+# coroutines in shuffled orders, cp.async landing at issue or at the wait. No GPU needed (CUDA
+# headers only). A check of indexing, fragment mapping and barriers before device time is spent,
+# not of speed or of the hardware's own MMA.
+# Usage: bash tests/cuda_emu/grouped_gemm/run.sh [SEEDS...]   (EMU_TESTS="test_f16": one kernel)
+#   ./mutate.sh NAME FILE OLD NEW runs one injected bug; ./mutations_f16.sh the F16 kernel's list.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-$(mktemp -d)}
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
+tests=${EMU_TESTS:-test test_f16}
 python3 "$here/transform.py" "$work/shadow"
-g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \
-  "$here/test.cc" "$here/emu_cuda.cc" -o "$work/emu_test"
-for seed in "${@:-1 2 3}"; do
-  for mode in 0 1; do
-    "$work/emu_test" "$mode" "$seed"
+for t in $tests; do
+  g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" \
+    -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" -o "$work/emu_$t"
+done
+[ $# -gt 0 ] || set -- 1 2 3  # (a quoted "${@:-1 2 3}" would be the one word "1 2 3")
+for t in $tests; do
+  for seed in "$@"; do
+    for mode in 0 1; do
+      "$work/emu_$t" "$mode" "$seed"
+    done
   done
 done

@@ -10,45 +10,13 @@
 #include <vector>
 
 #include "emu_cuda.h"
-
-// Host stand-ins for the runtime calls the launcher makes.
-cudaError_t cudaGetDevice(int* d) {
-  *d = 0;
-  return cudaSuccess;
-}
-template <class T>
-cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
-  return cudaSuccess;
-}
-
 #include "kernels/matmul/gemm_grouped_mma_cuda.cu"
-
-namespace emu {
-uint32_t launch_seed = 1;
-unsigned last_grid_x = 0, last_grid_y = 0, last_block = 0;
-size_t last_smem = 0;
-long long n_ctas = 0;
-}  // namespace emu
+#include "test_common.h"
 
 using stepserve::GgmlType;
 using stepserve::kernels::gemv_internal::GemvParams;
 using stepserve::kernels::gemv_internal::kSlotUnused;
 
-static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                   1,    13,   25,  38,  53,  69,  89,  113};
-
-// Where element e (0..31) of a 32-value block sits in the pair-ordered scratch (independent copy
-// of the rule documented at Q8ScratchPosition, matmul_cuda.h: element 4i + j at 8i + 2j and
-// 16 + 4i + j at 8i + 2j + 1).
-static int PairPos(int e) {
-  const int i = (e % 16) / 4, j = e % 4;
-  return e < 16 ? 8 * i + 2 * j : 8 * i + 2 * j + 1;
-}
-
-struct SlotSpec {
-  int32_t matrix;  // expert id, -1, or kSlotUnused
-  int groups;
-};
 struct Case {
   std::string name;
   int64_t in, out;
@@ -63,38 +31,18 @@ static int g_permute_x = 1;  // 0: harness mutation, activations stored un-permu
 
 bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
-  const int64_t nb = c.in / 256;
-  const int64_t row_bytes = (136 * nb + 15) / 16 * 16;
-  const int64_t matrix_bytes = c.out * row_bytes;
-  // ---- weights: exact-size buffer (16-byte aligned) so any read past it is caught ----
-  std::vector<uint4> w_store((c.experts * matrix_bytes + 15) / 16);
-  uint8_t* w = reinterpret_cast<uint8_t*>(w_store.data());
-  for (int64_t i = 0; i < c.experts * matrix_bytes; ++i) w[i] = uint8_t(rng());  // incl. padding
+  Iq4Matrices wm(c.experts, c.out, c.in, rng);
+  const int64_t nb = wm.nb, row_bytes = wm.row_bytes, matrix_bytes = wm.matrix_bytes;
+  uint8_t* w = wm.data();
   std::uniform_real_distribution<float> ud(0.5f, 2.0f);
-  for (int e = 0; e < c.experts; ++e)
-    for (int64_t o = 0; o < c.out; ++o)
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* blk = w + e * matrix_bytes + o * row_bytes + 136 * b;
-        const float d = ud(rng) * 1e-3f * ((rng() & 1) ? 1.f : -1.f);
-        const uint16_t h = stepserve::F32ToF16(d);
-        std::memcpy(blk, &h, 2);  // scales_h, scales_l, qs: random bytes already
-      }
+  wm.SetScales(c.experts, c.out,
+               [&] { return ud(rng) * 1e-3f * ((rng() & 1) ? 1.f : -1.f); });  // the rest random
   // ---- groups and slots ----
-  int total = 0;
-  for (const SlotSpec& s : c.slots) total += s.groups;
-  const int G = total + c.extra_groups;
-  std::vector<int32_t> perm(G);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int32_t> group_order(perm.begin(), perm.begin() + total);
-  std::vector<int32_t> slot_matrix, slot_begin;
-  int at = 0;
-  for (const SlotSpec& s : c.slots) {
-    slot_matrix.push_back(s.matrix);
-    slot_begin.push_back(at);
-    at += s.groups;
-  }
-  slot_begin.push_back(at);
+  const Grouping grouping = MakeGrouping(c.slots, c.extra_groups, rng);
+  const int G = grouping.groups;
+  const std::vector<int32_t>& group_order = grouping.group_order;
+  const std::vector<int32_t>& slot_matrix = grouping.slot_matrix;
+  const std::vector<int32_t>& slot_begin = grouping.slot_begin;
   // ---- activations ----
   const int64_t x_rows = (G + c.div - 1) / c.div, blocks32 = c.in / 32;
   std::vector<int8_t> xl(x_rows * c.in);  // logical order
@@ -167,27 +115,10 @@ bool RunCase(const Case& c, uint32_t seed) {
   want.resize(y.size(), nan);
   scale.resize(y.size(), 0.0);
   GemvParams p{};
-  p.w = w;
-  p.w_row_bytes = row_bytes;
-  p.in = c.in;
-  p.out = c.out;
+  SetGroupedParams(wm, c.in, c.out, c.experts, c.div, grouping, y.data(), y_stride, &p);
   p.xq = xq;
   p.xd = xd.data();
   p.rows = static_cast<int>(x_rows);
-  p.x_pair_order = true;
-  p.y = y.data();
-  p.y_stride = y_stride;
-  for (int k = 0; k < 4; ++k) {
-    uint32_t v = 0;
-    for (int j = 0; j < 4; ++j) v |= uint32_t(uint8_t(kValues[4 * k + j])) << (8 * j);
-    p.iq4nl[k] = v;
-  }
-  p.w_matrix_bytes = matrix_bytes;
-  p.n_matrices = c.experts;
-  p.x_group_div = c.div;
-  p.slot_matrix = slot_matrix.data();
-  p.slot_begin = slot_begin.data();
-  p.group_order = group_order.data();
   emu::ClearGlobals();
   emu::AddGlobal(w, c.experts * matrix_bytes);
   emu::AddGlobal(xq, x_rows * c.in);
@@ -255,9 +186,7 @@ int main(int argc, char** argv) {
   const int only = argc > 3 ? std::atoi(argv[3]) : -1;
   g_permute_x = argc > 4 ? std::atoi(argv[4]) : 1;
   emu::launch_seed = seed * 1000 + 1;
-  static std::vector<uint4> smem(240 * 1024 / 16);
-  emu::smem_base = reinterpret_cast<uint8_t*>(smem.data());
-  emu::smem_bytes = smem.size() * 16;
+  SetUpSharedMemory();
   stepserve::kernels::gemv_internal::GroupedGemmSetting().store(2);
   const int E = 5;
   const std::vector<SlotSpec> slots = {{1, 1},  {E - 1, 31}, {0, 32}, {kSlotUnused, 3}, {2, 33},
@@ -272,15 +201,6 @@ int main(int argc, char** argv) {
       {"in 512 out 16 div 4", 512, 16, 4, 1, E, slots, 3},
       {"in 2816 out 80 div 1 (11 blocks)", 2816, 80, 1, 1, E, slots, 2},
   };
-  int fails = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    if (only >= 0 && int(i) != only) continue;
-    fails += !RunCase(cases[i], seed * 100 + uint32_t(i));
-  }
-  std::printf(
-      "%d failures (copy_at_issue %d seed %u) ctas %lld mma %lld copies %lld barriers %lld "
-      "exit-pending-groups %lld\n",
-      fails, int(emu::copy_at_issue), seed, emu::n_ctas, emu::n_mma, emu::n_copies, emu::n_bar,
-      emu::n_exit_pending);
+  const int fails = RunCases(cases, only, seed, "", 0, RunCase);
   return fails != 0;
 }

@@ -1,10 +1,12 @@
-# Builds <out>/kernels/... : host-compilable copies of the kernel and its device headers,
-# the inline-asm wrappers re-pointed at emu:: (everything else verbatim). Optional mutation:
+# Builds <out>/kernels/... : host-compilable copies of the grouped GEMM kernels (int8:
+# gemm_grouped_mma_cuda.cu, F16: gemm_grouped_f16_cuda.cu) and their device headers, the inline-asm
+# wrappers re-pointed at emu:: (everything else verbatim). Optional mutation:
 #   transform.py OUT [FILE OLD NEW]   (FILE relative to kernels/, OLD replaced once, must exist)
 import os, sys
 M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'kernels') + '/'
 out = sys.argv[1]
-files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
+files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
+         'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
          'matmul/gemv_q8x_pieces.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h']
 def replace_fn(text, signature_start, new):
@@ -21,9 +23,11 @@ def replace_fn(text, signature_start, new):
 reps = {
  'matmul/mma_iq4_util.cuh': [
   ('__device__ __forceinline__ void MmaS8(', 'inline void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) { emu::MmaS8(a, b0, b1, c); }'),
+  ('__device__ __forceinline__ void MmaF16(', 'inline void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]) { emu::MmaF16(a, b0, b1, c); }'),
  ],
  'common/cp_async.cuh': [
   ('__device__ __forceinline__ void CopyAsync16(', 'inline void CopyAsync16(void* smem, const void* global) { emu::CopyAsync16(smem, global); }'),
+  ('__device__ __forceinline__ void CopyAsync8(', 'inline void CopyAsync8(void* smem, const void* global) { emu::CopyAsync8(smem, global); }'),
   ('__device__ __forceinline__ void CommitCopies(', 'inline void CommitCopies() { emu::Commit(); }'),
   ('__device__ __forceinline__ void WaitCopiesButOne(', 'inline void WaitCopiesButOne() { emu::WaitGroup(1); }'),
  ],
@@ -34,6 +38,11 @@ reps = {
   ('__device__ __forceinline__ void PrefetchL2(', 'inline void PrefetchL2(const void*) {}'),
  ],
  'matmul/gemm_grouped_mma_cuda.cu': [],
+ 'matmul/gemm_grouped_f16_cuda.cu': [
+  ('__device__ __forceinline__ uint32_t SubF16x2(', 'inline uint32_t SubF16x2(uint32_t a, uint32_t b) { return emu::SubF16x2(a, b); }'),
+  ('__device__ __forceinline__ uint32_t MulF16x2(', 'inline uint32_t MulF16x2(uint32_t a, uint32_t b) { return emu::MulF16x2(a, b); }'),
+  ('__device__ __forceinline__ uint16_t F16FromF32(', 'inline uint16_t F16FromF32(float x) { return emu::F16FromF32(x); }'),
+ ],
  'matmul/gemv_cuda_internal.h': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
@@ -41,7 +50,7 @@ for f in files:
     s = open(M + f).read()
     for sig, new in reps[f]:
         s = replace_fn(s, sig, new)
-    if f.endswith('gemm_grouped_mma_cuda.cu'):
+    if f.startswith('matmul/gemm_grouped_'):
         old = 'extern __shared__ __align__(16) uint8_t gemm_smem[];'
         assert s.count(old) == 1
         s = s.replace(old, 'uint8_t* const gemm_smem = emu::smem_base;')

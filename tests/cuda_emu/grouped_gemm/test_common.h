@@ -1,0 +1,149 @@
+// Pieces both emulation tests (test.cc: the int8 grouped GEMM, test_f16.cc: the F16 one) share:
+// host stand-ins for the runtime calls the launchers make, the IQ4_NL table, the pair order of
+// the activations, and the random grouping of groups into slots. Include after emu_cuda.h and
+// before the kernel source.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "emu_cuda.h"
+
+// Host stand-ins for the runtime calls the launchers make.
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+template <class T>
+cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+
+inline constexpr int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                       1,    13,   25,  38,  53,  69,  89,  113};
+
+// The table as the kernels take it (GemvParams::iq4nl): entry k = byte k % 4 of word k / 4.
+inline void PackIq4nlTable(uint32_t (&t)[4]) {
+  for (int k = 0; k < 4; ++k) {
+    uint32_t v = 0;
+    for (int j = 0; j < 4; ++j) v |= uint32_t(uint8_t(kValues[4 * k + j])) << (8 * j);
+    t[k] = v;
+  }
+}
+
+// Where element e (0..31) of a 32-value block sits in the pair-ordered activations (an
+// independent copy of the rule at Q8ScratchPosition, matmul_cuda.h: element 4i + j at 8i + 2j,
+// 16 + 4i + j at 8i + 2j + 1).
+inline int PairPos(int e) {
+  const int i = (e % 16) / 4, j = e % 4;
+  return e < 16 ? 8 * i + 2 * j : 8 * i + 2 * j + 1;
+}
+
+struct SlotSpec {
+  int32_t matrix;  // expert id, -1, or kSlotUnused
+  int groups;
+};
+
+// The slots' groups: a random permutation of 0 .. total + extra_groups - 1, the first `total`
+// given to the slots in order (the rest belong to no slot: their y rows must stay untouched).
+struct Grouping {
+  int total = 0, groups = 0;  // groups in slots; all groups (activation rows: groups / div)
+  std::vector<int32_t> group_order, slot_matrix, slot_begin;
+};
+inline Grouping MakeGrouping(const std::vector<SlotSpec>& slots, int extra_groups,
+                             std::mt19937& rng) {
+  Grouping r;
+  for (const SlotSpec& s : slots) r.total += s.groups;
+  r.groups = r.total + extra_groups;
+  std::vector<int32_t> perm(r.groups);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  r.group_order.assign(perm.begin(), perm.begin() + r.total);
+  int at = 0;
+  for (const SlotSpec& s : slots) {
+    r.slot_matrix.push_back(s.matrix);
+    r.slot_begin.push_back(at);
+    at += s.groups;
+  }
+  r.slot_begin.push_back(at);
+  return r;
+}
+
+// Random IQ4_XS matrices: `experts` x `out` rows of `in` weights, rows padded to 16 bytes, every
+// byte random (the padding too) in an exact-size 16-byte-aligned buffer, so a read past it is
+// caught; the caller sets each block's d.
+struct Iq4Matrices {
+  int64_t nb, row_bytes, matrix_bytes, bytes;
+  std::vector<uint4> store;
+  Iq4Matrices(int experts, int64_t out, int64_t in, std::mt19937& rng)
+      : nb(in / 256),
+        row_bytes((136 * nb + 15) / 16 * 16),
+        matrix_bytes(out * row_bytes),
+        bytes(experts * matrix_bytes),
+        store((bytes + 15) / 16) {
+    for (int64_t i = 0; i < bytes; ++i) data()[i] = uint8_t(rng());
+  }
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(store.data()); }
+  uint8_t* block(int e, int64_t o, int64_t b) {
+    return data() + e * matrix_bytes + o * row_bytes + 136 * b;
+  }
+  // Every block's d (its first two bytes) from next_d(), in matrix, row, block order.
+  template <class NextD>
+  void SetScales(int experts, int64_t out, NextD next_d) {
+    for (int e = 0; e < experts; ++e)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint16_t h = stepserve::F32ToF16(next_d());
+          std::memcpy(block(e, o, b), &h, 2);
+        }
+  }
+};
+
+// The weight, output, table and grouping fields of the kernels' GemvParams (a template: the type
+// comes with the kernel source, included after this header).
+template <class Params>
+void SetGroupedParams(Iq4Matrices& w, int64_t in, int64_t out, int experts, int div,
+                      const Grouping& g, float* y, int64_t y_stride, Params* p) {
+  p->w = w.data();
+  p->w_row_bytes = w.row_bytes;
+  p->in = in;
+  p->out = out;
+  p->x_pair_order = true;
+  p->y = y;
+  p->y_stride = y_stride;
+  PackIq4nlTable(p->iq4nl);
+  p->w_matrix_bytes = w.matrix_bytes;
+  p->n_matrices = experts;
+  p->x_group_div = div;
+  p->slot_matrix = g.slot_matrix.data();
+  p->slot_begin = g.slot_begin.data();
+  p->group_order = g.group_order.data();
+}
+
+// Runs case i (or only case `only`, when >= 0) with seed * 100 + i, then prints the totals of
+// the emulator's counters after `label`; returns the failures (plus `fails` so far).
+template <class CaseT, class RunFn>
+int RunCases(const std::vector<CaseT>& cases, int only, uint32_t seed, const char* label, int fails,
+             RunFn run_case) {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (only >= 0 && int(i) != only) continue;
+    fails += !run_case(cases[i], seed * 100 + uint32_t(i));
+  }
+  std::printf(
+      "%d failures (%scopy_at_issue %d seed %u) ctas %lld mma %lld copies %lld barriers %lld "
+      "exit-pending-groups %lld\n",
+      fails, label, int(emu::copy_at_issue), seed, emu::n_ctas, emu::n_mma, emu::n_copies,
+      emu::n_bar, emu::n_exit_pending);
+  return fails;
+}
+
+// 240 KB of emulated shared memory (more than any launch asks; the launch narrows the limit).
+inline void SetUpSharedMemory() {
+  static std::vector<uint4> smem(240 * 1024 / 16);
+  emu::smem_base = reinterpret_cast<uint8_t*>(smem.data());
+  emu::smem_bytes = smem.size() * 16;
+}

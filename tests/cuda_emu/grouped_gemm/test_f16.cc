@@ -1,0 +1,302 @@
+// Runs the real GemmF16Iq4XsGroupedKernel source (through its launcher LaunchGemmF16Grouped) and
+// ConvertF16PairOrderKernel (LaunchConvertF16PairOrder) under the host emulator. The converter's
+// F16 pair-order activations are compared bit for bit with an independent host conversion; the
+// GEMM's y with two double references: (1) the kernel's own F16 weights (table value times the
+// F16-rounded sub-block scale, rounded to F16 once) times the F16 activations, within 1e-5 of the
+// row's sum of |products| (only the F32 accumulation differs); (2) the unrounded dequantized
+// weights times the (clamped) F32 activations, within the F16 roundings' bound (2e-3 relative
+// plus the subnormal steps), to show the F16 rounding is what it should be.
+//   test_f16 [copy_at_issue 0|1] [seed] [only_case]
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emu_cuda.h"
+#include "kernels/matmul/gemm_grouped_f16_cuda.cu"
+#include "test_common.h"
+
+using stepserve::F16ToF32;
+using stepserve::F32ToF16;
+using stepserve::GgmlType;
+using stepserve::kernels::gemv_internal::GemvParams;
+using stepserve::kernels::gemv_internal::kSlotUnused;
+
+constexpr double kSub = 0x1p-25;  // half the F16 subnormal step: the rounding error near zero
+constexpr size_t kWantSmem = 2 * (128 * 144 + 64 * 576) + 64 * sizeof(int);
+
+// ConvertF16PairOrderKernel's value: saturated at +-65504 (an infinity would turn zero weights
+// into NaNs), then rounded to nearest even.
+static float Clamp16(float v) { return std::min(std::max(v, -65504.f), 65504.f); }
+
+// The emulator's F16 arithmetic (emu::F16Round) and the references' (float16.h F32ToF16 /
+// F16ToF32) are independent implementations of round-to-nearest-even with subnormals: they must
+// agree on every F16, on every tie between neighbours and on random floats.
+static bool CheckF16Rounding() {
+  int64_t bad = 0;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu)) continue;  // NaN
+    const float f = F16ToF32(uint16_t(h));
+    bad += F32ToF16(f) != h || emu::F16Round(f) != h;
+    if ((h & 0x7FFFu) >= 0x7C00u) continue;
+    // The tie with the next F16 up in magnitude: exact in float (12 significant bits).
+    const double mid = (double(f) + double(F16ToF32(uint16_t(h + 1)))) / 2;
+    const uint16_t even = (h & 1) ? uint16_t(h + 1) : uint16_t(h);
+    bad += F32ToF16(float(mid)) != even || emu::F16Round(mid) != even;
+  }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1 << 21; ++i) {
+    const uint32_t bits = (rng() & 0x80000000u) | (0x30000000u + rng() % 0x18000000u);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    bad += F32ToF16(f) != emu::F16Round(f);
+  }
+  if (bad) std::printf("FAIL F16 rounding self-check: %lld disagreements\n", (long long)bad);
+  return bad == 0;
+}
+
+struct Case {
+  std::string name;
+  int64_t in, out;
+  int div;
+  int64_t y_pad;  // y_stride = out + y_pad
+  int64_t x_pad;  // F32 activations' x_stride = in + x_pad (a multiple of 4: float4 loads)
+  int experts;
+  std::vector<SlotSpec> slots;
+  int extra_groups;  // groups in no slot (their y rows must stay NaN)
+};
+
+// A random F32 activation; row 0 also gets the converter's edge values (saturation, ties,
+// subnormals, -0), kept out of the other rows so their sums are not dominated by them.
+static float RandomActivation(std::mt19937& rng, int64_t row, float row_scale) {
+  static const float kEdges[] = {
+      1e6f,  -1e6f,  65504.f,  -65519.f, 65520.f, 1 + 0x1p-11f, 3 * 0x1p-11f + 1,
+      1e-7f, -3e-8f, 0x1p-25f, -0.0f,    6.1e-5f};
+  if (row == 0 && rng() % 8 == 0) return kEdges[rng() % std::size(kEdges)];
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  return u(rng) * row_scale;
+}
+
+bool RunCase(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Iq4Matrices wm(c.experts, c.out, c.in, rng);
+  const int64_t nb = wm.nb, row_bytes = wm.row_bytes, matrix_bytes = wm.matrix_bytes;
+  uint8_t* w = wm.data();
+  std::uniform_real_distribution<float> ud(0.25f, 4.0f);
+  // Mostly ordinary scales; 1 in 16 tiny (F16 subnormal sub-block scales), 1 in 64 zero (the
+  // other header bytes and the qs stay random).
+  wm.SetScales(c.experts, c.out, [&] {
+    const int kind = int(rng() % 64);
+    const float mag = kind == 0 ? 0.f : (kind < 4 ? ud(rng) * 1e-6f : ud(rng) * 1e-3f);
+    return (rng() & 1) ? mag : -mag;
+  });
+  // The kernel's F16 weights (reference 1) and the plain dequantized ones (reference 2), per
+  // expert, row and logical k.
+  std::vector<float> w16(c.experts * c.out * c.in);
+  std::vector<double> wp(w16.size());
+  std::vector<int8_t> wq(w16.size());
+  for (int e = 0; e < c.experts; ++e)
+    for (int64_t o = 0; o < c.out; ++o)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w + e * matrix_bytes + o * row_bytes + 136 * b;
+        uint16_t dh, sh;
+        std::memcpy(&dh, blk, 2);
+        std::memcpy(&sh, blk + 2, 2);
+        for (int ib = 0; ib < 8; ++ib) {
+          const int ls = ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+          // d * (ls - 32) and table value * scale are exact in float: one F16 rounding each.
+          const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(ls - 32)));
+          for (int j = 0; j < 32; ++j) {
+            const uint8_t q = blk[8 + 16 * ib + (j % 16)];
+            const int8_t v = kValues[j < 16 ? (q & 15) : (q >> 4)];
+            const int64_t at = (e * c.out + o) * c.in + 256 * b + 32 * ib + j;
+            w16[at] = F16ToF32(F32ToF16(float(v) * s16));
+            wp[at] = double(F16ToF32(dh)) * (ls - 32) * v;
+            wq[at] = v;
+          }
+        }
+      }
+  // ---- groups and slots ----
+  const Grouping grouping = MakeGrouping(c.slots, c.extra_groups, rng);
+  const int G = grouping.groups;
+  const std::vector<int32_t>& group_order = grouping.group_order;
+  const std::vector<int32_t>& slot_matrix = grouping.slot_matrix;
+  const std::vector<int32_t>& slot_begin = grouping.slot_begin;
+  // ---- activations: F32 rows (x_stride apart), their F16 values, and the pair-ordered F16 ----
+  const int64_t x_rows = (G + c.div - 1) / c.div, x_stride = c.in + c.x_pad;
+  std::vector<uint4> x_store((x_rows * x_stride * 4 + 15) / 16);
+  float* x = reinterpret_cast<float*>(x_store.data());
+  std::vector<float> x16(x_rows * c.in);  // logical order
+  std::vector<uint4> xh_store((x_rows * c.in * 2 + 15) / 16);
+  uint16_t* xh = reinterpret_cast<uint16_t*>(xh_store.data());
+  for (int64_t r = 0; r < x_rows; ++r) {
+    const float row_scale = std::ldexp(1.f, int(rng() % 9) - 4);
+    for (int64_t k = 0; k < x_stride; ++k) {
+      const float v = RandomActivation(rng, r, row_scale);
+      x[r * x_stride + k] = v;
+      if (k >= c.in) continue;
+      const uint16_t h = F32ToF16(Clamp16(v));
+      x16[r * c.in + k] = F16ToF32(h);
+      xh[r * c.in + k / 32 * 32 + PairPos(int(k % 32))] = h;
+    }
+  }
+  // ---- the converter, against the host conversion (bit for bit) ----
+  std::vector<uint4> xk_store(xh_store.size());
+  std::memset(xk_store.data(), 0xFF, xk_store.size() * 16);  // NaN: a missed element shows
+  uint16_t* xk = reinterpret_cast<uint16_t*>(xk_store.data());
+  GemvParams q{};
+  q.in = c.in;
+  q.out = c.out;
+  q.x = x;
+  q.x_stride = x_stride;
+  q.rows = static_cast<int>(x_rows);
+  emu::ClearGlobals();
+  const cudaError_t conv_err =
+      stepserve::kernels::gemv_internal::LaunchConvertF16PairOrder(q, xk, nullptr);
+  int64_t conv_bad = 0;
+  for (int64_t i = 0; i < x_rows * c.in; ++i) conv_bad += xk[i] != xh[i];
+  const bool conv_ok = conv_err == cudaSuccess && conv_bad == 0 && emu::last_block == 256 &&
+                       emu::last_grid_x == unsigned((x_rows * c.in / 8 + 255) / 256);
+  // ---- references (double) ----
+  const int64_t y_stride = c.out + c.y_pad;
+  const int64_t kGuard = 4096;  // NaN floats after the last row: writes past y show as stray
+  const int64_t ny = G * y_stride + kGuard;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  enum Kind : uint8_t { kUntouched, kZero, kComputed };
+  std::vector<uint8_t> kind(ny, kUntouched);
+  std::vector<double> want(ny, nan), sum_abs(ny, 0.0), plain(ny, nan), plain_bound(ny, 0.0);
+  std::vector<int> slot_of(ny, -1);
+  for (size_t s = 0; s < c.slots.size(); ++s) {
+    const int32_t id = slot_matrix[s];
+    if (id == kSlotUnused) continue;
+    for (int k = slot_begin[s]; k < slot_begin[s + 1]; ++k) {
+      const int g = group_order[k];
+      const int64_t r = g / c.div;
+      for (int64_t o = 0; o < c.out; ++o) {
+        const int64_t i = g * y_stride + o;
+        slot_of[i] = int(s);
+        if (id < 0) {
+          kind[i] = kZero;
+          continue;
+        }
+        kind[i] = kComputed;
+        const int64_t wrow = (id * c.out + o) * c.in;
+        double acc = 0, abs_acc = 0, acc_p = 0, bound = 0;
+        for (int64_t kk = 0; kk < c.in; ++kk) {
+          const double prod = double(w16[wrow + kk]) * x16[r * c.in + kk];  // exact
+          acc += prod;
+          abs_acc += std::fabs(prod);
+          const double xv = Clamp16(x[r * x_stride + kk]), wv = wp[wrow + kk];
+          acc_p += wv * xv;
+          // Three roundings to F16 (scale, weight, activation): 2^-11 relative each (3 * 4.9e-4
+          // < 2e-3), or below 2^-14 half a subnormal step each, scaled by the other factors.
+          bound += 2e-3 * std::fabs(wv * xv) +
+                   kSub * (std::fabs(xv) * (std::abs(wq[wrow + kk]) + 1) + 2 * std::fabs(wv));
+        }
+        want[i] = acc;
+        sum_abs[i] = abs_acc;
+        plain[i] = acc_p;
+        plain_bound[i] = bound;
+      }
+    }
+  }
+  // ---- kernel ----
+  std::vector<float> y(ny, std::numeric_limits<float>::quiet_NaN());
+  GemvParams p{};
+  SetGroupedParams(wm, c.in, c.out, c.experts, c.div, grouping, y.data(), y_stride, &p);
+  p.xh = xh;
+  p.rows = static_cast<int>(x_rows);
+  emu::ClearGlobals();  // the only buffers cp.async may read
+  emu::AddGlobal(w, c.experts * matrix_bytes);
+  emu::AddGlobal(xh, x_rows * c.in * 2);
+  const long long mma0 = emu::n_mma, ctas0 = emu::n_ctas;
+  const int64_t slots = static_cast<int64_t>(c.slots.size());
+  const bool applies =
+      stepserve::kernels::gemv_internal::GroupedGemmF16Applies(GgmlType::kIQ4_XS, c.in, slots);
+  const cudaError_t err =
+      stepserve::kernels::gemv_internal::LaunchGemmF16Grouped(p, slots, nullptr);
+  // ---- compare ----
+  double max_norm = 0, max_plain = 0, max_plain_rel = 0;
+  int64_t bad = 0, plain_bad = 0, written_ok = 0, zeros = 0, stray = 0, missing = 0;
+  for (int64_t i = 0; i < ny; ++i) {
+    const float got = y[i];
+    bool wrong = false;
+    if (kind[i] == kUntouched) {
+      stray += !std::isnan(got);
+      wrong = !std::isnan(got);
+    } else if (std::isnan(got)) {
+      ++missing;
+      wrong = true;
+    } else if (kind[i] == kZero) {
+      zeros += got == 0.0f;
+      bad += got != 0.0f;
+      wrong = got != 0.0f;
+    } else {
+      const double e = std::fabs(double(got) - want[i]);
+      const double norm = e / std::max(sum_abs[i], 1e-300);
+      max_norm = std::max(max_norm, sum_abs[i] > 0 ? norm : (e > 0 ? 1.0 : 0.0));
+      wrong = !(e <= 1e-5 * sum_abs[i]);  // !(<=): a NaN is wrong too
+      bad += wrong;
+      written_ok += !wrong;
+      const double ep = std::fabs(double(got) - plain[i]);
+      max_plain = std::max(max_plain, ep / std::max(plain_bound[i], 1e-300));
+      max_plain_rel = std::max(max_plain_rel, ep / std::max(sum_abs[i], 1e-300));
+      plain_bad += !(ep <= plain_bound[i]);
+    }
+    if (wrong && bad + stray + missing <= 3) {  // the first few mismatches, for a report
+      const int64_t g = i / y_stride, o = i % y_stride;
+      const int s = slot_of[i];
+      int pos = -1;
+      for (int k = s >= 0 ? slot_begin[s] : 0; s >= 0 && k < slot_begin[s + 1]; ++k)
+        if (group_order[k] == g) pos = k - slot_begin[s];
+      std::printf(
+          "  mismatch %s: y[group %lld][row %lld] (slot %d matrix %d, column %d of the slot, "
+          "chunk %d col %d) got %.9g want %.9g (sum|products| %.3g)\n",
+          c.name.c_str(), (long long)g, (long long)o, s, s >= 0 ? slot_matrix[s] : -99, pos,
+          pos / 64, pos % 64, got, kind[i] == kComputed ? want[i] : (kind[i] == kZero ? 0.0 : nan),
+          sum_abs[i]);
+    }
+  }
+  const bool ok = conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 && missing == 0 &&
+                  err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&
+                  emu::last_grid_y == c.slots.size() && emu::last_block == 256 &&
+                  emu::last_smem == kWantSmem;
+  std::printf(
+      "%-4s %-34s grid %ux%u smem %zu ctas %lld mma %lld | convert %lld F16 (bad %lld) | "
+      "checked %lld zero-rows %lld | max err/sum|products| %.2e; vs unrounded F32: err/bound "
+      "%.2f (err/sum|products| %.2e, over %lld) | bad %lld stray %lld missing %lld\n",
+      ok ? "ok" : "FAIL", c.name.c_str(), emu::last_grid_x, emu::last_grid_y, emu::last_smem,
+      emu::n_ctas - ctas0, emu::n_mma - mma0, (long long)(x_rows * c.in), (long long)conv_bad,
+      (long long)written_ok, (long long)zeros, max_norm, max_plain, max_plain_rel,
+      (long long)plain_bad, (long long)bad, (long long)stray, (long long)missing);
+  return ok;
+}
+
+int main(int argc, char** argv) {
+  emu::copy_at_issue = argc > 1 && argv[1][0] == '1';
+  const uint32_t seed = argc > 2 ? uint32_t(std::atoi(argv[2])) : 1;
+  const int only = argc > 3 ? std::atoi(argv[3]) : -1;
+  emu::launch_seed = seed * 1000 + 1;
+  SetUpSharedMemory();
+  int fails = !CheckF16Rounding();
+  const int E = 5;
+  // Chunks of 64 pairs: 1 group, exactly one chunk, one and a bit, two and a partial, one and 63;
+  // unused and out-of-range (-1: zero rows) slots, an empty slot.
+  const std::vector<SlotSpec> slots = {{1, 1},   {E - 1, 64}, {0, 65},         {kSlotUnused, 3},
+                                       {2, 150}, {-1, 70},    {3, 127},        {4, 0},
+                                       {-1, 1},  {0, 2},      {kSlotUnused, 0}};
+  const std::vector<Case> cases = {
+      // out: one whole tile, two tiles with 72 rows in the second (4 passes of 15 + 12), less than
+      // a warp's share, two whole tiles, 15 rows past a tile (one pass), 16 rows (warp 0 only).
+      {"in 256 out 128 div 1", 256, 128, 1, 3, 0, E, slots, 6},
+      {"in 512 out 200 div 4", 512, 200, 4, 5, 4, E, slots, 7},
+      {"in 768 out 64 div 1", 768, 64, 1, 0, 8, E, slots, 3},
+      {"in 1024 out 256 div 4", 1024, 256, 4, 2, 0, E, slots, 4},
+      {"in 1536 out 143 div 1 (6 blocks)", 1536, 143, 1, 1, 4, E, slots, 2},
+      {"in 1280 out 16 div 4", 1280, 16, 4, 1, 12, E, slots, 5},
+  };
+  fails = RunCases(cases, only, seed, "F16 kernel, ", fails, RunCase);
+  return fails != 0;
+}
