@@ -112,15 +112,19 @@ std::atomic<int>& GroupedGemmSetting();
 cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                     cudaStream_t stream);
 
-// The grouped F16 GEMM (gemm_grouped_f16_cuda.cu: IQ4_XS weights decoded to F16, F16 activations
-// in p.xh, 128 weight rows x 64 pairs per CTA), tried before the int8 one where it applies:
-// GroupedGemmF16Setting() (STEPSERVE_GROUPED_GEMM_F16 at the first use, default on; 0 = off),
-// IQ4_XS, `in` a multiple of 256, 1..65535 slots. LaunchConvertF16PairOrder writes xh from x
-// (p.rows rows); it needs 2 * in * rows bytes (GemvIndexedCudaScratchBytes).
-std::atomic<bool>& GroupedGemmF16Setting();
+// The grouped F16 GEMM (gemm_grouped_f16_cuda.cu: IQ4_XS or Q4_K weights decoded to F16, F16
+// activations in p.xh, 128 weight rows x 64 pairs per CTA), tried before the int8 one where it
+// applies: GroupedGemmF16Setting() (STEPSERVE_GROUPED_GEMM_F16 at the first use: 0 off, 1 IQ4_XS
+// (default), 2 IQ4_XS and Q4_K), `in` a multiple of 256, 1..65535 slots.
+// LaunchConvertActivationsF16 writes xh from x (p.rows rows; pair order where p.x_pair_order,
+// the IQ4_XS decoder's, else natural order); it needs 2 * in * rows bytes
+// (GemvIndexedCudaScratchBytes). LaunchGemmF16Grouped: cudaErrorNotSupported for another type or
+// an activation order the type's decoder does not read.
+std::atomic<int>& GroupedGemmF16Setting();
 bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots);
-cudaError_t LaunchConvertF16PairOrder(const GemvParams& p, uint16_t* xh, cudaStream_t stream);
-cudaError_t LaunchGemmF16Grouped(const GemvParams& p, int64_t slots, cudaStream_t stream);
+cudaError_t LaunchConvertActivationsF16(const GemvParams& p, uint16_t* xh, cudaStream_t stream);
+cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slots,
+                                 cudaStream_t stream);
 
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,

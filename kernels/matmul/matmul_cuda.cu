@@ -152,11 +152,11 @@ KernelStatus LaunchGroupedF16(const GemvIndexedCudaArgs& a, gemv_internal::GemvP
   if (!a.x_prequantized) {
     gemv_internal::GemvParams q = p;
     q.rows = static_cast<int>(a.x_rows);
-    err = gemv_internal::LaunchConvertF16PairOrder(q, xh, stream);
+    err = gemv_internal::LaunchConvertActivationsF16(q, xh, stream);
   }
   if (err == cudaSuccess) {
     SetIndexedFields(a, &p);
-    err = gemv_internal::LaunchGemmF16Grouped(p, a.slots, stream);
+    err = gemv_internal::LaunchGemmF16Grouped(a.type, p, a.slots, stream);
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
@@ -224,7 +224,15 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   return KernelStatus::kOk;
 }
 
-bool SetGroupedGemmF16Cuda(bool on) { return gemv_internal::GroupedGemmF16Setting().exchange(on); }
+GroupedGemmF16Mode SetGroupedGemmF16Cuda(GroupedGemmF16Mode mode) {
+  return static_cast<GroupedGemmF16Mode>(
+      gemv_internal::GroupedGemmF16Setting().exchange(static_cast<int>(mode)));
+}
+
+bool GroupedGemmF16Enabled(GgmlType type) {
+  return gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed) != 0 &&
+         gemv_internal::GroupedGemmF16Applies(type, 256, 1);
+}
 
 GroupedGemmMode SetGroupedGemmCuda(GroupedGemmMode mode) {
   return static_cast<GroupedGemmMode>(

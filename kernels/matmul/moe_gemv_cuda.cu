@@ -147,8 +147,12 @@ bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down) {
 }
 
 bool MoeGemvCudaSupportsManyTokens(GgmlType gate_up, GgmlType down) {
-  return gate_up == GgmlType::kIQ4_XS && down == GgmlType::kIQ4_XS &&
-         gemv_internal::GemvMmaMinRows() <= gemv_internal::kGemvMmaMaxRows;
+  if (gate_up == GgmlType::kIQ4_XS && down == GgmlType::kIQ4_XS &&
+      gemv_internal::GemvMmaMinRows() <= gemv_internal::kGemvMmaMaxRows) {
+    return true;
+  }
+  // Other types only through the grouped F16 GEMM (its Q4_K decoder is opt-in: matmul_cuda.h).
+  return GroupedGemmF16Enabled(gate_up) && GroupedGemmF16Enabled(down);
 }
 
 KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& a) {

@@ -59,7 +59,9 @@ inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);
 bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);
 // Whether MoeGemvCuda takes more than kMoeGemvMaxTokens tokens for these types (tokens * top_k
-// up to kMoeGemvMaxPairsMany); false when STEPSERVE_GEMV_MMA=0 turns the tensor-core GEMV off.
+// up to kMoeGemvMaxPairsMany): IQ4_XS experts unless STEPSERVE_GEMV_MMA=0 turns the tensor-core
+// GEMV off; other types where the grouped F16 GEMM decodes both (GroupedGemmF16Enabled: Q4_K
+// with STEPSERVE_GROUPED_GEMM_F16=2).
 bool MoeGemvCudaSupportsManyTokens(GgmlType gate_up, GgmlType down);
 KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& args);
 KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& args, cudaStream_t stream);

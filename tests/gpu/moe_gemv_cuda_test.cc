@@ -90,8 +90,8 @@ struct GroupedGemmScope {
 
 // The same for the grouped GEMM's F16 form.
 struct GroupedGemmF16Scope {
-  bool was;
-  explicit GroupedGemmF16Scope(bool on) : was(SetGroupedGemmF16Cuda(on)) {}
+  GroupedGemmF16Mode was;
+  explicit GroupedGemmF16Scope(GroupedGemmF16Mode mode) : was(SetGroupedGemmF16Cuda(mode)) {}
   ~GroupedGemmF16Scope() { SetGroupedGemmF16Cuda(was); }
 };
 
@@ -147,19 +147,28 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
 
   // IQ4_XS projections also run through the grouped GEMM (SetGroupedGemmCuda), in its F16 form
-  // (the default) and its int8 form (SetGroupedGemmF16Cuda(false)): past kMoeGemvMaxTokens where
+  // (the default) and its int8 form (SetGroupedGemmF16Cuda kOff): past kMoeGemvMaxTokens where
   // it replaces the grouped tensor-core GEMV (kManyGroups), and at every token count in place of
-  // the dp4a grouped GEMV too (kAlways; one token is never grouped).
-  std::vector<std::pair<GroupedGemmMode, bool>> modes{{GroupedGemmMode::kOff, false}};
+  // the dp4a grouped GEMV too (kAlways; one token is never grouped). Q4_K experts take the F16
+  // GEMM only in its kIq4XsAndQ4K mode, which is also what lets MoeGemvCuda take many tokens.
+  using F16Mode = GroupedGemmF16Mode;
+  const bool q4k = gu_type == GgmlType::kQ4_K && down_type == GgmlType::kQ4_K;
+  std::vector<std::pair<GroupedGemmMode, F16Mode>> modes;
+  if (!(q4k && many)) modes.push_back({GroupedGemmMode::kOff, F16Mode::kIq4Xs});
   if (gu_type == GgmlType::kIQ4_XS || down_type == GgmlType::kIQ4_XS) {
-    for (const bool f16 : {true, false}) {
+    for (const F16Mode f16 : {F16Mode::kIq4Xs, F16Mode::kOff}) {
       if (many) modes.push_back({GroupedGemmMode::kManyGroups, f16});
       modes.push_back({GroupedGemmMode::kAlways, f16});
     }
   }
-  for (const auto& [mode, f16] : modes) {
+  if (q4k) {
+    if (many) modes.push_back({GroupedGemmMode::kManyGroups, F16Mode::kIq4XsAndQ4K});
+    modes.push_back({GroupedGemmMode::kAlways, F16Mode::kIq4XsAndQ4K});
+  }
+  for (const auto& [mode, f16_mode] : modes) {
     const GroupedGemmScope scope(mode);
-    const GroupedGemmF16Scope f16_scope(f16);
+    const GroupedGemmF16Scope f16_scope(f16_mode);
+    const int f16 = static_cast<int>(f16_mode);
     const int gemm = static_cast<int>(mode);
     auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
     const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
@@ -200,20 +209,22 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d rel_error=%.3g\n",
                 std::string(GgmlTypeName(gu_type)).c_str(),
                 std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit,
-                gemm, f16 ? 1 : 0, err);
+                gemm, f16, err);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TypesAndTokens, MoeGemvCudaTest,
-                         ::testing::Values(Param{GgmlType::kQ4_K, GgmlType::kQ4_K, 1, 0.0f},
-                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 1, 7.0f},
-                                           Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 5, 7.0f},
-                                           Param{GgmlType::kQ8_0, GgmlType::kQ8_0, 16, 0.0f},
-                                           Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f},
-                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 97, 0.0f},
-                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 200, 7.0f},
-                                           Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS,
-                                                 kSkewedTokens, 0.0f}));
+INSTANTIATE_TEST_SUITE_P(
+    TypesAndTokens, MoeGemvCudaTest,
+    ::testing::Values(Param{GgmlType::kQ4_K, GgmlType::kQ4_K, 1, 0.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 1, 7.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 5, 7.0f},
+                      Param{GgmlType::kQ8_0, GgmlType::kQ8_0, 16, 0.0f},
+                      Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 64, 0.5f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 97, 0.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 200, 7.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, kSkewedTokens, 0.0f},
+                      Param{GgmlType::kQ4_K, GgmlType::kQ4_K, 200, 7.0f},
+                      Param{GgmlType::kQ4_K, GgmlType::kQ4_K, kSkewedTokens, 0.0f}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;
@@ -249,6 +260,18 @@ TEST(MoeGemvCudaValidateTest, ManyTokensOnlyForIq4Xs) {
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
   a.gate.type = a.up.type = a.down.type = GgmlType::kIQ4_XS;
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kOk);
+}
+
+TEST(MoeGemvCudaValidateTest, ManyTokensForQ4KWithTheF16GemmOnly) {
+  const GroupedGemmF16Scope scope(GroupedGemmF16Mode::kIq4XsAndQ4K);
+  EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ6_K));
+  {
+    const GroupedGemmScope off(GroupedGemmMode::kOff);  // no grouped GEMM: no F16 form either
+    EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
+  }
+  SetGroupedGemmF16Cuda(GroupedGemmF16Mode::kIq4Xs);
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
 }
 
 }  // namespace

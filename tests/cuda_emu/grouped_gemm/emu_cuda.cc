@@ -256,6 +256,17 @@ uint32_t MulF16x2(uint32_t a, uint32_t b) {
   }
   return d;
 }
+// a * b + c with one rounding: the product of two F16 values is exact in double, and so is its
+// sum with an F16 whenever their exponents are within ~30 of each other (every case the F16
+// GEMM's decoders produce: q * scale - min with q < 16).
+uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d = 0;
+  for (int h = 0; h < 2; ++h) {
+    const double v = double(F16Value(a, h)) * double(F16Value(b, h)) + double(F16Value(c, h));
+    d |= uint32_t(F16Round(v)) << (16 * h);
+  }
+  return d;
+}
 uint16_t F16FromF32(float x) { return F16Round(x); }
 
 void SyncThreads() { Block(Op::kBar); }

@@ -57,6 +57,7 @@ uint16_t F16Round(double x);
 float F16Value(uint32_t r, int hi);  // the F16 in the low (hi 0) or high half of r
 uint32_t SubF16x2(uint32_t a, uint32_t b);
 uint32_t MulF16x2(uint32_t a, uint32_t b);
+uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c);
 uint16_t F16FromF32(float x);
 void SyncThreads();
 void SyncWarp();

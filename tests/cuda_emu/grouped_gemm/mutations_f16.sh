@@ -1,35 +1,46 @@
 #!/usr/bin/env bash
-# Injected bugs in GemmF16Iq4XsGroupedKernel / ConvertF16PairOrderKernel
-# (kernels/matmul/gemm_grouped_f16_cuda.cu), each run through mutate.sh (every case, seed 1, both
-# cp.async landing modes); every one must be caught: FAIL cases or an EMU FAILURE, rc != 0.
+# Injected bugs in GemmF16GroupedKernel / ConvertActivationsF16Kernel
+# (kernels/matmul/gemm_grouped_f16_cuda.cu) and its decoders (gemm_f16_decoders.cuh), each run
+# through mutate.sh (every case, seed 1, both cp.async landing modes); every one must be caught:
+# FAIL cases or an EMU FAILURE, rc != 0.
 # Usage: bash tests/cuda_emu/grouped_gemm/mutations_f16.sh [NAME...]  (EMU_JOBS parallel, default 2)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-f=matmul/gemm_grouped_f16_cuda.cu
+kernel=matmul/gemm_grouped_f16_cuda.cu
+decoders=matmul/gemm_f16_decoders.cuh
 out=$(mktemp -d)
-declare -A old new
-add() { names+=("$1"); old[$1]=$2; new[$1]=$3; }
+declare -A old new file
+# add NAME OLD NEW [FILE] (FILE relative to kernels/, default the kernel)
+add() { names+=("$1"); old[$1]=$2; new[$1]=$3; file[$1]=${4:-$kernel}; }
 names=()
 # A fragments: rows g and g + 8 swapped in a0 / a1 of the first MMA.
-add swap_a0_a1 "{ScaledHalves(va.x, 0x4140u, sa), ScaledHalves(vb.x, 0x4140u, sb)," \
-  "{ScaledHalves(vb.x, 0x4140u, sb), ScaledHalves(va.x, 0x4140u, sa),"
+add swap_a0_a1 "D::Halves(sa, sa.words.x, 0x4140u), D::Halves(sb, sb.words.x, 0x4140u)," \
+  "D::Halves(sb, sb.words.x, 0x4140u), D::Halves(sa, sa.words.x, 0x4140u),"
 # B fragments of the second MMA swapped (k 2t.. and 2t+8.. exchanged against A).
 add swap_b_hi "MmaF16(a_hi, x.z, x.w, acc[j]);" "MmaF16(a_hi, x.w, x.z, acc[j]);"
 # Activation chunk of the wrong sub-block.
 add act_chunk_offset "act + 8 * j * kActStride + 64 * ib" \
   "act + 8 * j * kActStride + 64 * (ib ^ 1)"
 # Copy plan: one pass short (a tile's last row never copied where it ends a pass) ...
-add plan_rows_short "static_cast<int>((valid - 1 - r0) / kWeightRowsPerPass) + 1" \
-  "static_cast<int>((valid - 2 - r0) / kWeightRowsPerPass) + 1"
+add plan_rows_short "static_cast<int>((valid - 1 - r0) / kRowsPerPass) + 1" \
+  "static_cast<int>((valid - 2 - r0) / kRowsPerPass) + 1"
 # ... or one pass long (row `out` copied: past the matrix, into the activation stage).
-add plan_rows_long "static_cast<int>((valid - 1 - r0) / kWeightRowsPerPass) + 1" \
-  "static_cast<int>((valid - r0) / kWeightRowsPerPass) + 1"
+add plan_rows_long "static_cast<int>((valid - 1 - r0) / kRowsPerPass) + 1" \
+  "static_cast<int>((valid - r0) / kRowsPerPass) + 1"
 # The chunk's last activation row not copied.
 add x_last_col "c.x_on = rx < cols;" "c.x_on = rx < cols - 1;"
-# Sub-block scale: wrong half of the pair, wrong bias (ls - 33).
-add scale_half "(ib & 2) ? 0x3232u : 0x1010u" "(ib & 2) ? 0x1010u : 0x3232u"
-add scale_bias "MulF16x2(SubF16x2(s[i], 0x64206420u), d2)" \
-  "MulF16x2(SubF16x2(s[i], 0x64216421u), d2)"
+# IQ4_XS sub-block scale: wrong half of the pair, wrong bias (ls - 33).
+add scale_half "(ib & 2) ? 0x3232u : 0x1010u" "(ib & 2) ? 0x1010u : 0x3232u" "$decoders"
+add scale_bias "BytesTimesF16(ls_even, 0x64206420u, d2, &r.s[0], &r.s[1]);" \
+  "BytesTimesF16(ls_even, 0x64216421u, d2, &r.s[0], &r.s[1]);" "$decoders"
+# Q4_K: high nibble for the even sub-block, the min added instead of subtracted, the scale pair
+# of the wrong sub-blocks, the top bits of the upper scales from the wrong byte.
+add q4k_nibble "const int shift = 4 * (ib & 1);" "const int shift = 4 * ((ib & 1) ^ 1);" \
+  "$decoders"
+add q4k_min_sign "r.nm[i] ^= 0x80008000u;" "r.nm[i] ^= 0u;" "$decoders"
+add q4k_scale_pair "(ib & 4) ? ((ib & 2) ? r.s[3] : r.s[2]) : ((ib & 2) ? r.s[1] : r.s[0]);" \
+  "(ib & 4) ? ((ib & 2) ? r.s[2] : r.s[3]) : ((ib & 2) ? r.s[1] : r.s[0]);" "$decoders"
+add q4k_scale_hi "((h.y >> 2) & 0x30303030u)" "((h.z >> 2) & 0x30303030u)" "$decoders"
 # Pipeline: no barrier before a stage is refilled; no wait for this thread's copies.
 add no_refill_barrier \
   "__syncthreads();  // every warp is done with the stage before it is refilled" ""
@@ -41,7 +52,8 @@ add convert_order "{a.x, b.x, a.y, b.y, a.z, b.z, a.w, b.w}" \
 jobs=${EMU_JOBS:-2}
 for n in "${names[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-  bash "$here/mutate.sh" "f16_$n" "$f" "${old[$n]}" "${new[$n]}" >"$out/$n" 2>&1 &
+  EMU_TEST=test_f16 bash "$here/mutate.sh" "f16_$n" "${file[$n]}" "${old[$n]}" "${new[$n]}" \
+    >"$out/$n" 2>&1 &
 done
 wait
 missed=0

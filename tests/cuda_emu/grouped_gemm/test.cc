@@ -31,7 +31,7 @@ static int g_permute_x = 1;  // 0: harness mutation, activations stored un-permu
 
 bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
-  Iq4Matrices wm(c.experts, c.out, c.in, rng);
+  QuantMatrices wm(c.experts, c.out, c.in, 136, rng);
   const int64_t nb = wm.nb, row_bytes = wm.row_bytes, matrix_bytes = wm.matrix_bytes;
   uint8_t* w = wm.data();
   std::uniform_real_distribution<float> ud(0.5f, 2.0f);

@@ -73,15 +73,16 @@ inline Grouping MakeGrouping(const std::vector<SlotSpec>& slots, int extra_group
   return r;
 }
 
-// Random IQ4_XS matrices: `experts` x `out` rows of `in` weights, rows padded to 16 bytes, every
-// byte random (the padding too) in an exact-size 16-byte-aligned buffer, so a read past it is
-// caught; the caller sets each block's d.
-struct Iq4Matrices {
-  int64_t nb, row_bytes, matrix_bytes, bytes;
+// Random block-quantized matrices (IQ4_XS: 136-byte blocks, Q4_K: 144): `experts` x `out` rows
+// of `in` weights, rows padded to 16 bytes, every byte random (the padding too) in an exact-size
+// 16-byte-aligned buffer, so a read past it is caught; the caller sets each block's scales.
+struct QuantMatrices {
+  int64_t block_bytes, nb, row_bytes, matrix_bytes, bytes;
   std::vector<uint4> store;
-  Iq4Matrices(int experts, int64_t out, int64_t in, std::mt19937& rng)
-      : nb(in / 256),
-        row_bytes((136 * nb + 15) / 16 * 16),
+  QuantMatrices(int experts, int64_t out, int64_t in, int64_t block_bytes_, std::mt19937& rng)
+      : block_bytes(block_bytes_),
+        nb(in / 256),
+        row_bytes((block_bytes * nb + 15) / 16 * 16),
         matrix_bytes(out * row_bytes),
         bytes(experts * matrix_bytes),
         store((bytes + 15) / 16) {
@@ -89,16 +90,17 @@ struct Iq4Matrices {
   }
   uint8_t* data() { return reinterpret_cast<uint8_t*>(store.data()); }
   uint8_t* block(int e, int64_t o, int64_t b) {
-    return data() + e * matrix_bytes + o * row_bytes + 136 * b;
+    return data() + e * matrix_bytes + o * row_bytes + block_bytes * b;
   }
-  // Every block's d (its first two bytes) from next_d(), in matrix, row, block order.
-  template <class NextD>
-  void SetScales(int experts, int64_t out, NextD next_d) {
+  // Every block's F16 at byte `offset` (d: 0; Q4_K's dmin: 2) from next(), in matrix, row, block
+  // order.
+  template <class Next>
+  void SetScales(int experts, int64_t out, Next next, int offset = 0) {
     for (int e = 0; e < experts; ++e)
       for (int64_t o = 0; o < out; ++o)
         for (int64_t b = 0; b < nb; ++b) {
-          const uint16_t h = stepserve::F32ToF16(next_d());
-          std::memcpy(block(e, o, b), &h, 2);
+          const uint16_t h = stepserve::F32ToF16(next());
+          std::memcpy(block(e, o, b) + offset, &h, 2);
         }
   }
 };
@@ -106,7 +108,7 @@ struct Iq4Matrices {
 // The weight, output, table and grouping fields of the kernels' GemvParams (a template: the type
 // comes with the kernel source, included after this header).
 template <class Params>
-void SetGroupedParams(Iq4Matrices& w, int64_t in, int64_t out, int experts, int div,
+void SetGroupedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, int div,
                       const Grouping& g, float* y, int64_t y_stride, Params* p) {
   p->w = w.data();
   p->w_row_bytes = w.row_bytes;

@@ -1,6 +1,7 @@
-// Runs the real GemmF16Iq4XsGroupedKernel source (through its launcher LaunchGemmF16Grouped) and
-// ConvertF16PairOrderKernel (LaunchConvertF16PairOrder) under the host emulator. The converter's
-// F16 pair-order activations are compared bit for bit with an independent host conversion; the
+// Runs the real GemmF16GroupedKernel source (through its launcher LaunchGemmF16Grouped), with its
+// IQ4_XS and Q4_K decoders (gemm_f16_decoders.cuh), and ConvertActivationsF16Kernel
+// (LaunchConvertActivationsF16) under the host emulator. The converter's F16 activations (pair
+// order for IQ4_XS, natural for Q4_K) are compared bit for bit with a host conversion; the
 // GEMM's y with two double references: (1) the kernel's own F16 weights (table value times the
 // F16-rounded sub-block scale, rounded to F16 once) times the F16 activations, within 1e-5 of the
 // row's sum of |products| (only the F32 accumulation differs); (2) the unrounded dequantized
@@ -26,8 +27,9 @@ using stepserve::kernels::gemv_internal::kSlotUnused;
 
 constexpr double kSub = 0x1p-25;  // half the F16 subnormal step: the rounding error near zero
 constexpr size_t kWantSmem = 2 * (128 * 144 + 64 * 576) + 64 * sizeof(int);
+constexpr size_t kWantSmemQ4K = 2 * (128 * 160 + 64 * 576) + 64 * sizeof(int);
 
-// ConvertF16PairOrderKernel's value: saturated at +-65504 (an infinity would turn zero weights
+// ConvertActivationsF16Kernel's value: saturated at +-65504 (an infinity would turn zero weights
 // into NaNs), then rounded to nearest even.
 static float Clamp16(float v) { return std::min(std::max(v, -65504.f), 65504.f); }
 
@@ -65,7 +67,8 @@ struct Case {
   int64_t x_pad;  // F32 activations' x_stride = in + x_pad (a multiple of 4: float4 loads)
   int experts;
   std::vector<SlotSpec> slots;
-  int extra_groups;  // groups in no slot (their y rows must stay NaN)
+  int extra_groups;                   // groups in no slot (their y rows must stay NaN)
+  GgmlType type = GgmlType::kIQ4_XS;  // or kQ4_K (natural-order activations)
 };
 
 // A random F32 activation; row 0 also gets the converter's edge values (saturation, ties,
@@ -79,42 +82,87 @@ static float RandomActivation(std::mt19937& rng, int64_t row, float row_scale) {
   return u(rng) * row_scale;
 }
 
+// Weight j of sub-block ib of an IQ4_XS block: the kernel's F16 value (table value times the
+// F16-rounded d * (ls - 32), rounded to F16 once), the unrounded value, its magnitude, the table
+// value.
+static void DecodeIq4Xs(const uint8_t* blk, int ib, int j, float* w16, double* wp, double* wmag,
+                        int8_t* wq) {
+  uint16_t dh, sh;
+  std::memcpy(&dh, blk, 2);
+  std::memcpy(&sh, blk + 2, 2);
+  const int ls = ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+  // d * (ls - 32) and table value * scale are exact in float: one F16 rounding each.
+  const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(ls - 32)));
+  const uint8_t q = blk[8 + 16 * ib + (j % 16)];
+  const int8_t v = kValues[j < 16 ? (q & 15) : (q >> 4)];
+  *w16 = F16ToF32(F32ToF16(float(v) * s16));
+  *wp = double(F16ToF32(dh)) * (ls - 32) * v;
+  *wmag = std::fabs(*wp);
+  *wq = v;
+}
+
+// The same for Q4_K (d, dmin, scales[12], qs[128]; ggml's get_scale_min_k4 for the 6-bit scale
+// and min): the kernel's value is q * s16 - m16 rounded to F16 once (an F16 fma), with s16 and
+// m16 the F16-rounded d * sc and dmin * m. The fma's exact value is rounded with the emulator's
+// F16Round (checked against float16.h's rounding by CheckF16Rounding).
+static void DecodeQ4K(const uint8_t* blk, int ib, int j, float* w16, double* wp, double* wmag,
+                      int8_t* wq) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk, 2);
+  std::memcpy(&mh, blk + 2, 2);
+  const uint8_t* sc = blk + 4;
+  int scale, min;
+  if (ib < 4) {
+    scale = sc[ib] & 63;
+    min = sc[ib + 4] & 63;
+  } else {
+    scale = (sc[ib + 4] & 0xF) | ((sc[ib - 4] >> 6) << 4);
+    min = (sc[ib + 4] >> 4) | ((sc[ib] >> 6) << 4);
+  }
+  const int q = (blk[16 + 32 * (ib / 2) + j] >> (4 * (ib % 2))) & 15;
+  const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(scale)));
+  const float m16 = F16ToF32(F32ToF16(F16ToF32(mh) * float(min)));
+  *w16 = F16ToF32(emu::F16Round(double(q) * s16 - double(m16)));
+  const double ds = double(F16ToF32(dh)) * scale * q, dm = double(F16ToF32(mh)) * min;
+  *wp = ds - dm;
+  *wmag = std::fabs(ds) + std::fabs(dm);
+  *wq = int8_t(q);
+}
+
 bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
-  Iq4Matrices wm(c.experts, c.out, c.in, rng);
-  const int64_t nb = wm.nb, row_bytes = wm.row_bytes, matrix_bytes = wm.matrix_bytes;
+  const bool q4k = c.type == GgmlType::kQ4_K;
+  QuantMatrices wm(c.experts, c.out, c.in, q4k ? 144 : 136, rng);
+  const int64_t nb = wm.nb;
   uint8_t* w = wm.data();
   std::uniform_real_distribution<float> ud(0.25f, 4.0f);
   // Mostly ordinary scales; 1 in 16 tiny (F16 subnormal sub-block scales), 1 in 64 zero (the
-  // other header bytes and the qs stay random).
-  wm.SetScales(c.experts, c.out, [&] {
+  // other header bytes and the qs stay random). Q4_K's dmin likewise.
+  auto next_scale = [&] {
     const int kind = int(rng() % 64);
     const float mag = kind == 0 ? 0.f : (kind < 4 ? ud(rng) * 1e-6f : ud(rng) * 1e-3f);
     return (rng() & 1) ? mag : -mag;
-  });
+  };
+  wm.SetScales(c.experts, c.out, next_scale);
+  if (q4k) wm.SetScales(c.experts, c.out, next_scale, 2);
   // The kernel's F16 weights (reference 1) and the plain dequantized ones (reference 2), per
-  // expert, row and logical k.
+  // expert, row and logical k; wmag: the magnitude the F16 roundings are relative to (IQ4_XS:
+  // |weight|; Q4_K: |d sc q| + |dmin m|, as the min may cancel the scaled value); wq: the integer.
   std::vector<float> w16(c.experts * c.out * c.in);
-  std::vector<double> wp(w16.size());
+  std::vector<double> wp(w16.size()), wmag(w16.size());
   std::vector<int8_t> wq(w16.size());
   for (int e = 0; e < c.experts; ++e)
     for (int64_t o = 0; o < c.out; ++o)
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = w + e * matrix_bytes + o * row_bytes + 136 * b;
-        uint16_t dh, sh;
-        std::memcpy(&dh, blk, 2);
-        std::memcpy(&sh, blk + 2, 2);
+        const uint8_t* blk = wm.block(e, o, b);
         for (int ib = 0; ib < 8; ++ib) {
-          const int ls = ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
-          // d * (ls - 32) and table value * scale are exact in float: one F16 rounding each.
-          const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(ls - 32)));
           for (int j = 0; j < 32; ++j) {
-            const uint8_t q = blk[8 + 16 * ib + (j % 16)];
-            const int8_t v = kValues[j < 16 ? (q & 15) : (q >> 4)];
             const int64_t at = (e * c.out + o) * c.in + 256 * b + 32 * ib + j;
-            w16[at] = F16ToF32(F32ToF16(float(v) * s16));
-            wp[at] = double(F16ToF32(dh)) * (ls - 32) * v;
-            wq[at] = v;
+            if (q4k) {
+              DecodeQ4K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
+            } else {
+              DecodeIq4Xs(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
+            }
           }
         }
       }
@@ -139,7 +187,7 @@ bool RunCase(const Case& c, uint32_t seed) {
       if (k >= c.in) continue;
       const uint16_t h = F32ToF16(Clamp16(v));
       x16[r * c.in + k] = F16ToF32(h);
-      xh[r * c.in + k / 32 * 32 + PairPos(int(k % 32))] = h;
+      xh[r * c.in + (q4k ? k : k / 32 * 32 + PairPos(int(k % 32)))] = h;
     }
   }
   // ---- the converter, against the host conversion (bit for bit) ----
@@ -152,9 +200,10 @@ bool RunCase(const Case& c, uint32_t seed) {
   q.x = x;
   q.x_stride = x_stride;
   q.rows = static_cast<int>(x_rows);
+  q.x_pair_order = !q4k;
   emu::ClearGlobals();
   const cudaError_t conv_err =
-      stepserve::kernels::gemv_internal::LaunchConvertF16PairOrder(q, xk, nullptr);
+      stepserve::kernels::gemv_internal::LaunchConvertActivationsF16(q, xk, nullptr);
   int64_t conv_bad = 0;
   for (int64_t i = 0; i < x_rows * c.in; ++i) conv_bad += xk[i] != xh[i];
   const bool conv_ok = conv_err == cudaSuccess && conv_bad == 0 && emu::last_block == 256 &&
@@ -190,10 +239,12 @@ bool RunCase(const Case& c, uint32_t seed) {
           abs_acc += std::fabs(prod);
           const double xv = Clamp16(x[r * x_stride + kk]), wv = wp[wrow + kk];
           acc_p += wv * xv;
-          // Three roundings to F16 (scale, weight, activation): 2^-11 relative each (3 * 4.9e-4
-          // < 2e-3), or below 2^-14 half a subnormal step each, scaled by the other factors.
-          bound += 2e-3 * std::fabs(wv * xv) +
-                   kSub * (std::fabs(xv) * (std::abs(wq[wrow + kk]) + 1) + 2 * std::fabs(wv));
+          // Three roundings to F16 (scale, weight, activation; Q4_K: also the min): 2^-11
+          // relative each (3 * 4.9e-4 < 2e-3) of the magnitudes they apply to, or below 2^-14
+          // half a subnormal step each, scaled by the other factors.
+          bound += 2e-3 * wmag[wrow + kk] * std::fabs(xv) +
+                   kSub * (std::fabs(xv) * (std::abs(wq[wrow + kk]) + (q4k ? 2 : 1)) +
+                           2 * std::fabs(wv));
         }
         want[i] = acc;
         sum_abs[i] = abs_acc;
@@ -208,15 +259,16 @@ bool RunCase(const Case& c, uint32_t seed) {
   SetGroupedParams(wm, c.in, c.out, c.experts, c.div, grouping, y.data(), y_stride, &p);
   p.xh = xh;
   p.rows = static_cast<int>(x_rows);
+  p.x_pair_order = !q4k;
   emu::ClearGlobals();  // the only buffers cp.async may read
-  emu::AddGlobal(w, c.experts * matrix_bytes);
+  emu::AddGlobal(w, wm.bytes);
   emu::AddGlobal(xh, x_rows * c.in * 2);
   const long long mma0 = emu::n_mma, ctas0 = emu::n_ctas;
   const int64_t slots = static_cast<int64_t>(c.slots.size());
   const bool applies =
-      stepserve::kernels::gemv_internal::GroupedGemmF16Applies(GgmlType::kIQ4_XS, c.in, slots);
+      stepserve::kernels::gemv_internal::GroupedGemmF16Applies(c.type, c.in, slots);
   const cudaError_t err =
-      stepserve::kernels::gemv_internal::LaunchGemmF16Grouped(p, slots, nullptr);
+      stepserve::kernels::gemv_internal::LaunchGemmF16Grouped(c.type, p, slots, nullptr);
   // ---- compare ----
   double max_norm = 0, max_plain = 0, max_plain_rel = 0;
   int64_t bad = 0, plain_bad = 0, written_ok = 0, zeros = 0, stray = 0, missing = 0;
@@ -262,7 +314,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   const bool ok = conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 && missing == 0 &&
                   err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&
                   emu::last_grid_y == c.slots.size() && emu::last_block == 256 &&
-                  emu::last_smem == kWantSmem;
+                  emu::last_smem == (q4k ? kWantSmemQ4K : kWantSmem);
   std::printf(
       "%-4s %-34s grid %ux%u smem %zu ctas %lld mma %lld | convert %lld F16 (bad %lld) | "
       "checked %lld zero-rows %lld | max err/sum|products| %.2e; vs unrounded F32: err/bound "
@@ -281,6 +333,8 @@ int main(int argc, char** argv) {
   emu::launch_seed = seed * 1000 + 1;
   SetUpSharedMemory();
   int fails = !CheckF16Rounding();
+  // Both decoders (Q4_K is opt-in on a device: STEPSERVE_GROUPED_GEMM_F16=2).
+  stepserve::kernels::gemv_internal::GroupedGemmF16Setting().store(2);
   const int E = 5;
   // Chunks of 64 pairs: 1 group, exactly one chunk, one and a bit, two and a partial, one and 63;
   // unused and out-of-range (-1: zero rows) slots, an empty slot.
@@ -296,6 +350,10 @@ int main(int argc, char** argv) {
       {"in 1024 out 256 div 4", 1024, 256, 4, 2, 0, E, slots, 4},
       {"in 1536 out 143 div 1 (6 blocks)", 1536, 143, 1, 1, 4, E, slots, 2},
       {"in 1280 out 16 div 4", 1280, 16, 4, 1, 12, E, slots, 5},
+      // Q4_K (28 rows per copy pass: 128 = 4 passes + 16, 200 = 72 in the second tile).
+      {"Q4_K in 256 out 128 div 1", 256, 128, 1, 3, 0, E, slots, 6, GgmlType::kQ4_K},
+      {"Q4_K in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ4_K},
+      {"Q4_K in 768 out 143 div 1", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ4_K},
   };
   fails = RunCases(cases, only, seed, "F16 kernel, ", fails, RunCase);
   return fails != 0;

@@ -1,11 +1,13 @@
 # Builds <out>/kernels/... : host-compilable copies of the grouped GEMM kernels (int8:
-# gemm_grouped_mma_cuda.cu, F16: gemm_grouped_f16_cuda.cu) and their device headers, the inline-asm
+# gemm_grouped_mma_cuda.cu, F16: gemm_grouped_f16_cuda.cu with gemm_f16_decoders.cuh) and their
+# device headers, the inline-asm
 # wrappers re-pointed at emu:: (everything else verbatim). Optional mutation:
 #   transform.py OUT [FILE OLD NEW]   (FILE relative to kernels/, OLD replaced once, must exist)
 import os, sys
 M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'kernels') + '/'
 out = sys.argv[1]
 files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
+         'matmul/gemm_f16_decoders.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
          'matmul/gemv_q8x_pieces.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h']
@@ -38,7 +40,9 @@ reps = {
   ('__device__ __forceinline__ void PrefetchL2(', 'inline void PrefetchL2(const void*) {}'),
  ],
  'matmul/gemm_grouped_mma_cuda.cu': [],
- 'matmul/gemm_grouped_f16_cuda.cu': [
+ 'matmul/gemm_grouped_f16_cuda.cu': [],
+ 'matmul/gemm_f16_decoders.cuh': [
+  ('__device__ __forceinline__ uint32_t FmaF16x2(', 'inline uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c) { return emu::FmaF16x2(a, b, c); }'),
   ('__device__ __forceinline__ uint32_t SubF16x2(', 'inline uint32_t SubF16x2(uint32_t a, uint32_t b) { return emu::SubF16x2(a, b); }'),
   ('__device__ __forceinline__ uint32_t MulF16x2(', 'inline uint32_t MulF16x2(uint32_t a, uint32_t b) { return emu::MulF16x2(a, b); }'),
   ('__device__ __forceinline__ uint16_t F16FromF32(', 'inline uint16_t F16FromF32(float x) { return emu::F16FromF32(x); }'),

@@ -1,0 +1,152 @@
+// Weight decoders of the grouped F16 GEMM (gemm_grouped_f16_cuda.cu): a block type's staged rows
+// -> F16 A fragments of mma.m16n8k16 with the block's scales (and mins) folded in. Device code,
+// included inside the kernel file's anonymous namespace (after gemv_q8x_pieces.cuh).
+//
+// A decoder D gives the staging geometry (kBlockBytes, kStride: a staged row's bytes, chosen so
+// the 8 rows a fragment load reads fall in distinct banks; kPieceBytes, kPieces: the cp.async
+// pieces of a block) and, per sub-block of 32 weights, lane t's 8 weights as two words of biased
+// bytes (`words`: halves 0-3 and 4-7 of the lane's 16-byte activation chunk, so word x feeds the
+// first m16n8k16 of the sub-block and word y the second) with the sub-block's F16 scale (and
+// negated min), turned into F16 pairs by Halves(). kPairOrder: the activations this decoder reads
+// are in the pair order of Q8ScratchPosition (IQ4_XS), else in natural order.
+#ifndef STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
+#define STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
+
+// F16 pair arithmetic and conversion, round to nearest even, subnormals kept (inline PTX so the
+// host emulation, tests/cuda_emu/grouped_gemm, can substitute these four).
+__device__ __forceinline__ uint32_t SubF16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t MulF16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint16_t F16FromF32(float x) {
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+
+// Two F16 weights from bytes (sel) of `biased` (IQ4_NL table value + 128 per byte) times `scale`:
+// 0x64XX is the F16 1024 + XX, so subtracting 1152 leaves the table value exactly; one rounding
+// in the product. (A fused h * s - 1152 * s would round 1152 * s: up to half a table step.)
+__device__ __forceinline__ uint32_t ScaledHalves(uint32_t biased, uint32_t sel, uint32_t scale) {
+  const uint32_t h = __byte_perm(biased, 0x64646464u, sel);
+  return MulF16x2(SubF16x2(h, 0x64806480u), scale);  // 0x6480: 1152
+}
+
+// Four 6-bit values, one per byte of `bytes`, as two exact F16 pairs ({byte 0, 1}, {2, 3}) times
+// `mul2` ({m, m}): 0x64XX = 1024 + XX, minus `bias2` (1024 + the values' offset), times m: one
+// rounding, as when the float product is rounded to F16.
+__device__ __forceinline__ void BytesTimesF16(uint32_t bytes, uint32_t bias2, uint32_t mul2,
+                                              uint32_t* lo, uint32_t* hi) {
+  *lo = MulF16x2(SubF16x2(__byte_perm(bytes, 0x64646464u, 0x4140u), bias2), mul2);
+  *hi = MulF16x2(SubF16x2(__byte_perm(bytes, 0x64646464u, 0x4342u), bias2), mul2);
+}
+
+// ---- IQ4_XS: 136-byte blocks {d, scales_h, scales_l[4], qs[128]}, 8-byte aligned in a row. ----
+struct Iq4XsF16Decoder {
+  static constexpr int kBlockBytes = 136;
+  static constexpr int kStride = 144;  // rows 16 bytes apart mod 128
+  static constexpr int kPieceBytes = 8, kPieces = 17;
+  static constexpr bool kPairOrder = true;
+  struct Row {
+    const uint8_t* p;
+    // The 8 sub-block scales d * (ls - 32) as F16 pairs: {ib 0, 2}, {4, 6}, {1, 3}, {5, 7}.
+    uint32_t s[4];
+  };
+  struct Sub {
+    uint2 words;
+    uint32_t scale;
+  };
+  // The 6-bit ls of all 8 sub-blocks are assembled as bytes with whole-word bit operations. Why:
+  // per sub-block and row the scalar decode (SubBlockScale, then a float -> F16 conversion) cost
+  // ~7 integer-pipe instructions; the ALU pipe is the decode's limit (session-9 ncu).
+  static __device__ __forceinline__ Row Begin(const uint8_t* row) {
+    const uint2 h = *reinterpret_cast<const uint2*>(row);
+    const uint32_t sh = h.x >> 16;  // scales_h: bits 2ib, 2ib + 1 = bits 4-5 of ls
+    const uint32_t nib = __byte_perm(sh & 0x0F0Fu, (sh >> 4) & 0x0F0Fu, 0x5140u);  // nibble k
+    const uint32_t ls_even = (h.y & 0x0F0F0F0Fu) | ((nib & 0x03030303u) << 4);     // byte k: ls(2k)
+    const uint32_t ls_odd = ((h.y >> 4) & 0x0F0F0F0Fu) | ((nib & 0x0C0C0C0Cu) << 2);
+    const uint32_t d2 = __byte_perm(h.x, 0, 0x1010u);  // {d, d}
+    Row r{row, {}};
+    BytesTimesF16(ls_even, 0x64206420u, d2, &r.s[0], &r.s[1]);  // 0x6420: 1056 = 1024 + 32
+    BytesTimesF16(ls_odd, 0x64206420u, d2, &r.s[2], &r.s[3]);
+    return r;
+  }
+  // `tbl`: the IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16). Lane t's
+  // byte word t of the sub-block's qs holds elements 4t..4t+3 (low nibbles) and 16+4t.. (high):
+  // Lookup16Pairs yields them in the pair order of its activation chunk.
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const uint32_t (&tbl)[4]) {
+    const uint32_t q = *reinterpret_cast<const uint32_t*>(r.p + 8 + 16 * ib + 4 * t);
+    // ib & 3 is known at compile time under the unrolled loop; ib & 4 selects between registers.
+    const uint32_t pair = (ib & 1) ? ((ib & 4) ? r.s[3] : r.s[2]) : ((ib & 4) ? r.s[1] : r.s[0]);
+    return Sub{Lookup16Pairs(q, tbl), __byte_perm(pair, 0, (ib & 2) ? 0x3232u : 0x1010u)};
+  }
+  static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
+    return ScaledHalves(word, sel, s.scale);
+  }
+};
+
+// ---- Q4_K: 144-byte blocks {d, dmin, scales[12], qs[128]}, 16-byte aligned in a row. ----
+// Weight = d * sc * q - dmin * m (q 4-bit; 6-bit sc, m per 32-weight sub-block). Sub-blocks 2j
+// and 2j + 1 are the low and high nibbles of qs[32j .. 32j + 31], element l in byte l, so lane
+// t's 8 elements 8t..8t+7 (natural order) are bytes 8t..8t+7: one 8-byte load.
+struct Q4KF16Decoder {
+  static constexpr int kBlockBytes = 144;
+  static constexpr int kStride = 160;  // rows 32 bytes apart mod 128 (8-byte fragment loads)
+  static constexpr int kPieceBytes = 16, kPieces = 9;
+  static constexpr bool kPairOrder = false;
+  struct Row {
+    const uint8_t* p;
+    uint32_t s[4];   // d * sc as F16 pairs {ib 0, 1}, {2, 3}, {4, 5}, {6, 7}
+    uint32_t nm[4];  // -(dmin * m), the same pairs
+  };
+  struct Sub {
+    uint2 words;
+    uint32_t scale, neg_min;
+  };
+  static __device__ __forceinline__ Row Begin(const uint8_t* row) {
+    const uint4 h = *reinterpret_cast<const uint4*>(row);  // {d | dmin, scales[0..11]}
+    // get_scale_min_k4 for all 8 sub-blocks at once: j < 4 from the low 6 bits of bytes j and
+    // j + 4; j >= 4 from the nibbles of byte j + 4 and the top 2 bits of bytes j - 4 and j.
+    const uint32_t sc_lo = h.y & 0x3F3F3F3Fu, m_lo = h.z & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    const uint32_t d2 = __byte_perm(h.x, 0, 0x1010u), dmin2 = __byte_perm(h.x, 0, 0x3232u);
+    Row r{row, {}, {}};
+    BytesTimesF16(sc_lo, 0x64006400u, d2, &r.s[0], &r.s[1]);  // 0x6400: 1024
+    BytesTimesF16(sc_hi, 0x64006400u, d2, &r.s[2], &r.s[3]);
+    BytesTimesF16(m_lo, 0x64006400u, dmin2, &r.nm[0], &r.nm[1]);
+    BytesTimesF16(m_hi, 0x64006400u, dmin2, &r.nm[2], &r.nm[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.nm[i] ^= 0x80008000u;  // negated: exact
+    return r;
+  }
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t, const uint32_t (&)[4]) {
+    const uint2 q = *reinterpret_cast<const uint2*>(r.p + 16 + 32 * (ib >> 1) + 8 * t);
+    const int shift = 4 * (ib & 1);
+    const uint2 words = make_uint2((q.x >> shift) & 0x0F0F0F0Fu, (q.y >> shift) & 0x0F0F0F0Fu);
+    // ib & 3 is known at compile time under the unrolled loop; ib & 4 selects between registers.
+    const uint32_t s = (ib & 4) ? ((ib & 2) ? r.s[3] : r.s[2]) : ((ib & 2) ? r.s[1] : r.s[0]);
+    const uint32_t nm = (ib & 4) ? ((ib & 2) ? r.nm[3] : r.nm[2]) : ((ib & 2) ? r.nm[1] : r.nm[0]);
+    const uint32_t sel = (ib & 1) ? 0x3232u : 0x1010u;
+    return Sub{words, __byte_perm(s, 0, sel), __byte_perm(nm, 0, sel)};
+  }
+  // q * scale - min with one rounding (fma); q exact as 0x64XX - 1024.
+  static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
+    const uint32_t h = __byte_perm(word, 0x64646464u, sel);
+    return FmaF16x2(SubF16x2(h, 0x64006400u), s.scale, s.neg_min);
+  }
+};
+
+#endif  // STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
