@@ -3,7 +3,7 @@
 # and stepserve from the bundled Debian packages (docs/cuda-host.md), run every GPU test, compare
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
-# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab|gemv|rows|prefill] [BUILD_DIR]
+# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab|gemv|rows|prefill|q4k] [BUILD_DIR]
 #   ab: batch 1 and 64 (AB_BATCHES) decode with the defaults, with the one-row GEMV never
 #   streamed (STEPSERVE_GEMV_STREAM=0; default auto), with every kernel in plain stream order
 #   (STEPSERVE_PDL=0), without the tensor-core GEMV (STEPSERVE_GEMV_MMA=0), and without fused
@@ -13,6 +13,9 @@
 #   (STEPSERVE_GEMV_MMA=2/0), decode at batch 4 and 16 with it from 2 rows, from 8 (default), off.
 #   prefill: the MoE and attention GPU tests, then 45-layer prefill (2048, 4096) with the defaults,
 #   with STEPSERVE_GROUPED_GEMM_F16=0 (the int8 grouped GEMM) and with PREFILL_RUNS' settings.
+#   q4k: the prefill tests (as in prefill), then 45-layer prefill 2048 of the Q4_K_M mix with the
+#   grouped F16 GEMM for IQ4_XS only (default) and with its Q4_K decoder (STEPSERVE_GROUPED_GEMM_F16=2)
+#   - the A/B that decides whether the Q4_K decoder becomes the default.
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -34,7 +37,7 @@ extra=(stepserve)
 [[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
 [[ $what == gemv ]] && targets=(gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test) extra=(bench_gemv)
 [[ $what == rows ]] && targets=(gemv_cuda_test) extra=(bench_gemv bench_model)
-if [[ $what == prefill ]]; then
+if [[ $what == prefill || $what == q4k ]]; then
   targets=()
   for t in moe_gemv_cuda_test moe_cuda_test attention_cuda_test prefill_attention_cuda_test; do
     grep -q "NAME $t " tests/gpu/CMakeLists.txt && targets+=("$t")
@@ -96,17 +99,20 @@ if [[ $what == ab ]]; then
     tail -2 "$out/bench-ab.err"
   done
 fi
-if [[ $what == prefill ]]; then
+if [[ $what == prefill || $what == q4k ]]; then
   # The prefill kernels: their tests, then 45-layer prefill with the defaults, with the int8 grouped
   # GEMM instead of the F16 one, and with the settings in PREFILL_RUNS (space-separated VAR=value).
   for t in "${targets[@]}"; do
     timeout 200 "$build/tests/gpu/$t" >"$out/$t.log" 2>&1
     echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/$t.log" | tr '\n' ' ')"
-    grep -E '^\[  FAILED|f16=1' "$out/$t.log" | head -20
+    grep -E '^\[  FAILED|f16=[12]' "$out/$t.log" | head -20
   done
-  for run in "" STEPSERVE_GROUPED_GEMM_F16=0 ${PREFILL_RUNS:-}; do
+  read -r -a extra_runs <<<"${PREFILL_RUNS:-}"
+  recipe=iq4_xs runs=("" STEPSERVE_GROUPED_GEMM_F16=0 "${extra_runs[@]}")
+  [[ $what == q4k ]] && recipe=q4_k_m runs=("" STEPSERVE_GROUPED_GEMM_F16=2)
+  for run in "${runs[@]}"; do
     timeout 120 env $run "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
-      --recipe iq4_xs --batches "" --prefill 2048,4096 --layer-times=false \
+      --recipe "$recipe" --batches "" --prefill 2048,4096 --layer-times=false \
       >"$out/bench-prefill.jsonl" 2>"$out/bench-prefill.err"
     echo "prefill [$run] rc=$? $(grep prefill "$out/bench-prefill.jsonl" | tr '\n' ' ')"
     tail -2 "$out/bench-prefill.err"
