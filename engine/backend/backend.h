@@ -170,10 +170,10 @@ class BackendBuffer {
 };
 
 struct BackendMemoryInfo {
-  uint64_t total_bytes = 0;    // device capacity (CPU: physical RAM)
-  uint64_t free_bytes = 0;     // what the device reports free now
-  uint64_t weight_bytes = 0;   // held by PlaceWeight copies (CPU: 0, weights stay in the mmap)
-  uint64_t buffer_bytes = 0;   // held by live Allocate buffers
+  uint64_t total_bytes = 0;   // device capacity (CPU: physical RAM)
+  uint64_t free_bytes = 0;    // what the device reports free now
+  uint64_t weight_bytes = 0;  // held by PlaceWeight copies (CPU: 0, weights stay in the mmap)
+  uint64_t buffer_bytes = 0;  // held by live Allocate buffers
 };
 
 struct BackendOptions {

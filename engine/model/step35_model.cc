@@ -22,7 +22,6 @@ std::span<const float> HostF32(Tensor t) {
 
 }  // namespace
 
-
 Step35Model::Step35Model() : rows_(std::make_unique<Rows>()) {}
 Step35Model::~Step35Model() = default;
 
@@ -57,9 +56,9 @@ absl::StatusOr<std::unique_ptr<Step35Model>> Step35Model::FromFile(
                                       .exact_activations = options.exact_activations}));
   // Auto fuses on an accelerator (measured on the H200: 45-layer IQ4_XS batch-1 decode 114.1 ->
   // 121.5 tok/s, docs/cuda-engine.md); on the CPU fusing would copy weights out of the mapping.
-  const bool fuse = options.fuse_projections == LoadOptions::Fusion::kOn ||
-                    (options.fuse_projections == LoadOptions::Fusion::kAuto &&
-                     options.backend != "cpu");
+  const bool fuse =
+      options.fuse_projections == LoadOptions::Fusion::kOn ||
+      (options.fuse_projections == LoadOptions::Fusion::kAuto && options.backend != "cpu");
   std::vector<std::vector<Tensor>> groups;
   if (fuse) groups = model->FuseGroups();
   ASSIGN_OR_RETURN(model->placed_,
@@ -81,8 +80,8 @@ std::vector<std::vector<Tensor>> Step35Model::FuseGroups() const {
       if (t != nullptr && w.attn_q != nullptr && t->type == w.attn_q->type) attention.push_back(t);
     }
     if (attention.size() > 1) groups.push_back(attention);
-    for (auto [gate, up] : {std::pair{w.ffn_gate, w.ffn_up},
-                            std::pair{w.ffn_gate_shexp, w.ffn_up_shexp}}) {
+    for (auto [gate, up] :
+         {std::pair{w.ffn_gate, w.ffn_up}, std::pair{w.ffn_gate_shexp, w.ffn_up_shexp}}) {
       if (gate != nullptr && up != nullptr && gate->type == up->type) groups.push_back({gate, up});
     }
   }
@@ -204,8 +203,8 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   if (fused != nullptr) {
     RETURN_IF_ERROR(ops.Matmul(a, fused->view, rows.Mat(rows.fused, fused->rows, n)));
   }
-  for (auto [t, view] : {std::pair{w.attn_q, &q}, std::pair{w.attn_k, &k},
-                         std::pair{w.attn_v, &v}, std::pair{w.attn_gate, &gate}}) {
+  for (auto [t, view] : {std::pair{w.attn_q, &q}, std::pair{w.attn_k, &k}, std::pair{w.attn_v, &v},
+                         std::pair{w.attn_gate, &gate}}) {
     if (t == nullptr) continue;
     const int64_t offset = fused != nullptr ? fused->OffsetOf(t) : -1;
     if (offset >= 0) {
@@ -332,10 +331,9 @@ absl::Status Step35Model::RunLayer(int il, Rows& rows, std::span<const BatchSequ
   return absl::OkStatus();
 }
 
-absl::Status Step35Model::RunStep(Rows& rows, std::span<const BatchSequence> batch,
-                                  KvStorage& kv, const LogitPlan& plan, Tensor norm,
-                                  Tensor head, ForwardOutput* out,
-                                  const std::function<absl::Status()>& body) {
+absl::Status Step35Model::RunStep(Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv,
+                                  const LogitPlan& plan, Tensor norm, Tensor head,
+                                  ForwardOutput* out, const std::function<absl::Status()>& body) {
   // A decode step (one row per sequence) may be recorded and replayed by the backend
   // (Backend::BeginStep, which decides which batch sizes it records). Its key names everything
   // the ops' launch shapes depend on beyond the step's ids, positions and sequence lists: rows,
@@ -397,15 +395,15 @@ absl::Status Step35Model::Forward(std::span<const BatchSequence> batch, KvStorag
   RETURN_IF_ERROR(PrepareRows(batch, rows));
   ASSIGN_OR_RETURN(const LogitPlan plan, PlanLogits(rows, batch, options.logit_top_k));
   const int64_t d = hparams_.n_embd;
-  RETURN_IF_ERROR(RunStep(rows, batch, kv, plan, weights_.output_norm, weights_.output, out,
-                          [&]() -> absl::Status {
-                            RETURN_IF_ERROR(backend_->Embed(placed_[weights_.token_embd], rows.ids,
-                                                            rows.Mat(rows.h, d, rows.n)));
-                            for (int il = 0; il < hparams_.n_layer; ++il) {
-                              RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
-                            }
-                            return absl::OkStatus();
-                          }));
+  RETURN_IF_ERROR(RunStep(
+      rows, batch, kv, plan, weights_.output_norm, weights_.output, out, [&]() -> absl::Status {
+        RETURN_IF_ERROR(
+            backend_->Embed(placed_[weights_.token_embd], rows.ids, rows.Mat(rows.h, d, rows.n)));
+        for (int il = 0; il < hparams_.n_layer; ++il) {
+          RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
+        }
+        return absl::OkStatus();
+      }));
   if (options.want_hidden) {
     RETURN_IF_ERROR(DownloadHidden(rows, out));
   } else {

@@ -69,9 +69,8 @@ class CudaBackend final : public Backend {
                           std::span<const int32_t> positions) override;
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
                         const KvCacheView& cache) override;
-  absl::Status Attention(const TensorView& q, const AttentionBatch& batch,
-                         const KvCacheView& cache, const AttentionParams& params,
-                         const TensorView& out) override;
+  absl::Status Attention(const TensorView& q, const AttentionBatch& batch, const KvCacheView& cache,
+                         const AttentionParams& params, const TensorView& out) override;
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override;
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
@@ -143,9 +142,9 @@ class CudaBackend final : public Backend {
   // The recipe of the step's positions (each must be >= 0).
   static absl::Status StepPositionsRecipe(const StepDescription& step, std::vector<uint8_t>* bytes);
 
-  struct PointwiseState;   // cuda_backend_pointwise.cc
-  struct AttentionState;   // cuda_backend_attention.cc
-  struct MatmulState;      // cuda_backend_matmul.cc
+  struct PointwiseState;  // cuda_backend_pointwise.cc
+  struct AttentionState;  // cuda_backend_attention.cc
+  struct MatmulState;     // cuda_backend_matmul.cc
 
  private:
   CudaBackend() = default;
@@ -177,8 +176,7 @@ class CudaBackend final : public Backend {
   std::mutex placed_mu_;
   std::vector<void*> placed_;  // PlaceWeight copies, freed in the destructor
   std::atomic<uint64_t> weight_bytes_{0};
-  std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ =
-      std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<PointwiseState> pointwise_;
   std::shared_ptr<AttentionState> attention_;
   std::shared_ptr<MatmulState> matmul_;

@@ -1,7 +1,7 @@
-// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK. Each checks its operands
-// on the host with the CPU backend's checks and messages (op_checks.h), then enqueues one kernel
-// on the backend's stream. Only QkNormRope has host-side data (the positions), which it stages
-// into this group's scratch.
+// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK. Each checks
+// its operands on the host with the CPU backend's checks and messages (op_checks.h), then enqueues
+// one kernel on the backend's stream. Only QkNormRope has host-side data (the positions), which it
+// stages into this group's scratch.
 #include <cstdint>
 #include <memory>
 
