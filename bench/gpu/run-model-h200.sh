@@ -13,9 +13,9 @@
 #   (STEPSERVE_GEMV_MMA=2/0), decode at batch 4 and 16 with it from 2 rows, from 8 (default), off.
 #   prefill: the MoE and attention GPU tests, then 45-layer prefill (2048, 4096) with the defaults,
 #   with STEPSERVE_GROUPED_GEMM_F16=0 (the int8 grouped GEMM) and with PREFILL_RUNS' settings.
-#   q4k: the prefill tests (as in prefill), then 45-layer prefill 2048 of the Q4_K_M mix with the
-#   grouped F16 GEMM for IQ4_XS only (default) and with its Q4_K decoder (STEPSERVE_GROUPED_GEMM_F16=2)
-#   - the A/B that decides whether the Q4_K decoder becomes the default.
+#   q4k: the prefill tests (as in prefill), then 45-layer prefill 2048 / 4096 of the Q4_K_M mix with
+#   the defaults (the grouped F16 GEMM's Q4_K decoder on since session 10) and with it for IQ4_XS
+#   only (STEPSERVE_GROUPED_GEMM_F16=1: the Q4_K experts take the host-grouped cuBLAS path).
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -109,7 +109,7 @@ if [[ $what == prefill || $what == q4k ]]; then
   done
   read -r -a extra_runs <<<"${PREFILL_RUNS:-}"
   recipe=iq4_xs runs=("" STEPSERVE_GROUPED_GEMM_F16=0 "${extra_runs[@]}")
-  [[ $what == q4k ]] && recipe=q4_k_m runs=("" STEPSERVE_GROUPED_GEMM_F16=2)
+  [[ $what == q4k ]] && recipe=q4_k_m runs=("" STEPSERVE_GROUPED_GEMM_F16=1)
   for run in "${runs[@]}"; do
     timeout 120 env $run "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
       --recipe "$recipe" --batches "" --prefill 2048,4096 --layer-times=false \

@@ -1,9 +1,9 @@
 // Grouped tensor-core GEMM of a prefill's MoE experts with F16 operands: IQ4_XS (or Q4_K) weights
 // decoded to F16 with their sub-block scale (and min) folded in (gemm_f16_decoders.cuh), times
 // F16 activations, F32 accumulation (mma.sync m16n8k16). GemvParams grouped mode, like
-// gemm_grouped_mma_cuda.cu; the default for many groups per matrix on IQ4_XS
-// (STEPSERVE_GROUPED_GEMM_F16=0 keeps the int8 kernel; =2 also takes Q4_K experts, which have not
-// run on a device yet).
+// gemm_grouped_mma_cuda.cu; the default for many groups per matrix on IQ4_XS and Q4_K
+// (STEPSERVE_GROUPED_GEMM_F16=0 keeps the int8 kernel, which decodes IQ4_XS only; =1 takes the
+// F16 form for IQ4_XS only).
 //
 // Why: the int8 grouped GEMM ran 2.37 ms (gate, up) and 2.42 ms (down) per projection at a
 // 2048-token prefill (ncu, H200: 16384 pairs x 4096 x 1280 in 2.4 ms = 72 int8 TOPS, 7.2 of a
@@ -236,13 +236,14 @@ __global__ void __launch_bounds__(256)
       make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
-// 0 = off, 1 = IQ4_XS (the default since it was measured on the H200, session 9: 45-layer prefill
-// 2048 tokens 4871 -> 7059 tok/s), 2 = IQ4_XS and Q4_K (the Q4_K decoder has passed the host
-// emulation only, not yet a device run).
+// 0 = off, 1 = IQ4_XS only (measured on the H200 in session 9: 45-layer prefill 2048 tokens
+// 4871 -> 7059 tok/s), 2 = IQ4_XS and Q4_K, the default since session 10 (H200: moe_gemv_cuda_test
+// Q4_K cases within 1.05e-3; the Q4_K_M mix's 45-layer prefill 2048 / 4096 tokens 2084 / 2061 ->
+// 3626 / 3571 tok/s, bench/gpu/results-h200-v9.txt).
 int SettingFromEnv() {
   const char* v = std::getenv("STEPSERVE_GROUPED_GEMM_F16");
-  if (v == nullptr || v[0] == '\0') return 1;
-  return v[0] == '0' ? 0 : (v[0] == '2' ? 2 : 1);
+  if (v == nullptr || v[0] == '\0') return 2;
+  return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : 2);
 }
 
 template <class D>

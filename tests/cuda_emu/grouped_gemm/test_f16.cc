@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
   emu::launch_seed = seed * 1000 + 1;
   SetUpSharedMemory();
   int fails = !CheckF16Rounding();
-  // Both decoders (Q4_K is opt-in on a device: STEPSERVE_GROUPED_GEMM_F16=2).
+  // Both decoders (both on by default on a device; STEPSERVE_GROUPED_GEMM_F16=1: IQ4_XS only).
   stepserve::kernels::gemv_internal::GroupedGemmF16Setting().store(2);
   const int E = 5;
   // Chunks of 64 pairs: 1 group, exactly one chunk, one and a bit, two and a partial, one and 63;
