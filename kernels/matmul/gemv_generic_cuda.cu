@@ -51,43 +51,66 @@ __device__ __forceinline__ void LoadGroup(const uint8_t* row, int64_t g, int64_t
   DequantGroup<kType>(row, g, in, tables, w);
 }
 
+// Groups of F32 rows (kVec16) loaded before the programmatic-launch wait: at decode the router's
+// 288 x 4096 F32 matrix gives each lane exactly two groups, and loading them while the kernel
+// before is still running hides their DRAM round trip (weights are never written by a kernel).
+constexpr int kPrefetchGroups = 2;
+
 template <GgmlType kType, bool kVec16>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     GemvGenericKernel(GemvGenericParams p, DequantTables tables) {
-  WaitForPrimaryGrid();
-  AllowDependentLaunch();
   __shared__ float partial[kWarpsPerBlock][kGemvGenericMaxRows];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int rows_per_block = kWarpsPerBlock / p.split;
   const int64_t o = blockIdx.x * static_cast<int64_t>(rows_per_block) + warp / p.split;
   const int slice = warp % p.split;
+  const uint8_t* row = p.w + o * p.w_row_bytes;
+  const int64_t groups = o < p.out ? (p.in + 7) / 8 : 0;
+  const int64_t step = 32 * static_cast<int64_t>(p.split);
+  const int64_t first = slice * 32 + lane;
+  float pre[kVec16 ? kPrefetchGroups : 1][8];
+  if constexpr (kVec16) {
+#pragma unroll
+    for (int j = 0; j < kPrefetchGroups; ++j) {
+      const int64_t g = first + j * step;
+      if (g < groups) LoadGroup<kType, kVec16>(row, g, p.in, tables, pre[j]);
+    }
+  }
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
   float acc[kGemvGenericMaxRows];
 #pragma unroll
   for (int t = 0; t < kGemvGenericMaxRows; ++t) acc[t] = 0.0f;
-  if (o < p.out) {  // no early return: every thread must reach __syncthreads below
-    const uint8_t* row = p.w + o * p.w_row_bytes;
-    const int64_t groups = (p.in + 7) / 8;
-    const int64_t step = 32 * static_cast<int64_t>(p.split);
-    for (int64_t g = slice * 32 + lane; g < groups; g += step) {
-      float w[8];
-      LoadGroup<kType, kVec16>(row, g, p.in, tables, w);
-      const int64_t e0 = 8 * g;
-      // Plain types may end mid-group (their w is 0 there, but x must not be read past `in`).
-      const int n = static_cast<int>(min(static_cast<int64_t>(8), p.in - e0));
+  // acc[t] += group g's weights w . x[t]; no early return: every thread must reach __syncthreads.
+  auto dot_group = [&](int64_t g, const float(&w)[8]) {
+    const int64_t e0 = 8 * g;
+    // Plain types may end mid-group (their w is 0 there, but x must not be read past `in`).
+    const int n = static_cast<int>(min(static_cast<int64_t>(8), p.in - e0));
 #pragma unroll
-      for (int t = 0; t < kGemvGenericMaxRows; ++t) {
-        if (t < p.rows) {
-          const float* x = p.x + t * p.x_stride + e0;
-          float s = 0.0f;
+    for (int t = 0; t < kGemvGenericMaxRows; ++t) {
+      if (t < p.rows) {
+        const float* x = p.x + t * p.x_stride + e0;
+        float s = 0.0f;
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            if (j < n) s += w[j] * x[j];  // unrolled with a predicate: w stays in registers
-          }
-          acc[t] += s;
+        for (int j = 0; j < 8; ++j) {
+          if (j < n) s += w[j] * x[j];  // unrolled with a predicate: w stays in registers
         }
+        acc[t] += s;
       }
     }
+  };
+  int64_t g = first;
+  if constexpr (kVec16) {
+#pragma unroll
+    for (int j = 0; j < kPrefetchGroups; ++j, g += step) {
+      if (g < groups) dot_group(g, pre[j]);
+    }
+  }
+  for (; g < groups; g += step) {
+    float w[8];
+    LoadGroup<kType, kVec16>(row, g, p.in, tables, w);
+    dot_group(g, w);
   }
 #pragma unroll
   for (int t = 0; t < kGemvGenericMaxRows; ++t) {

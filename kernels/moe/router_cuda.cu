@@ -1,4 +1,12 @@
-// The block-per-row router kernel (router_cuda.h).
+// The warp-per-row router kernel (router_cuda.h).
+//
+// Why a warp per row: the block-per-row kernel (one expert per thread, top_k rounds of a
+// block-wide argmax with two warp reductions and a __syncthreads each) took ~10 us per MoE layer at
+// batch 1 on the H200 (ncu, bench/gpu/results-h200-decode-kernels-v4.txt) for 288 experts and
+// top_k 8: the rounds are a serial chain of shuffles and barriers. Here a warp owns a row and each
+// lane keeps its experts (e = lane + 32 i) in registers: a round is a scan over the lane's
+// candidates plus one warp argmax of a packed 64-bit key (score, then lower id), no barriers, and
+// the bias (a weight: no kernel writes it) is loaded before the programmatic-launch wait.
 #include <cstdint>
 #include <limits>
 
@@ -12,118 +20,126 @@ namespace {
 using cuda_reduce::kFullMask;
 using cuda_reduce::kWarpSize;
 
-constexpr int kMaxThreads = static_cast<int>(kRouterCudaMaxExperts);
-
-// The selection order: higher score first, then lower expert id (std::stable_sort's order in
-// RouterRef). Scores are never NaN here (see SelectionScore), so this is a total order.
-__device__ __forceinline__ bool RanksBefore(float score_a, int id_a, float score_b, int id_b) {
-  return score_a > score_b || (score_a == score_b && id_a < id_b);
-}
+constexpr int kWarpsPerBlock = 4;
+static_assert(kRouterCudaMaxTopK <= kWarpSize, "pick k is kept by lane k");
 
 // A NaN score (from NaN logits) ranks last instead of breaking the order; its weight stays NaN.
+// Adding +0 turns a -0 score into +0, so the key order below equals the float order (where -0 and
+// +0 tie and the lower id wins).
 __device__ __forceinline__ float SelectionScore(float pi, float bias) {
-  const float score = pi + bias;
+  const float score = pi + bias + 0.0f;
   return isnan(score) ? -INFINITY : score;
 }
 
-// The best of two candidates (id < 0: none) in the selection order.
-struct Candidate {
-  float score;
-  int id;
-  float pi;
-};
-
-__device__ __forceinline__ Candidate Better(const Candidate& a, const Candidate& b) {
-  if (b.id < 0) return a;
-  if (a.id < 0) return b;
-  return RanksBefore(b.score, b.id, a.score, a.id) ? b : a;
+// An unsigned key that orders like the (non-NaN) float: the sign bit flipped for positives, all
+// bits for negatives. -INFINITY maps to 0x007FFFFF, so 0 is below every score: "none / picked".
+__device__ __forceinline__ uint32_t OrderedKey(float score) {
+  const uint32_t bits = __float_as_uint(score);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-__device__ __forceinline__ Candidate WarpBest(Candidate c) {
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-    Candidate other;
-    other.score = __shfl_xor_sync(kFullMask, c.score, offset);
-    other.id = __shfl_xor_sync(kFullMask, c.id, offset);
-    other.pi = __shfl_xor_sync(kFullMask, c.pi, offset);
-    c = Better(c, other);
-  }
-  return c;
-}
-
-// Maximum over the block (the shape of cuda_reduce::BlockSum); `scratch` holds 32 floats.
-__device__ __forceinline__ float BlockMax(float v, float* scratch) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  v = cuda_reduce::WarpMax(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / kWarpSize) ? scratch[lane] : -INFINITY;
-  return cuda_reduce::WarpMax(v);
-}
-
-// One block per row, one expert per thread (blockDim.x >= n_experts, a multiple of 32), so a
-// lone decode row uses n_experts threads instead of one warp looping. Round k of top_k takes
-// the best expert ranked after pick k-1: warp-wide argmax, the per-warp winners through shared
-// memory (double-buffered, so one __syncthreads per round), then every warp reduces those.
-__global__ void __launch_bounds__(kMaxThreads) RouterKernel(RouterArgs a) {
-  WaitForPrimaryGrid();
-  AllowDependentLaunch();
-  __shared__ float reduce_scratch[kWarpSize];
-  __shared__ Candidate warp_best[2][kWarpSize];
-  __shared__ int picked_id[kRouterCudaMaxTopK];
-  __shared__ float picked_pi[kRouterCudaMaxTopK];
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int warps = static_cast<int>(blockDim.x / kWarpSize);
-  const int64_t row = blockIdx.x;
+// kPerLane = ceil(n_experts / 32) rounded up to the instantiated sizes; lanes hold experts
+// lane + 32 i, i < kPerLane (those >= n_experts are never candidates).
+template <int kPerLane>
+__global__ void __launch_bounds__(kWarpSize* kWarpsPerBlock) RouterWarpKernel(RouterArgs a) {
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int n = static_cast<int>(a.n_experts);
-  const int e = static_cast<int>(threadIdx.x);
-  const bool owns = e < n;
-  const float logit = owns ? a.logits[row * a.logits_stride + e] : 0.0f;
-
-  float pi = 0.0f;
-  if (a.gating == GatingFunc::kSoftmax) {
-    const float max = BlockMax(owns ? logit : -INFINITY, reduce_scratch);
-    const float shifted_exp = owns ? expf(logit - max) : 0.0f;
-    const float inv_sum = 1.0f / cuda_reduce::BlockSum(shifted_exp, reduce_scratch);
-    pi = shifted_exp * inv_sum;
-  } else {
-    pi = 1.0f / (1.0f + expf(-logit));
+  float bias[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + kWarpSize * i;
+    bias[i] = e < n && a.bias != nullptr ? a.bias[e] : 0.0f;
   }
-  const float score = SelectionScore(pi, owns && a.bias != nullptr ? a.bias[e] : 0.0f);
+  WaitForPrimaryGrid();  // the logits come from the kernel before
+  AllowDependentLaunch();
+  const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= a.rows) return;  // whole warps leave together; no block-wide barrier below
+  const float* logits = a.logits + row * a.logits_stride;
+  float pi[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + kWarpSize * i;
+    pi[i] = e < n ? logits[e] : -INFINITY;
+  }
+  if (a.gating == GatingFunc::kSoftmax) {
+    float max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) max = fmaxf(max, pi[i]);
+    max = cuda_reduce::WarpMax(max);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      pi[i] = lane + kWarpSize * i < n ? expf(pi[i] - max) : 0.0f;
+      sum += pi[i];
+    }
+    const float inv_sum = 1.0f / cuda_reduce::WarpSum(sum);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) pi[i] *= inv_sum;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) pi[i] = 1.0f / (1.0f + expf(-pi[i]));
+  }
+  uint32_t key[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    key[i] = lane + kWarpSize * i < n ? OrderedKey(SelectionScore(pi[i], bias[i])) : 0u;
+  }
 
   const int top_k = static_cast<int>(a.top_k);
-  float prev_score = INFINITY;
-  int prev_id = -1;
+  int my_id = 0;  // lane k: pick k
+  float my_pi = 0.0f;
+  float sum = 0.0f;  // the selected gates summed in pick order, as the CPU kernel does
   for (int k = 0; k < top_k; ++k) {
-    Candidate mine{score, -1, pi};
-    if (owns && RanksBefore(prev_score, prev_id, score, e)) mine.id = e;  // not yet picked
-    mine = WarpBest(mine);
-    Candidate* slots = warp_best[k & 1];
-    if (lane == 0) slots[warp] = mine;
-    __syncthreads();
-    Candidate best = lane < warps ? slots[lane] : Candidate{-INFINITY, -1, 0.0f};
-    best = WarpBest(best);
-    prev_score = best.score;
-    prev_id = best.id;
-    if (threadIdx.x == 0) {
-      picked_id[k] = best.id;
-      picked_pi[k] = best.pi;
+    // The lane's best remaining candidate (strict >: the lower index, i.e. lower id, on ties).
+    uint32_t best_key = 0;
+    int best_i = 0;
+    float best_pi = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (key[i] > best_key) {
+        best_key = key[i];
+        best_i = i;
+        best_pi = pi[i];
+      }
     }
+    // Warp argmax of (score, then lower id): the id's complement in the low half.
+    uint64_t packed = best_key == 0 ? 0
+                                    : (uint64_t{best_key} << 32) |
+                                          (0xFFFFFFFFu - static_cast<uint32_t>(lane + 32 * best_i));
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+      const uint64_t other = __shfl_xor_sync(kFullMask, packed, offset);
+      packed = other > packed ? other : packed;
+    }
+    const int id = static_cast<int>(0xFFFFFFFFu - static_cast<uint32_t>(packed));
+    const int owner = id % kWarpSize;
+    const float picked_pi = __shfl_sync(kFullMask, best_pi, owner);
+    if (lane == owner) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        if (i == id / kWarpSize) key[i] = 0;
+      }
+    }
+    if (lane == k) {
+      my_id = id;
+      my_pi = picked_pi;
+    }
+    sum += picked_pi;
   }
-  __syncthreads();
-
-  // The selected gates summed in pick order, as the CPU kernel does.
-  if (threadIdx.x < static_cast<unsigned>(top_k)) {
-    float sum = 0.0f;
-    for (int k = 0; k < top_k; ++k) sum += picked_pi[k];
+  if (lane < top_k) {
     float factor = 1.0f;
     if (a.normalize) factor = 1.0f / (sum < kRouterNormFloor ? kRouterNormFloor : sum);
     if (a.scale != 0.0f && a.scale != 1.0f) factor *= a.scale;
-    a.ids[row * a.top_k + threadIdx.x] = picked_id[threadIdx.x];
-    a.weights[row * a.top_k + threadIdx.x] = picked_pi[threadIdx.x] * factor;
+    a.ids[row * a.top_k + lane] = my_id;
+    a.weights[row * a.top_k + lane] = my_pi * factor;
   }
+}
+
+template <int kPerLane>
+void LaunchRouter(const RouterArgs& a, cudaStream_t stream) {
+  const int64_t blocks = (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  LaunchWithPdl(RouterWarpKernel<kPerLane>, static_cast<unsigned>(blocks),
+                kWarpSize * kWarpsPerBlock, 0, stream, a);
 }
 
 }  // namespace
@@ -135,8 +151,17 @@ KernelStatus RouterCuda(const RouterArgs& a, cudaStream_t stream) {
   }
   if (a.rows == 0) return KernelStatus::kOk;
   if (a.rows > std::numeric_limits<int32_t>::max()) return KernelStatus::kTooLarge;
-  const int threads = static_cast<int>((a.n_experts + kWarpSize - 1) / kWarpSize * kWarpSize);
-  LaunchWithPdl(RouterKernel, static_cast<unsigned>(a.rows), threads, 0, stream, a);
+  // Register arrays sized for the common expert counts: 288 (Step-3.5) takes 9 per lane.
+  const int64_t per_lane = (a.n_experts + kWarpSize - 1) / kWarpSize;
+  if (per_lane <= 4) {
+    LaunchRouter<4>(a, stream);
+  } else if (per_lane <= 9) {
+    LaunchRouter<9>(a, stream);
+  } else if (per_lane <= 16) {
+    LaunchRouter<16>(a, stream);
+  } else {
+    LaunchRouter<32>(a, stream);
+  }
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
 }
 

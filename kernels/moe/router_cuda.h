@@ -6,8 +6,8 @@
 // (within 2 ulp of the host's), so ids match the CPU path except between scores that tie to
 // within that rounding.
 //
-// One block per row, one expert per thread: top_k rounds of block-wide argmax over the experts
-// ranked after the previous pick (no atomics, no sort).
+// One warp per row, each lane holding experts lane + 32 i in registers: top_k rounds of a warp
+// argmax over the experts not yet picked (no atomics, no sort, no block barriers).
 #ifndef STEPSERVE_KERNELS_MOE_ROUTER_CUDA_H_
 #define STEPSERVE_KERNELS_MOE_ROUTER_CUDA_H_
 
@@ -20,8 +20,8 @@
 
 namespace stepserve::kernels {
 
-// Limits of the block-per-row kernel (kTooLarge beyond): one expert per thread of a block, the
-// picks kept by the first warp.
+// Limits of the warp-per-row kernel (kTooLarge beyond): up to 32 experts per lane, pick k kept by
+// lane k.
 inline constexpr int64_t kRouterCudaMaxTopK = 32;
 inline constexpr int64_t kRouterCudaMaxExperts = 1024;
 
