@@ -296,6 +296,14 @@ class Backend {
                               const TensorView& z) = 0;
   // y = a + b; y may equal a or b.
   virtual absl::Status Add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;
+  // The residual update fused with the next norm: h += delta, then out = RMSNorm(h; weight). out
+  // must not alias h or delta. By default the two ops; a backend may do it in one pass (the same
+  // float sums as Add).
+  virtual absl::Status AddRmsNorm(const TensorView& h, const TensorView& delta,
+                                  const WeightView& weight, float eps, const TensorView& out) {
+    if (absl::Status status = Add(h, delta, h); !status.ok()) return status;
+    return RmsNorm(h, weight, eps, out);
+  }
   // Top-k routing from router logits [E, T]; ids and weights hold T * top_k entries.
   virtual absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                                   std::span<int32_t> ids, std::span<float> weights) = 0;

@@ -91,7 +91,7 @@ std::vector<std::vector<Tensor>> Step35Model::FuseGroups() const {
 void Step35Model::SizeScratch() {
   Rows& rows = *rows_;
   const int64_t d = hparams_.n_embd;
-  for (Slot* slot : {&rows.h, &rows.a, &rows.tmp, &rows.f, &rows.y}) slot->width = d;
+  for (Slot* slot : {&rows.h, &rows.a, &rows.tmp, &rows.f}) slot->width = d;
   for (int il = 0; il < hparams_.n_layer_all; ++il) {
     const LayerWeights& w = weights_.layers[il];
     if (!w.is_bound()) continue;
@@ -145,6 +145,7 @@ absl::Status Step35Model::EnsureRowCapacity(int64_t n, Rows& rows) {
 
 absl::Status Step35Model::PrepareRows(std::span<const BatchSequence> batch, Rows& rows) {
   rows.n = 0;
+  rows.pending = {};  // a failed step may have left one
   rows.ids.clear();
   rows.positions.clear();
   rows.full_seqs.clear();
@@ -184,14 +185,31 @@ absl::Status Step35Model::PrepareRows(std::span<const BatchSequence> batch, Rows
   return EnsureRowCapacity(rows.n, rows);
 }
 
+absl::Status Step35Model::NormResidual(Rows& rows, Tensor weight, const TensorView& out) {
+  const TensorView h = rows.Mat(rows.h, hparams_.n_embd, rows.n);
+  if (rows.pending.data == nullptr) {
+    return backend_->RmsNorm(h, placed_[weight], hparams_.rms_eps, out);
+  }
+  const TensorView pending = rows.pending;
+  rows.pending = {};
+  return backend_->AddRmsNorm(h, pending, placed_[weight], hparams_.rms_eps, out);
+}
+
+absl::Status Step35Model::FlushResidual(Rows& rows) {
+  if (rows.pending.data == nullptr) return absl::OkStatus();
+  const TensorView h = rows.Mat(rows.h, hparams_.n_embd, rows.n);
+  const TensorView pending = rows.pending;
+  rows.pending = {};
+  return backend_->Add(h, pending, h);
+}
+
 absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   const LayerHparams& l = hparams_.layers[il];
   const LayerWeights& w = weights_.layers[il];
   Backend& ops = *backend_;
   const int64_t d = hparams_.n_embd, n = rows.n;
-  TensorView h = rows.Mat(rows.h, d, n);
   TensorView a = rows.Mat(rows.a, d, n);
-  RETURN_IF_ERROR(ops.RmsNorm(h, placed_[w.attn_norm], hparams_.rms_eps, a));
+  RETURN_IF_ERROR(NormResidual(rows, w.attn_norm, a));
   TensorView q = rows.Mat(rows.q, l.q_dim(), n);
   TensorView k = rows.Mat(rows.k, l.kv_dim_k(), n);
   TensorView v = rows.Mat(rows.v, l.kv_dim_v(), n);
@@ -237,7 +255,8 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   }
   TensorView out = rows.Mat(rows.tmp, d, n);
   RETURN_IF_ERROR(ops.Matmul(o, placed_[w.attn_output], out));
-  return ops.Add(h, out, h);
+  rows.pending = out;  // added into h by the FFN's norm
+  return absl::OkStatus();
 }
 
 absl::Status Step35Model::FeedForward(int il, Rows& rows) {
@@ -247,10 +266,10 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
   const int64_t d = hparams_.n_embd, n = rows.n;
   TensorView h = rows.Mat(rows.h, d, n);
   TensorView f = rows.Mat(rows.f, d, n);
-  RETURN_IF_ERROR(ops.RmsNorm(h, placed_[w.ffn_norm], hparams_.rms_eps, f));
-  // Clamped SwiGLU FFN with weights (gate, up, down) and limit; result added into `acc`.
-  auto swiglu_ffn = [&](Tensor gate_w, Tensor up_w, Tensor down_w, float limit,
-                        const TensorView& acc) -> absl::Status {
+  RETURN_IF_ERROR(NormResidual(rows, w.ffn_norm, f));
+  // Clamped SwiGLU FFN with weights (gate, up, down) and limit; its result (in tmp) becomes the
+  // pending residual update, added into h by the next norm.
+  auto swiglu_ffn = [&](Tensor gate_w, Tensor up_w, Tensor down_w, float limit) -> absl::Status {
     const int64_t width = gate_w->ne[1];
     TensorView g = rows.Mat(rows.ff_g, width, n);
     TensorView u = rows.Mat(rows.ff_u, width, n);
@@ -266,11 +285,10 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
     RETURN_IF_ERROR(ops.SwiGlu(g, u, limit, g));
     TensorView down = rows.Mat(rows.tmp, d, n);
     RETURN_IF_ERROR(ops.Matmul(g, placed_[down_w], down));
-    return ops.Add(acc, down, acc);
+    rows.pending = down;
+    return absl::OkStatus();
   };
   if (w.is_moe()) {
-    TensorView y = rows.Mat(rows.y, d, n);
-    RETURN_IF_ERROR(ops.Zero(y.data, static_cast<size_t>(d * n) * sizeof(float)));
     const int64_t e = hparams_.n_expert, top_k = hparams_.n_expert_used;
     TensorView logits = rows.Mat(rows.router, e, n);
     RETURN_IF_ERROR(ops.Matmul(f, placed_[w.ffn_gate_inp], logits));
@@ -288,15 +306,14 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
     RETURN_IF_ERROR(ops.RouterTopK(logits, router, ids, weights));
     ExpertWeights experts{placed_[w.ffn_gate_exps], placed_[w.ffn_up_exps],
                           placed_[w.ffn_down_exps], l.clamp_exp};
-    RETURN_IF_ERROR(ops.MoeExperts(f, experts, ids, weights, top_k, y));
-    if (w.ffn_gate_shexp != nullptr) {
-      RETURN_IF_ERROR(
-          swiglu_ffn(w.ffn_gate_shexp, w.ffn_up_shexp, w.ffn_down_shexp, l.clamp_shexp, y));
-    }
-    return ops.Add(h, y, h);
+    // The routed experts accumulate straight into the residual stream (MoeExperts adds into its
+    // output): no zeroed sum and no extra add.
+    RETURN_IF_ERROR(ops.MoeExperts(f, experts, ids, weights, top_k, h));
+    if (w.ffn_gate_shexp == nullptr) return absl::OkStatus();
+    return swiglu_ffn(w.ffn_gate_shexp, w.ffn_up_shexp, w.ffn_down_shexp, l.clamp_shexp);
   }
   // Dense layers (and MTP layers) use the shared-expert clamp (spec 4.5).
-  return swiglu_ffn(w.ffn_gate, w.ffn_up, w.ffn_down, l.clamp_shexp, h);
+  return swiglu_ffn(w.ffn_gate, w.ffn_up, w.ffn_down, l.clamp_shexp);
 }
 
 absl::Status Step35Model::TimeLayerHalf() {
@@ -402,7 +419,7 @@ absl::Status Step35Model::Forward(std::span<const BatchSequence> batch, KvStorag
         for (int il = 0; il < hparams_.n_layer; ++il) {
           RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
         }
-        return absl::OkStatus();
+        return FlushResidual(rows);
       }));
   if (options.want_hidden) {
     RETURN_IF_ERROR(DownloadHidden(rows, out));
@@ -457,6 +474,7 @@ absl::Status Step35Model::ForwardMtp(int head, std::span<const BatchSequence> ba
   TensorView cat = TensorView::F32(rows.cat.buffer.f32(), 2 * d, n);
   RETURN_IF_ERROR(ops.Matmul(cat, placed_[w.nextn_eh_proj], rows.Mat(rows.h, d, n)));
   RETURN_IF_ERROR(RunLayer(il, rows, batch, kv));
+  RETURN_IF_ERROR(FlushResidual(rows));
   RETURN_IF_ERROR(DownloadHidden(rows, out));
   Tensor norm = w.nextn_shared_head_norm ? w.nextn_shared_head_norm : weights_.output_norm;
   Tensor head_w = w.nextn_shared_head_head ? w.nextn_shared_head_head : weights_.output;

@@ -68,16 +68,16 @@ struct BatchSequence {
 // Per logits row, computed where the logits are (Backend::LogitsTopK): the k largest entries
 // (largest first, ties to the lower id), the argmax and the log-sum-exp.
 struct LogitCandidates {
-  int32_t k = 0;  // 0: not computed
-  std::vector<int32_t> ids;          // [rows][k]
-  std::vector<float> values;         // [rows][k]
-  std::vector<int32_t> argmax;       // [rows]
-  std::vector<float> log_sum_exp;    // [rows]
+  int32_t k = 0;                   // 0: not computed
+  std::vector<int32_t> ids;        // [rows][k]
+  std::vector<float> values;       // [rows][k]
+  std::vector<int32_t> argmax;     // [rows]
+  std::vector<float> log_sum_exp;  // [rows]
 };
 
 struct ForwardOutput {
-  std::vector<float> logits;  // [sum of logit_rows][n_vocab], batch order
-  std::vector<float> hidden;  // [rows][n_embd] pre-norm final hidden state of every row
+  std::vector<float> logits;   // [sum of logit_rows][n_vocab], batch order
+  std::vector<float> hidden;   // [rows][n_embd] pre-norm final hidden state of every row
   LogitCandidates candidates;  // with ForwardOptions::logit_top_k, instead of logits
 };
 
@@ -139,6 +139,10 @@ class Step35Model {
   absl::Status EnsureRowCapacity(int64_t n, Rows& rows);
   absl::Status RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv);
   absl::Status Attention(int il, Rows& rows, KvStorage& kv);
+  // out = RMSNorm(h; weight), first adding the pending residual update into h (one fused op).
+  absl::Status NormResidual(Rows& rows, Tensor weight, const TensorView& out);
+  // Adds the pending residual update into h (before h is read other than by a layer's norm).
+  absl::Status FlushResidual(Rows& rows);
   absl::Status FeedForward(int il, Rows& rows);
   // Which rows get logits: m rows starting at row `first` of h, or gathered when not contiguous.
   struct LogitPlan {

@@ -26,7 +26,11 @@ struct Step35Model::Rows {
   std::vector<int32_t> positions;
   std::vector<SequenceSlice> full_seqs, swa_seqs;
   int64_t capacity = 0;  // rows every slot holds
-  Slot h, a, q, k, v, o, gate, tmp, f, y, ff_g, ff_u, router, cat, expert_ids, expert_weights;
+  Slot h, a, q, k, v, o, gate, tmp, f, ff_g, ff_u, router, cat, expert_ids, expert_weights;
+  // A residual update not yet added into h: the attention output or the (shared-expert or dense)
+  // FFN's down projection, both in tmp. The next norm adds it as it normalises (AddRmsNorm: one
+  // kernel instead of two); FlushResidual adds it where no norm follows. data == nullptr: none.
+  TensorView pending;
   Slot fused;  // outputs of a fused matmul (FusedWeight), read through strided views
   // Non-host-visible backends only: logits before they are downloaded, grow-only; and the
   // LogitsTopK outputs (ids, values, argmax, log-sum-exp back to back), grow-only.
@@ -34,9 +38,9 @@ struct Step35Model::Rows {
   BackendBuffer candidates;
   std::vector<uint8_t> candidates_host;  // the downloaded candidates before they are split
 
-  std::array<Slot*, 17> slots() {
-    return {&h, &a,    &q,    &k,      &v,   &o,          &gate,           &tmp,  &f,
-            &y, &ff_g, &ff_u, &router, &cat, &expert_ids, &expert_weights, &fused};
+  std::array<Slot*, 16> slots() {
+    return {&h, &a,    &q,    &k,      &v,   &o,          &gate,           &tmp,
+            &f, &ff_g, &ff_u, &router, &cat, &expert_ids, &expert_weights, &fused};
   }
   // A packed F32 matrix of `rows_count` rows of `cols` in `slot` (sized by EnsureRowCapacity).
   TensorView Mat(const Slot& slot, int64_t cols, int64_t rows_count) const {

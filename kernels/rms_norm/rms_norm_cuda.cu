@@ -30,6 +30,11 @@ struct RmsNormParams {
   int64_t n;
   const float* weight;
   float eps;
+  // AddRmsNormCuda only: x (== sum) += add before the norm. The sum is written back through
+  // `sum`, a writable alias of x with the same stride.
+  const float* add = nullptr;
+  int64_t add_stride = 0;
+  float* sum = nullptr;
 };
 
 // Start of vector `v` (row v / heads, head v % heads) in a tensor with the given row stride.
@@ -80,8 +85,8 @@ __global__ void RmsNormBlockKernel(RmsNormParams p) {
 // Block per vector over float4s: thread t owns float4s t, t + blockDim, ... (kVecPerThread at
 // most), kept in registers between the two passes. Needs n % 4 == 0 and 16-byte aligned vector
 // starts and weight (checked on the host). In place is safe: each thread rewrites only what it
-// read.
-template <int kVecPerThread>
+// read. kAdd (AddRmsNormCuda): the vector is x + add, written back to x first.
+template <int kVecPerThread, bool kAdd>
 __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
@@ -97,6 +102,14 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
   for (int k = 0; k < kVecPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     cached[k] = i < n4 ? x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (kAdd) {
+      if (i < n4) {
+        const float4 d = reinterpret_cast<const float4*>(p.add + v * p.add_stride)[i];
+        cached[k] =
+            make_float4(cached[k].x + d.x, cached[k].y + d.y, cached[k].z + d.z, cached[k].w + d.w);
+        reinterpret_cast<float4*>(p.sum + v * p.x_stride)[i] = cached[k];
+      }
+    }
     sum_sq += cached[k].x * cached[k].x + cached[k].y * cached[k].y + cached[k].z * cached[k].z +
               cached[k].w * cached[k].w;
   }
@@ -116,11 +129,13 @@ bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 // Launches the float4 kernel when the shapes allow it; false when the caller must use the scalar
 // block kernel.
+template <bool kAdd = false>
 bool LaunchBlockVec4(const RmsNormParams& p, cudaStream_t stream) {
   constexpr int kMaxThreads = 1024;
   constexpr int kMaxVecPerThread = 8;  // n up to 32768 floats
   if (p.n % 4 != 0 || p.x_stride % 4 != 0 || p.y_stride % 4 != 0) return false;
   if (!Aligned16(p.x) || !Aligned16(p.y) || !Aligned16(p.weight)) return false;
+  if (kAdd && (p.heads != 1 || p.add_stride % 4 != 0 || !Aligned16(p.add))) return false;
   const int64_t n4 = p.n / 4;
   if (n4 > int64_t{kMaxThreads} * kMaxVecPerThread) return false;
   const int threads = static_cast<int>(
@@ -128,13 +143,13 @@ bool LaunchBlockVec4(const RmsNormParams& p, cudaStream_t stream) {
   const int64_t per_thread = (n4 + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(p.vectors);
   if (per_thread <= 1) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<1>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<1, kAdd>, blocks, threads, 0, stream, p);
   } else if (per_thread <= 2) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<2>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<2, kAdd>, blocks, threads, 0, stream, p);
   } else if (per_thread <= 4) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<4>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<4, kAdd>, blocks, threads, 0, stream, p);
   } else {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<8>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<8, kAdd>, blocks, threads, 0, stream, p);
   }
   return true;
 }
@@ -161,6 +176,30 @@ KernelStatus RmsNormCuda(const RmsNormArgs& a, cudaStream_t stream) {
     LaunchWithPdl(RmsNormBlockKernel, static_cast<unsigned>(vectors), threads, 0, stream, p);
   }
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
+  return KernelStatus::kOk;
+}
+
+bool AddRmsNormCudaSupports(const RmsNormArgs& a, const float* add, int64_t add_stride) {
+  return ValidateRmsNorm(a) == KernelStatus::kOk && add != nullptr && add_stride >= a.n &&
+         add_stride % 4 == 0 && Aligned16(add) && a.heads == 1 && a.n > kWarpPerVectorMaxN &&
+         a.n % 4 == 0 && a.n / 4 <= 1024 * 8 && a.x_stride % 4 == 0 && a.y_stride % 4 == 0 &&
+         Aligned16(a.x) && Aligned16(a.y) && Aligned16(a.weight) &&
+         a.rows <= std::numeric_limits<int32_t>::max();
+}
+
+KernelStatus AddRmsNormCuda(const RmsNormArgs& a, float* x, const float* add, int64_t add_stride,
+                            cudaStream_t stream) {
+  if (x != a.x || !AddRmsNormCudaSupports(a, add, add_stride)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.rows == 0) return KernelStatus::kOk;
+  RmsNormParams p{a.x, a.x_stride, a.y, a.y_stride, a.rows, 1, a.n, a.weight, a.eps};
+  p.add = add;
+  p.add_stride = add_stride;
+  p.sum = x;
+  if (!LaunchBlockVec4<true>(p, stream) || cudaGetLastError() != cudaSuccess) {
+    return KernelStatus::kInvalidArgument;
+  }
   return KernelStatus::kOk;
 }
 

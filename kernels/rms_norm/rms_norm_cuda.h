@@ -16,6 +16,16 @@ namespace stepserve::kernels {
 // CUDA error is cleared).
 KernelStatus RmsNormCuda(const RmsNormArgs& args, cudaStream_t stream);
 
+// The residual update fused with the next norm: x += add (rows of `n`, add rows `add_stride`
+// floats apart), then y = RMSNorm(x) - one kernel instead of AddCuda + RmsNormCuda, with the same
+// float sums written back to x. `x` is args.x, writable; heads must be 1; add must not alias y.
+// Only the float4 block kernel takes it: AddRmsNormCudaSupports says whether the shapes allow that
+// (heads 1, 1024 < n <= 32768, n and strides multiples of 4, 16-byte aligned rows and weight);
+// otherwise the caller runs the two ops (AddRmsNormCuda: kInvalidArgument, nothing enqueued).
+bool AddRmsNormCudaSupports(const RmsNormArgs& args, const float* add, int64_t add_stride);
+KernelStatus AddRmsNormCuda(const RmsNormArgs& args, float* x, const float* add, int64_t add_stride,
+                            cudaStream_t stream);
+
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_RMS_NORM_RMS_NORM_CUDA_H_

@@ -195,6 +195,43 @@ TEST_F(PointwiseCudaTest, RmsNormMatchesCpu) {
   }
 }
 
+// The fused residual add + norm (one kernel for n_embd-sized rows, else Add then RmsNorm): h ends
+// as the CPU's h + delta (the same float sums), out as its norm. delta has its own padding, so
+// both its 16-byte aligned and unaligned strides are taken.
+TEST_F(PointwiseCudaTest, AddRmsNormMatchesCpu) {
+  for (const Shape& s : kRowShapes) {
+    for (const int64_t delta_pad : {int64_t{0}, s.pad + 3}) {
+      SCOPED_TRACE(Describe(s) + absl::StrFormat(" delta pad %d", delta_pad));
+      HostMat h = RandomMat(rng_, s.cols, s.rows, s.pad, 2.0f, 0.5f);
+      HostMat delta = RandomMat(rng_, s.cols, s.rows, delta_pad, 1.0f);
+      std::vector<float> weight = RandomVector(rng_, s.cols, 0.5f, 1.5f);
+      BackendBuffer dev_weight = UploadBytes(*cuda_, weight.data(), weight.size() * 4);
+      const float eps = 1e-5f;
+      HostMat cpu_h = h, want = PoisonedMat(s.cols, s.rows, s.pad);
+      ASSERT_TRUE(cpu_->AddRmsNorm(cpu_h.view(), delta.view(), F32Weight(weight.data(), s.cols),
+                                   eps, want.view())
+                      .ok());
+      DevMat dh = ToDevice(*cuda_, h), ddelta = ToDevice(*cuda_, delta);
+      DevMat dout = ToDevice(*cuda_, PoisonedMat(s.cols, s.rows, s.pad));
+      ASSERT_TRUE(cuda_
+                      ->AddRmsNorm(dh.view, ddelta.view, F32Weight(dev_weight.data(), s.cols), eps,
+                                   dout.view)
+                      .ok());
+      EXPECT_LE(RelError(FromDevice(*cuda_, dh, cpu_h), cpu_h), kAddBound);
+      EXPECT_LE(RelError(FromDevice(*cuda_, dout, want), want), kNormBound);
+    }
+  }
+  // out may not alias h (the sum would be overwritten by the norm).
+  HostMat h = RandomMat(rng_, 4096, 2, 0, 1.0f), delta = RandomMat(rng_, 4096, 2, 0, 1.0f);
+  std::vector<float> weight(4096, 1.0f);
+  BackendBuffer dev_weight = UploadBytes(*cuda_, weight.data(), weight.size() * 4);
+  DevMat dh = ToDevice(*cuda_, h), ddelta = ToDevice(*cuda_, delta);
+  EXPECT_EQ(
+      cuda_->AddRmsNorm(dh.view, ddelta.view, F32Weight(dev_weight.data(), 4096), 1e-5f, dh.view)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(PointwiseCudaTest, AddMatchesCpuIncludingInPlace) {
   for (const Shape& s : kRowShapes) {
     for (const int alias : {0, 1, 2}) {  // y separate, y == a, y == b
@@ -488,17 +525,18 @@ TEST_F(PointwiseCudaTest, LogitsTopKMatchesCpu) {
     std::vector<int32_t> want_ids(n, -7), got_ids(n, -7), want_argmax(m, -7), got_argmax(m, -7);
     std::vector<float> want_values(n, NAN), got_values(n, NAN), want_lse(m, NAN), got_lse(m, NAN);
     const TensorView host_view = TensorView::F32(x.data.data(), s.cols, s.rows, s.cols + s.pad);
-    ASSERT_TRUE(cpu_->LogitsTopK(host_view, k,
-                                 {want_ids.data(), want_values.data(), want_argmax.data(),
-                                  want_lse.data()})
-                    .ok());
+    ASSERT_TRUE(
+        cpu_->LogitsTopK(host_view, k,
+                         {want_ids.data(), want_values.data(), want_argmax.data(), want_lse.data()})
+            .ok());
     BackendBuffer ids = UploadBytes(*cuda_, got_ids.data(), n * 4);
     BackendBuffer values = UploadBytes(*cuda_, got_values.data(), n * 4);
     BackendBuffer argmax = UploadBytes(*cuda_, got_argmax.data(), m * 4);
     BackendBuffer lse = UploadBytes(*cuda_, got_lse.data(), m * 4);
-    ASSERT_TRUE(cuda_->LogitsTopK(dx.view, k,
-                                  {static_cast<int32_t*>(ids.data()), values.f32(),
-                                   static_cast<int32_t*>(argmax.data()), lse.f32()})
+    ASSERT_TRUE(cuda_
+                    ->LogitsTopK(dx.view, k,
+                                 {static_cast<int32_t*>(ids.data()), values.f32(),
+                                  static_cast<int32_t*>(argmax.data()), lse.f32()})
                     .ok())
         << Describe(s);
     ASSERT_TRUE(cuda_->Download(ids.data(), got_ids.data(), n * 4).ok());

@@ -2,7 +2,7 @@
 //
 // The class is split by op group so each file stays small and owns its kernels' state:
 //   cuda_backend.cc            device, stream, memory (Allocate/Upload/.../PlaceWeight), registry
-//   cuda_backend_pointwise.cc  RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK
+//   cuda_backend_pointwise.cc  RmsNorm, AddRmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK
 //   cuda_backend_attention.cc  AppendKv, Attention
 //   cuda_backend_matmul.cc     Matmul, Embed, MoeExperts
 // Each group keeps its device scratch in its own state struct (declared here, defined in its
@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
                       const TensorView& z) override;
   absl::Status Add(const TensorView& a, const TensorView& b, const TensorView& y) override;
+  absl::Status AddRmsNorm(const TensorView& h, const TensorView& delta, const WeightView& weight,
+                          float eps, const TensorView& out) override;
   absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                           std::span<int32_t> ids, std::span<float> weights) override;
   absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,

@@ -1,7 +1,7 @@
-// CudaBackend ops: RmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK. Each checks
-// its operands on the host with the CPU backend's checks and messages (op_checks.h), then enqueues
-// one kernel on the backend's stream. Only QkNormRope has host-side data (the positions), which it
-// stages into this group's scratch.
+// CudaBackend ops: RmsNorm, AddRmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK.
+// Each checks its operands on the host with the CPU backend's checks and messages (op_checks.h),
+// then enqueues one kernel on the backend's stream. Only QkNormRope has host-side data (the
+// positions), which it stages into this group's scratch.
 #include <cstdint>
 #include <memory>
 
@@ -94,6 +94,20 @@ absl::Status CudaBackend::SwiGlu(const TensorView& g, const TensorView& u, float
 absl::Status CudaBackend::Add(const TensorView& a, const TensorView& b, const TensorView& y) {
   ASSIGN_OR_RETURN(const kernels::AddArgs args, AddOpArgs(a, b, y));
   return KernelResult(kernels::AddCuda(args, stream()), "Add");
+}
+
+absl::Status CudaBackend::AddRmsNorm(const TensorView& h, const TensorView& delta,
+                                     const WeightView& weight, float eps, const TensorView& out) {
+  ASSIGN_OR_RETURN(const kernels::AddArgs add, AddOpArgs(h, delta, h));
+  ASSIGN_OR_RETURN(const kernels::RmsNormArgs norm, RmsNormOpArgs(h, weight, eps, out));
+  if (out.data == h.data || out.data == delta.data) {
+    return absl::InvalidArgumentError("AddRmsNorm: out must not alias h or delta");
+  }
+  if (!kernels::AddRmsNormCudaSupports(norm, add.b, add.b_stride)) {
+    return Backend::AddRmsNorm(h, delta, weight, eps, out);  // the two kernels
+  }
+  return KernelResult(kernels::AddRmsNormCuda(norm, h.f32(), add.b, add.b_stride, stream()),
+                      "AddRmsNorm");
 }
 
 absl::Status CudaBackend::RouterTopK(const TensorView& logits, const RouterParams& p,
