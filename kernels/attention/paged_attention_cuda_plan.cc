@@ -10,11 +10,14 @@ namespace stepserve::kernels {
 namespace {
 
 constexpr int64_t kInt32Max = 0x7FFFFFFF;
-// Split-K pays off once every split still has a few 32-key chunks to stream: at batch 1 the grid
-// is only kv_heads CTAs (8 for Step-3.5-Flash), so even a 256-token context ran on 8 of 132
-// multiprocessors (14.5 us per layer on the H200, ncu) without it.
-constexpr int64_t kSplitMinVisibleKeys = 128;
-constexpr int64_t kSplitMinKeysPerSplit = 64;
+// Split-K pays off once every split still has a 32-key chunk to stream: at batch 1 the grid is
+// only kv_heads CTAs (8 for Step-3.5-Flash), so even a 256-token context ran on 8 of 132
+// multiprocessors (14.5 us per layer on the H200, ncu) without it. A CTA's chunks run one after
+// another, each a few dependent memory round trips (page table, K / V, then the math), so one
+// chunk per split is the fastest at short contexts (session 10: two chunks per split took 37 us
+// per layer at 256 keys).
+constexpr int64_t kSplitMinVisibleKeys = 64;
+constexpr int64_t kSplitMinKeysPerSplit = 32;
 // Enough CTAs for every multiprocessor to hold two.
 constexpr int64_t kTargetCtasPerSm = 2;
 constexpr int64_t kHeadsPerCta = 16;  // matches the kernel's accumulator bound

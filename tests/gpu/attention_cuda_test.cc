@@ -477,9 +477,10 @@ TEST(PagedAttentionCudaHostTest, FlattensRowsAndCutTables) {
 
 TEST(PagedAttentionCudaHostTest, SplitsOnlyLongContextsOnSmallGrids) {
   auto is_pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 100, 132), 1);        // short
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(64, 64, 8, 5000, 132), 1);      // grid full
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 96, 8, 256, 132), 4);        // 256 / 64 keys
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 50, 132), 1);        // short
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 100, 132), 4);       // 100 / 32 keys
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(64, 64, 8, 5000, 132), 1);     // grid full
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 96, 8, 256, 132), 8);       // 256 / 32 keys
   const int64_t s = kernels::PagedAttentionCudaSplits(1, 64, 8, 5000, 132);  // 8 CTAs
   EXPECT_EQ(s, 32);  // 264 / 8 = 33 CTAs wanted, rounded down to a power of two
   EXPECT_TRUE(is_pow2(kernels::PagedAttentionCudaSplits(3, 64, 8, 3000, 132)));
