@@ -72,17 +72,30 @@ struct KvQ8 {};
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 
-// Values off..off + 7 (off a multiple of 8) of the Q8_0 block at `block`: scale * int8, the same
-// single F32 product as engine/quant's DequantQ8_0, so both backends read identical values. The
-// block is only 2-byte aligned, hence 16-bit loads (bytes in little-endian order).
-__device__ __forceinline__ void DequantQ8Eight(const uint8_t* block, int off, float* out) {
-  const float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(block)));
+// Values off..off + 7 (off a multiple of 8) of a Q8_0 block: its F16 scale and the 8 int8 values
+// as four 16-bit words (the block is only 2-byte aligned; bytes in little-endian order), loaded by
+// LoadQ8Eight and turned into scale * int8 by DequantQ8Eight - the same single F32 product as
+// engine/quant's DequantQ8_0, so both backends read identical values.
+struct Q8Eight {
+  uint16_t scale;
+  uint16_t pairs[4];
+};
+
+__device__ __forceinline__ Q8Eight LoadQ8Eight(const uint8_t* block, int off) {
+  Q8Eight q;
+  q.scale = __ldg(reinterpret_cast<const uint16_t*>(block));
   const uint16_t* qs = reinterpret_cast<const uint16_t*>(block + 2 + off);
 #pragma unroll
+  for (int i = 0; i < 4; ++i) q.pairs[i] = __ldg(qs + i);
+  return q;
+}
+
+__device__ __forceinline__ void DequantQ8Eight(const Q8Eight& q, float* out) {
+  const float scale = __half2float(__ushort_as_half(q.scale));
+#pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint16_t pair = qs[i];
-    out[2 * i] = static_cast<float>(static_cast<int8_t>(pair & 0xFF)) * scale;
-    out[2 * i + 1] = static_cast<float>(static_cast<int8_t>(pair >> 8)) * scale;
+    out[2 * i] = static_cast<float>(static_cast<int8_t>(q.pairs[i] & 0xFF)) * scale;
+    out[2 * i + 1] = static_cast<float>(static_cast<int8_t>(q.pairs[i] >> 8)) * scale;
   }
 }
 
@@ -181,29 +194,47 @@ __device__ void LoadChunkElements(const KernelParams& p, const int64_t* base_s, 
 }
 
 // Q8_0 pages: one task per 8 values of a key (a quarter of a block): its scale and 8 int8 of K
-// and of V. head_dim is a multiple of 32, so there are no padding dims and no partial blocks.
+// and of V. head_dim is a multiple of 32, so there are no padding dims and no partial blocks. As
+// in LoadChunkElements, a thread loads kQ8Batch tasks before storing any (one round trip).
+constexpr int kQ8Batch = 4;
+
 __device__ void LoadChunkQ8(const KernelParams& p, const int64_t* base_s, float* k_s, float* v_s) {
   const uint8_t* k_cache = static_cast<const uint8_t*>(p.k_cache);
   const uint8_t* v_cache = static_cast<const uint8_t*>(p.v_cache);
   const int per_row = p.head_dim / 8;
-  for (int idx = threadIdx.x; idx < kChunk * per_row; idx += kThreads) {
-    const int j = idx / per_row;
-    const int d = (idx - j * per_row) * 8;
-    float kx[8], vx[8];
-    const int64_t base = base_s[j];
-    if (base >= 0) {
-      const int64_t block = base + d / kKvQ8BlockElems * kKvQ8BlockBytes;
-      const int off = static_cast<int>(d % kKvQ8BlockElems);
-      DequantQ8Eight(k_cache + block, off, kx);
-      DequantQ8Eight(v_cache + block, off, vx);
-    } else {
+  const int total = kChunk * per_row;
+  for (int idx0 = threadIdx.x; idx0 < total; idx0 += kThreads * kQ8Batch) {
+    Q8Eight kq[kQ8Batch], vq[kQ8Batch];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) kx[e] = vx[e] = 0.0f;
+    for (int b = 0; b < kQ8Batch; ++b) {
+      const int idx = idx0 + b * kThreads;
+      kq[b] = vq[b] = Q8Eight{};  // zeros: a missing key reads as 0 * 0
+      if (idx < total) {
+        const int j = idx / per_row;
+        const int d = (idx - j * per_row) * 8;
+        const int64_t base = base_s[j];
+        if (base >= 0) {
+          const int64_t block = base + d / kKvQ8BlockElems * kKvQ8BlockBytes;
+          const int off = static_cast<int>(d % kKvQ8BlockElems);
+          kq[b] = LoadQ8Eight(k_cache + block, off);
+          vq[b] = LoadQ8Eight(v_cache + block, off);
+        }
+      }
     }
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      k_s[j * p.k_stride + d + e] = kx[e];
-      v_s[j * p.dims_padded + d + e] = vx[e];
+    for (int b = 0; b < kQ8Batch; ++b) {
+      const int idx = idx0 + b * kThreads;
+      if (idx >= total) continue;
+      const int j = idx / per_row;
+      const int d = (idx - j * per_row) * 8;
+      float kx[8], vx[8];
+      DequantQ8Eight(kq[b], kx);
+      DequantQ8Eight(vq[b], vx);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        k_s[j * p.k_stride + d + e] = kx[e];
+        v_s[j * p.dims_padded + d + e] = vx[e];
+      }
     }
   }
 }
