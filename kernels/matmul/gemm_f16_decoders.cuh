@@ -9,6 +9,11 @@
 // first m16n8k16 of the sub-block and word y the second) with the sub-block's F16 scale (and
 // negated min), turned into F16 pairs by Halves(). kPairOrder: the activations this decoder reads
 // are in the pair order of Q8ScratchPosition (IQ4_XS), else in natural order.
+// Blocks that are not piece-aligned in a row (Q6_K: 210 bytes) are copied from their start
+// rounded down: CopySource(piece address) gives the source of a piece, Shift(global block start)
+// where the block then starts in its staged row (at most kMaxShift; the pieces cover
+// kMaxShift + kBlockBytes), and Begin(staged row, shift, lane t) reads it there. For the aligned
+// types CopySource is the identity and Shift 0 at compile time (their code is unchanged).
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
 #define STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
 
@@ -56,8 +61,10 @@ __device__ __forceinline__ void BytesTimesF16(uint32_t bytes, uint32_t bias2, ui
 struct Iq4XsF16Decoder {
   static constexpr int kBlockBytes = 136;
   static constexpr int kStride = 144;  // rows 16 bytes apart mod 128
-  static constexpr int kPieceBytes = 8, kPieces = 17;
+  static constexpr int kPieceBytes = 8, kPieces = 17, kMaxShift = 0;
   static constexpr bool kPairOrder = true;
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p) { return p; }
+  static __device__ __forceinline__ int Shift(const uint8_t*) { return 0; }
   struct Row {
     const uint8_t* p;
     // The 8 sub-block scales d * (ls - 32) as F16 pairs: {ib 0, 2}, {4, 6}, {1, 3}, {5, 7}.
@@ -70,7 +77,7 @@ struct Iq4XsF16Decoder {
   // The 6-bit ls of all 8 sub-blocks are assembled as bytes with whole-word bit operations. Why:
   // per sub-block and row the scalar decode (SubBlockScale, then a float -> F16 conversion) cost
   // ~7 integer-pipe instructions; the ALU pipe is the decode's limit (session-9 ncu).
-  static __device__ __forceinline__ Row Begin(const uint8_t* row) {
+  static __device__ __forceinline__ Row Begin(const uint8_t* row, int, int) {
     const uint2 h = *reinterpret_cast<const uint2*>(row);
     const uint32_t sh = h.x >> 16;  // scales_h: bits 2ib, 2ib + 1 = bits 4-5 of ls
     const uint32_t nib = __byte_perm(sh & 0x0F0Fu, (sh >> 4) & 0x0F0Fu, 0x5140u);  // nibble k
@@ -104,8 +111,10 @@ struct Iq4XsF16Decoder {
 struct Q4KF16Decoder {
   static constexpr int kBlockBytes = 144;
   static constexpr int kStride = 160;  // rows 32 bytes apart mod 128 (8-byte fragment loads)
-  static constexpr int kPieceBytes = 16, kPieces = 9;
+  static constexpr int kPieceBytes = 16, kPieces = 9, kMaxShift = 0;
   static constexpr bool kPairOrder = false;
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p) { return p; }
+  static __device__ __forceinline__ int Shift(const uint8_t*) { return 0; }
   struct Row {
     const uint8_t* p;
     uint32_t s[4];   // d * sc as F16 pairs {ib 0, 1}, {2, 3}, {4, 5}, {6, 7}
@@ -115,7 +124,7 @@ struct Q4KF16Decoder {
     uint2 words;
     uint32_t scale, neg_min;
   };
-  static __device__ __forceinline__ Row Begin(const uint8_t* row) {
+  static __device__ __forceinline__ Row Begin(const uint8_t* row, int, int) {
     const uint4 h = *reinterpret_cast<const uint4*>(row);  // {d | dmin, scales[0..11]}
     // get_scale_min_k4 for all 8 sub-blocks at once: j < 4 from the low 6 bits of bytes j and
     // j + 4; j >= 4 from the nibbles of byte j + 4 and the top 2 bits of bytes j - 4 and j.
@@ -146,6 +155,88 @@ struct Q4KF16Decoder {
   static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
     const uint32_t h = __byte_perm(word, 0x64646464u, sel);
     return FmaF16x2(SubF16x2(h, 0x64006400u), s.scale, s.neg_min);
+  }
+};
+
+// ---- Q6_K: 210-byte blocks {ql[128], qh[64], scales[16] (int8), d}, 2-byte aligned in a row. ----
+// Weight = d * sc * (q - 32), q 6-bit (engine/quant/quant_k.cc DequantQ6_K): element
+// 128h + 32qd + l (half h, quarter qd, l < 32) has its low 4 bits in nibble qd >> 1 of
+// ql[64h + 32(qd & 1) + l], its high 2 in bits 2qd, 2qd + 1 of qh[32h + l], and scale
+// scales[8h + 2qd + l / 16]. So for sub-block ib = 4h + qd, lane t's elements 8t..8t+7 (natural
+// order) are bytes 8t..8t+7 of a 32-byte run of ql and one of qh, all under one scale,
+// scales[2ib + (t >> 1)].
+//
+// Staging: a block starts at row + 210 kb, only 2-byte aligned, and cp.async needs aligned source
+// and destination. So a row's block is copied as 14 pieces of 16 bytes from its start rounded
+// down to 16: it lies at offset shift = start & 15 (even, <= 14; 14 + 210 = 224 = 14 * 16) of the
+// staged row. The copy reads up to 14 bytes before and after the block, always inside a 16-byte
+// aligned segment that also holds bytes of the block: the same page and allocation, never a fault
+// (the stray bytes are never used). Why 16-byte pieces: 14 instead of 27 cp.async per row and
+// block (the copy loop's instructions mattered in the session-9 profile), and the 8-byte form
+// (27 pieces from the start rounded down to 8) would stage 216 bytes: no smaller 16-byte-aligned
+// stride. The decoder reads 32-bit words at (shift + offset) & ~3 and realigns them with a funnel
+// shift by 8 * (shift & 3), 0 or 16 bits: three word loads and two shifts per 8 bytes (8 rows
+// 224 bytes apart at 8-byte lane steps: 2-way bank conflicts on these loads; the activation loads
+// dominate the stage's shared-memory traffic).
+struct Q6KF16Decoder {
+  static constexpr int kBlockBytes = 210;
+  static constexpr int kStride = 224;  // the 14 pieces; rows 96 bytes apart mod 128
+  static constexpr int kPieceBytes = 16, kPieces = 14, kMaxShift = 14;
+  static constexpr bool kPairOrder = false;
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p) {
+    // The block start rounded down plus 16 * piece = (block start + 16 * piece) rounded down.
+    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15});
+  }
+  static __device__ __forceinline__ int Shift(const uint8_t* block) {
+    return static_cast<int>(reinterpret_cast<uintptr_t>(block) & 15);
+  }
+  struct Row {
+    const uint8_t* p;  // staged row + (shift & ~3): block bytes i.. (i % 4 == 0) from words p + i..
+    uint32_t fs;       // 8 * (shift & 3): the funnel shift that realigns those words
+    uint32_t s[4];     // the lane's d * sc as F16 pairs {ib 0, 1}, {2, 3}, {4, 5}, {6, 7}
+  };
+  struct Sub {
+    uint2 words;
+    uint32_t scale;
+  };
+  // Block bytes off .. off + 7 (off a multiple of 4).
+  static __device__ __forceinline__ uint2 Load8(const Row& r, int off) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(r.p + off);
+    const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
+    return make_uint2(__funnelshift_r(w0, w1, r.fs), __funnelshift_r(w1, w2, r.fs));
+  }
+  static __device__ __forceinline__ Row Begin(const uint8_t* row, int shift, int t) {
+    Row r{row + (shift & ~3), static_cast<uint32_t>(8 * (shift & 3)), {}};
+    const uint2 s03 = Load8(r, 192), s47 = Load8(r, 200);  // scales[0..15]
+    const uint32_t w4 = *reinterpret_cast<const uint32_t*>(r.p + 208);
+    const uint32_t d2 = __byte_perm(w4 >> r.fs, 0, 0x1010u);  // {d, d}
+    // Lane t's scales, scales[2ib + (t >> 1)], as bytes ib & 3 of a word, + 128 (sc is int8):
+    // 0x64XX - 1152 is sc exactly, times d: one rounding, as when the float d * sc is rounded.
+    const uint32_t sel = (t & 2) ? 0x7531u : 0x6420u;
+    const uint32_t lo = __byte_perm(s03.x, s03.y, sel) ^ 0x80808080u;  // ib 0..3
+    const uint32_t hi = __byte_perm(s47.x, s47.y, sel) ^ 0x80808080u;  // ib 4..7
+    // 0x6480: 1152 = 1024 + 128.
+    BytesTimesF16(lo, 0x64806480u, d2, &r.s[0], &r.s[1]);
+    BytesTimesF16(hi, 0x64806480u, d2, &r.s[2], &r.s[3]);
+    return r;
+  }
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t, const uint32_t (&)[4]) {
+    // ib & 3 is known at compile time under the unrolled loop; ib & 4 selects between registers.
+    const int h = ib >> 2, qd = ib & 3;
+    const uint2 ql = Load8(r, 64 * h + 32 * (qd & 1) + 8 * t);
+    const uint2 qh = Load8(r, 128 + 32 * h + 8 * t);
+    const int lo_shift = 4 * (qd >> 1), hi_shift = 2 * qd;
+    // Per byte: the nibble, and bits 2qd, 2qd + 1 of qh moved to bits 4, 5 (q = 0..63).
+    const uint2 words =
+        make_uint2(((ql.x >> lo_shift) & 0x0F0F0F0Fu) | (((qh.x >> hi_shift) << 4) & 0x30303030u),
+                   ((ql.y >> lo_shift) & 0x0F0F0F0Fu) | (((qh.y >> hi_shift) << 4) & 0x30303030u));
+    const uint32_t s = (ib & 4) ? ((ib & 2) ? r.s[3] : r.s[2]) : ((ib & 2) ? r.s[1] : r.s[0]);
+    return Sub{words, __byte_perm(s, 0, (ib & 1) ? 0x3232u : 0x1010u)};
+  }
+  // (q - 32) * scale: 0x64XX - 1056 is q - 32 exactly; one rounding in the product.
+  static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
+    const uint32_t h = __byte_perm(word, 0x64646464u, sel);
+    return MulF16x2(SubF16x2(h, 0x64206420u), s.scale);  // 0x6420: 1056 = 1024 + 32
   }
 };
 

@@ -1,9 +1,9 @@
-// Grouped tensor-core GEMM of a prefill's MoE experts with F16 operands: IQ4_XS (or Q4_K) weights
-// decoded to F16 with their sub-block scale (and min) folded in (gemm_f16_decoders.cuh), times
-// F16 activations, F32 accumulation (mma.sync m16n8k16). GemvParams grouped mode, like
+// Grouped tensor-core GEMM of a prefill's MoE experts with F16 operands: IQ4_XS, Q4_K or Q6_K
+// weights decoded to F16 with their sub-block scale (and min) folded in (gemm_f16_decoders.cuh),
+// times F16 activations, F32 accumulation (mma.sync m16n8k16). GemvParams grouped mode, like
 // gemm_grouped_mma_cuda.cu; the default for many groups per matrix on IQ4_XS and Q4_K
 // (STEPSERVE_GROUPED_GEMM_F16=0 keeps the int8 kernel, which decodes IQ4_XS only; =1 takes the
-// F16 form for IQ4_XS only).
+// F16 form for IQ4_XS only; =3 also for Q6_K, opt-in until measured on a device).
 //
 // Why: the int8 grouped GEMM ran 2.37 ms (gate, up) and 2.42 ms (down) per projection at a
 // 2048-token prefill (ncu, H200: 16384 pairs x 4096 x 1280 in 2.4 ms = 72 int8 TOPS, 7.2 of a
@@ -16,17 +16,18 @@
 // Tile: 128 weight rows (16 per warp, 8 warps) x 64 pairs; K in blocks (256), two stages in
 // flight (cp.async pieces of the decoder's size, rows padded so the 8 rows one fragment load reads
 // fall in distinct banks; activation rows 576 bytes apart, so a quarter warp's 16-byte loads of
-// two rows fill the 32 banks). Two CTAs per SM (~108-112 KB shared each). Rows past `out` are
-// never copied or stored.
+// two rows fill the 32 banks). Two CTAs per SM (~108-112 KB shared each) for IQ4_XS and Q4_K;
+// one for Q6_K (224-byte staged rows: 2 x (128 x 224 + 64 x 576) + 256 = 131328 bytes, 72 KB of
+// it the activation stages). Rows past `out` are never copied or stored.
 //
 // Fragment mapping: lane t's 16-byte chunk t of a sub-block's activations holds the 8 elements
 // whose weights the decoder yields for lane t, in the same order: for IQ4_XS the activations are
 // stored in the pair order of the int8 path (Q8ScratchPosition: element 4i + j at 8i + 2j,
 // 16 + 4i + j at 8i + 2j + 1 of each 32-value block), the order Lookup16Pairs yields weights from
-// byte word t of the sub-block's qs; for Q4_K in natural order (elements 8t..8t+7 are bytes
-// 8t..8t+7 of the sub-block's nibbles). Halves 0-3 feed the first m16n8k16 (logical k 2t, 2t+1,
-// 2t+8, 2t+9), halves 4-7 the second. The logical order of k inside an MMA does not matter as
-// long as A and B agree, which they do lane by lane.
+// byte word t of the sub-block's qs; for Q4_K and Q6_K in natural order (elements 8t..8t+7 are
+// bytes 8t..8t+7 of the sub-block's nibbles, for Q6_K also of its high-bit bytes). Halves 0-3
+// feed the first m16n8k16 (logical k 2t, 2t+1, 2t+8, 2t+9), halves 4-7 the second. The logical
+// order of k inside an MMA does not matter as long as A and B agree, which they do lane by lane.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -61,19 +62,21 @@ struct Layout {
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
   static constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + kTilePairs * sizeof(int);
   static_assert(kStageBytes % 16 == 0, "stages must stay 16-byte aligned");
-  static_assert(D::kStride % 16 == 0 && D::kStride >= D::kBlockBytes, "staged row");
-  static_assert(D::kPieces * D::kPieceBytes == D::kBlockBytes, "pieces cover a block");
+  static_assert(D::kStride % 16 == 0, "staged rows stay 16-byte aligned");
+  static_assert(D::kPieces * D::kPieceBytes >= D::kMaxShift + D::kBlockBytes &&
+                    D::kPieces * D::kPieceBytes <= D::kStride,
+                "the pieces cover a block at any shift and fit a staged row");
 };
 
 // One thread's share of every stage copy of a chunk, set up once per chunk so that a copy costs a
 // pointer increment (the session-9 profile of the first version: the copy loops' index math was
 // ~1/4 of all instructions). Weights: D::kPieces threads per row, one piece each (IQ4_XS: 17 of
-// 8 bytes, 15 rows per pass; Q4_K: 9 of 16 bytes, 28 rows per pass), so a warp's copies cover
-// whole rows (coalesced; a row's pieces land in consecutive banks); rows past `out` are not
-// copied (their stale products are dropped). Activations: four threads per row, 16-byte pieces q,
-// q + 4, .. (8 of 32), so at each step the four threads of a row read 64 contiguous bytes; rows
-// past the chunk's `cols` are not copied either (an MMA column depends on its own B column only,
-// and those are dropped).
+// 8 bytes, 15 rows per pass; Q4_K: 9 of 16 bytes, 28 rows per pass; Q6_K: 14 of 16 bytes, 18
+// rows per pass), so a warp's copies cover whole rows (coalesced; a row's pieces land in
+// consecutive banks); rows past `out` are not copied (their stale products are dropped).
+// Activations: four threads per row, 16-byte pieces q, q + 4, .. (8 of 32), so at each step the
+// four threads of a row read 64 contiguous bytes; rows past the chunk's `cols` are not copied
+// either (an MMA column depends on its own B column only, and those are dropped).
 struct CopyPlan {
   const uint8_t* w_src;  // the thread's piece of block 0 of its first weight row
   const uint8_t* x_src;  // the thread's first piece of element 0 of its activation row
@@ -112,10 +115,12 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int
   const uint8_t* ws = c.w_src + kb * D::kBlockBytes;
   uint8_t* wd = stage + c.w_dst;
   for (int m = 0; m < c.w_rows; ++m) {
+    // Q6_K: the piece's source rounded down per row and block (the rounding is not the same for
+    // every block or, in general, every row: no constant increment), D::CopySource.
     if constexpr (D::kPieceBytes == 8) {
-      CopyAsync8(wd, ws);
+      CopyAsync8(wd, D::CopySource(ws));
     } else {
-      CopyAsync16(wd, ws);
+      CopyAsync16(wd, D::CopySource(ws));
     }
     ws += c.w_pass_bytes;
     wd += kRowsPerPass * D::kStride;
@@ -128,14 +133,16 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int
   }
 }
 
-// The staged block: the warp's 16 rows x the chunk's 64 columns, into acc.
+// The staged block: the warp's 16 rows x the chunk's 64 columns, into acc. shift: where the block
+// starts in the staged rows g and g + 8 (D::Shift; 0 but for Q6_K).
 template <class D>
 __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, int g, int t,
-                                               const uint32_t (&tbl)[4],
+                                               int shift, const uint32_t (&tbl)[4],
                                                float (&acc)[kColTiles][4]) {
   const uint8_t* ra = stage + (16 * warp + g) * D::kStride;
   const uint8_t* act = stage + Layout<D>::kWeightStageBytes + g * kActStride + 16 * t;
-  const typename D::Row row_a = D::Begin(ra), row_b = D::Begin(ra + 8 * D::kStride);
+  const typename D::Row row_a = D::Begin(ra, shift, t);
+  const typename D::Row row_b = D::Begin(ra + 8 * D::kStride, shift, t);
 #pragma unroll kUnrollIb
   for (int ib = 0; ib < 8; ++ib) {
     const typename D::Sub sa = D::Decode(row_a, ib, t, tbl), sb = D::Decode(row_b, ib, t, tbl);
@@ -173,7 +180,9 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   int begin = 0, end = 0;
   if (!SlotGroups<kTileRows>(p, o0, &w, &begin, &end)) return;
   const int64_t nb = p.in / 256;
-  // The IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16; unused by Q4_K).
+  // Global row g of the warp's rows (only its address, for D::Shift: unused by aligned types).
+  const uint8_t* w_row_a = w + (o0 + 16 * warp + g) * p.w_row_bytes;
+  // The IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16; IQ4_XS only).
   const uint32_t tbl[4] = {p.iq4nl[0] ^ 0x80808080u, p.iq4nl[1] ^ 0x80808080u,
                            p.iq4nl[2] ^ 0x80808080u, p.iq4nl[3] ^ 0x80808080u};
   for (int c0 = begin; c0 < end; c0 += kTilePairs) {
@@ -191,7 +200,10 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
       uint8_t* stage = gemm_smem + static_cast<int>(kb % kStages) * kStageBytes;
       WaitCopiesButOne();  // this thread's copies of block kb have landed
       __syncthreads();     // and everyone's
-      MmaStagedBlock<D>(stage, warp, g, t, tbl, acc);
+      // Rows g and g + 8 share it: they lie 8 * w_row_bytes apart, a multiple of 16 (Q6_K rows
+      // are 210 bytes per block: even).
+      const int shift = D::Shift(w_row_a + kb * D::kBlockBytes);
+      MmaStagedBlock<D>(stage, warp, g, t, shift, tbl, acc);
       __syncthreads();  // every warp is done with the stage before it is refilled
       if (kb + kStages < nb) CopyStage<D>(stage, plan, kb + kStages);
       CommitCopies();
@@ -239,11 +251,12 @@ __global__ void __launch_bounds__(256)
 // 0 = off, 1 = IQ4_XS only (measured on the H200 in session 9: 45-layer prefill 2048 tokens
 // 4871 -> 7059 tok/s), 2 = IQ4_XS and Q4_K, the default since session 10 (H200: moe_gemv_cuda_test
 // Q4_K cases within 1.05e-3; the Q4_K_M mix's 45-layer prefill 2048 / 4096 tokens 2084 / 2061 ->
-// 3626 / 3571 tok/s, bench/gpu/results-h200-v9.txt).
+// 3626 / 3571 tok/s, bench/gpu/results-h200-v9.txt). 3 = also Q6_K (the Q4_K_M mix's expert `down`
+// in 19 of 42 MoE layers), opt-in: not yet run on a device.
 int SettingFromEnv() {
   const char* v = std::getenv("STEPSERVE_GROUPED_GEMM_F16");
   if (v == nullptr || v[0] == '\0') return 2;
-  return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : 2);
+  return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : (v[0] == '3' ? 3 : 2));
 }
 
 template <class D>
@@ -262,8 +275,9 @@ std::atomic<int>& GroupedGemmF16Setting() {
 
 bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
   const int setting = GroupedGemmF16Setting().load(std::memory_order_relaxed);
-  const bool type_ok =
-      (setting >= 1 && type == GgmlType::kIQ4_XS) || (setting >= 2 && type == GgmlType::kQ4_K);
+  const bool type_ok = (setting >= 1 && type == GgmlType::kIQ4_XS) ||
+                       (setting >= 2 && type == GgmlType::kQ4_K) ||
+                       (setting >= 3 && type == GgmlType::kQ6_K);
   return type_ok && in % 256 == 0 && slots >= 1 && slots <= 65535;
 }
 
@@ -281,6 +295,9 @@ cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slo
   }
   if (type == GgmlType::kQ4_K && !p.x_pair_order) {
     return LaunchGemmF16<Q4KF16Decoder>(p, slots, stream);
+  }
+  if (type == GgmlType::kQ6_K && !p.x_pair_order) {
+    return LaunchGemmF16<Q6KF16Decoder>(p, slots, stream);
   }
   return cudaErrorNotSupported;
 }

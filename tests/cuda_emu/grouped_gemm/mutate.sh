@@ -13,7 +13,8 @@ test=${EMU_TEST:-$([ "$2" = matmul/gemm_grouped_f16_cuda.cu ] && echo test_f16 |
 rm -rf "$work" && mkdir -p "$work"
 python3 "$here/transform.py" "$work/shadow" "$2" "$3" "$4" || { echo "$1: TRANSFORM FAILED"; exit 1; }
 g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \
-  "$here/$test.cc" "$here/emu_cuda.cc" -o "$work/emu" 2>"$work/build.log" ||
+  "$here/$test.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" -o "$work/emu" \
+  2>"$work/build.log" ||
   { echo "$1: BUILD FAILED"; head -5 "$work/build.log"; exit 1; }
 res=""
 for mode in 0 1; do

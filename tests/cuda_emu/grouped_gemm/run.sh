@@ -18,7 +18,7 @@ tests=${EMU_TESTS:-test test_f16}
 python3 "$here/transform.py" "$work/shadow"
 for t in $tests; do
   g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" \
-    -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" -o "$work/emu_$t"
+    -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" -o "$work/emu_$t"
 done
 [ $# -gt 0 ] || set -- 1 2 3  # (a quoted "${@:-1 2 3}" would be the one word "1 2 3")
 for t in $tests; do

@@ -73,22 +73,29 @@ inline Grouping MakeGrouping(const std::vector<SlotSpec>& slots, int extra_group
   return r;
 }
 
-// Random block-quantized matrices (IQ4_XS: 136-byte blocks, Q4_K: 144): `experts` x `out` rows
-// of `in` weights, rows padded to 16 bytes, every byte random (the padding too) in an exact-size
-// 16-byte-aligned buffer, so a read past it is caught; the caller sets each block's scales.
+// Random block-quantized matrices (IQ4_XS: 136-byte blocks, Q4_K: 144, Q6_K: 210): `experts` x
+// `out` rows of `in` weights, rows padded to `row_align` bytes (16 as on the device; Q6_K also 2,
+// unpadded), every byte random (the padding too) from `offset` bytes into a 16-byte-aligned
+// buffer that ends at the 16-byte boundary after the last matrix byte, so a read past it is
+// caught; the caller sets each block's scales.
 struct QuantMatrices {
-  int64_t block_bytes, nb, row_bytes, matrix_bytes, bytes;
+  int64_t block_bytes, nb, row_bytes, matrix_bytes, bytes, offset;
   std::vector<uint4> store;
-  QuantMatrices(int experts, int64_t out, int64_t in, int64_t block_bytes_, std::mt19937& rng)
+  QuantMatrices(int experts, int64_t out, int64_t in, int64_t block_bytes_, std::mt19937& rng,
+                int64_t row_align = 16, int64_t offset_ = 0)
       : block_bytes(block_bytes_),
         nb(in / 256),
-        row_bytes((block_bytes * nb + 15) / 16 * 16),
+        row_bytes((block_bytes * nb + row_align - 1) / row_align * row_align),
         matrix_bytes(out * row_bytes),
         bytes(experts * matrix_bytes),
-        store((bytes + 15) / 16) {
+        offset(offset_),
+        store((offset + bytes + 15) / 16) {
     for (int64_t i = 0; i < bytes; ++i) data()[i] = uint8_t(rng());
   }
-  uint8_t* data() { return reinterpret_cast<uint8_t*>(store.data()); }
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(store.data()) + offset; }
+  // The 16-byte segments holding matrix bytes: all a 16-byte cp.async of them may read.
+  const uint8_t* segments() { return reinterpret_cast<const uint8_t*>(store.data()); }
+  size_t segment_bytes() const { return (offset + bytes + 15) / 16 * 16; }
   uint8_t* block(int e, int64_t o, int64_t b) {
     return data() + e * matrix_bytes + o * row_bytes + block_bytes * b;
   }

@@ -1,12 +1,14 @@
 // Runs the real GemmF16GroupedKernel source (through its launcher LaunchGemmF16Grouped), with its
-// IQ4_XS and Q4_K decoders (gemm_f16_decoders.cuh), and ConvertActivationsF16Kernel
+// IQ4_XS, Q4_K and Q6_K decoders (gemm_f16_decoders.cuh), and ConvertActivationsF16Kernel
 // (LaunchConvertActivationsF16) under the host emulator. The converter's F16 activations (pair
-// order for IQ4_XS, natural for Q4_K) are compared bit for bit with a host conversion; the
+// order for IQ4_XS, natural for Q4_K, Q6_K) are compared bit for bit with a host conversion; the
 // GEMM's y with two double references: (1) the kernel's own F16 weights (table value times the
 // F16-rounded sub-block scale, rounded to F16 once) times the F16 activations, within 1e-5 of the
 // row's sum of |products| (only the F32 accumulation differs); (2) the unrounded dequantized
 // weights times the (clamped) F32 activations, within the F16 roundings' bound (2e-3 relative
-// plus the subnormal steps), to show the F16 rounding is what it should be.
+// plus the subnormal steps), to show the F16 rounding is what it should be. Q6_K's unrounded
+// weights are the repository's CPU dequantizer's (DequantQ6_K, engine/quant/quant_k.cc, linked
+// in), which the test's own decode must match bit for bit.
 //   test_f16 [copy_at_issue 0|1] [seed] [only_case]
 #include <algorithm>
 #include <limits>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "emu_cuda.h"
+#include "engine/quant/quant_internal.h"
 #include "kernels/matmul/gemm_grouped_f16_cuda.cu"
 #include "test_common.h"
 
@@ -28,6 +31,7 @@ using stepserve::kernels::gemv_internal::kSlotUnused;
 constexpr double kSub = 0x1p-25;  // half the F16 subnormal step: the rounding error near zero
 constexpr size_t kWantSmem = 2 * (128 * 144 + 64 * 576) + 64 * sizeof(int);
 constexpr size_t kWantSmemQ4K = 2 * (128 * 160 + 64 * 576) + 64 * sizeof(int);
+constexpr size_t kWantSmemQ6K = 2 * (128 * 224 + 64 * 576) + 64 * sizeof(int);
 
 // ConvertActivationsF16Kernel's value: saturated at +-65504 (an infinity would turn zero weights
 // into NaNs), then rounded to nearest even.
@@ -68,7 +72,10 @@ struct Case {
   int experts;
   std::vector<SlotSpec> slots;
   int extra_groups;                   // groups in no slot (their y rows must stay NaN)
-  GgmlType type = GgmlType::kIQ4_XS;  // or kQ4_K (natural-order activations)
+  GgmlType type = GgmlType::kIQ4_XS;  // or kQ4_K, kQ6_K (natural-order activations)
+  // Q6_K: rows padded to this (2: unpadded 210-byte blocks, block shifts vary per row) and the
+  // matrices' first byte this far past a 16-byte boundary (< 16).
+  int64_t row_align = 16, offset = 0;
 };
 
 // A random F32 activation; row 0 also gets the converter's edge values (saturation, ties,
@@ -129,10 +136,48 @@ static void DecodeQ4K(const uint8_t* blk, int ib, int j, float* w16, double* wp,
   *wq = int8_t(q);
 }
 
+// The same for Q6_K (ql[128], qh[64], scales[16] int8, d): element 32 ib + j, ib = 4h + qd, has
+// q = (nibble qd / 2 of ql[64h + 32(qd % 2) + j]) | (bits 2qd.. of qh[32h + j]) << 4 and scale
+// scales[8h + 2qd + j / 16]; the kernel's value is (q - 32) times the F16-rounded d * sc, rounded
+// to F16 once. *wp: f32(f32(d * sc) * (q - 32)), as DequantQ6_K (compared by the caller).
+static void DecodeQ6K(const uint8_t* blk, int ib, int j, float* w16, double* wp, double* wmag,
+                      int8_t* wq) {
+  uint16_t dh;
+  std::memcpy(&dh, blk + 208, 2);
+  const int h = ib / 4, qd = ib % 4;
+  const int lo = (blk[64 * h + 32 * (qd % 2) + j] >> (4 * (qd / 2))) & 15;
+  const int hi = (blk[128 + 32 * h + j] >> (2 * qd)) & 3;
+  const int q = (lo | hi << 4) - 32;
+  const int sc = int8_t(blk[192 + 8 * h + 2 * qd + j / 16]);
+  const float ds = F16ToF32(dh) * float(sc);  // exact (11 x 8 significant bits)
+  const float s16 = F16ToF32(F32ToF16(ds));
+  *w16 = F16ToF32(emu::F16Round(double(q) * s16));
+  *wp = double(ds * float(q));
+  *wmag = std::fabs(*wp);
+  *wq = int8_t(q);
+}
+
+// Q6_K blocks with the extremes forced in some of them: every q 0 or every q 63 (ql, qh all 0x00
+// or 0xFF), scales -128 and 127 alternating.
+static void ForceQ6KExtremes(QuantMatrices& wm, int experts, int64_t out) {
+  int64_t k = 0;
+  for (int e = 0; e < experts; ++e)
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t b = 0; b < wm.nb; ++b, ++k) {
+        uint8_t* blk = wm.block(e, o, b);
+        if (k % 13 == 5 || k % 13 == 9) std::memset(blk, k % 13 == 5 ? 0x00 : 0xFF, 192);
+        if (k % 5 == 2) {
+          for (int i = 0; i < 16; ++i) blk[192 + i] = i % 2 ? 0x7F : 0x80;
+        }
+      }
+}
+
 bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
-  const bool q4k = c.type == GgmlType::kQ4_K;
-  QuantMatrices wm(c.experts, c.out, c.in, q4k ? 144 : 136, rng);
+  const bool q4k = c.type == GgmlType::kQ4_K, q6k = c.type == GgmlType::kQ6_K;
+  const bool pair_order = c.type == GgmlType::kIQ4_XS;
+  QuantMatrices wm(c.experts, c.out, c.in, q4k ? 144 : (q6k ? 210 : 136), rng, c.row_align,
+                   c.offset);
   const int64_t nb = wm.nb;
   uint8_t* w = wm.data();
   std::uniform_real_distribution<float> ud(0.25f, 4.0f);
@@ -143,7 +188,12 @@ bool RunCase(const Case& c, uint32_t seed) {
     const float mag = kind == 0 ? 0.f : (kind < 4 ? ud(rng) * 1e-6f : ud(rng) * 1e-3f);
     return (rng() & 1) ? mag : -mag;
   };
-  wm.SetScales(c.experts, c.out, next_scale);
+  if (q6k) {
+    ForceQ6KExtremes(wm, c.experts, c.out);
+    wm.SetScales(c.experts, c.out, next_scale, 208);
+  } else {
+    wm.SetScales(c.experts, c.out, next_scale);
+  }
   if (q4k) wm.SetScales(c.experts, c.out, next_scale, 2);
   // The kernel's F16 weights (reference 1) and the plain dequantized ones (reference 2), per
   // expert, row and logical k; wmag: the magnitude the F16 roundings are relative to (IQ4_XS:
@@ -151,21 +201,46 @@ bool RunCase(const Case& c, uint32_t seed) {
   std::vector<float> w16(c.experts * c.out * c.in);
   std::vector<double> wp(w16.size()), wmag(w16.size());
   std::vector<int8_t> wq(w16.size());
+  // Q6_K: the CPU dequantizer's weights, and how often the extremes occur (each must).
+  int64_t cpu_bad = 0, n_q0 = 0, n_q63 = 0, n_sc_min = 0, n_sc_max = 0, n_shift[8] = {};
+  float cpu[256];
   for (int e = 0; e < c.experts; ++e)
     for (int64_t o = 0; o < c.out; ++o)
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wm.block(e, o, b);
+        if (q6k) {
+          stepserve::quant::internal::DequantQ6_K(blk, cpu, 1);
+          ++n_shift[(reinterpret_cast<uintptr_t>(blk) & 15) / 2];
+          for (int i = 0; i < 16; ++i) {
+            n_sc_min += blk[192 + i] == 0x80;
+            n_sc_max += blk[192 + i] == 0x7F;
+          }
+        }
         for (int ib = 0; ib < 8; ++ib) {
           for (int j = 0; j < 32; ++j) {
             const int64_t at = (e * c.out + o) * c.in + 256 * b + 32 * ib + j;
             if (q4k) {
               DecodeQ4K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
+            } else if (q6k) {
+              DecodeQ6K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
+              cpu_bad += float(wp[at]) != cpu[32 * ib + j];
+              n_q0 += wq[at] == -32;
+              n_q63 += wq[at] == 31;
             } else {
               DecodeIq4Xs(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
             }
           }
         }
       }
+  bool coverage_ok = true;
+  if (q6k) {
+    coverage_ok = cpu_bad == 0 && n_q0 > 0 && n_q63 > 0 && n_sc_min > 0 && n_sc_max > 0;
+    std::printf("     Q6_K blocks at shift 0..14: ");
+    for (int64_t n : n_shift) std::printf("%lld ", (long long)n);
+    std::printf("| q 0: %lld, 63: %lld | sc -128: %lld, 127: %lld | vs DequantQ6_K: %lld differ\n",
+                (long long)n_q0, (long long)n_q63, (long long)n_sc_min, (long long)n_sc_max,
+                (long long)cpu_bad);
+  }
   // ---- groups and slots ----
   const Grouping grouping = MakeGrouping(c.slots, c.extra_groups, rng);
   const int G = grouping.groups;
@@ -187,7 +262,7 @@ bool RunCase(const Case& c, uint32_t seed) {
       if (k >= c.in) continue;
       const uint16_t h = F32ToF16(Clamp16(v));
       x16[r * c.in + k] = F16ToF32(h);
-      xh[r * c.in + (q4k ? k : k / 32 * 32 + PairPos(int(k % 32)))] = h;
+      xh[r * c.in + (pair_order ? k / 32 * 32 + PairPos(int(k % 32)) : k)] = h;
     }
   }
   // ---- the converter, against the host conversion (bit for bit) ----
@@ -200,7 +275,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   q.x = x;
   q.x_stride = x_stride;
   q.rows = static_cast<int>(x_rows);
-  q.x_pair_order = !q4k;
+  q.x_pair_order = pair_order;
   emu::ClearGlobals();
   const cudaError_t conv_err =
       stepserve::kernels::gemv_internal::LaunchConvertActivationsF16(q, xk, nullptr);
@@ -259,9 +334,9 @@ bool RunCase(const Case& c, uint32_t seed) {
   SetGroupedParams(wm, c.in, c.out, c.experts, c.div, grouping, y.data(), y_stride, &p);
   p.xh = xh;
   p.rows = static_cast<int>(x_rows);
-  p.x_pair_order = !q4k;
-  emu::ClearGlobals();  // the only buffers cp.async may read
-  emu::AddGlobal(w, wm.bytes);
+  p.x_pair_order = pair_order;
+  emu::ClearGlobals();  // the only buffers cp.async may read (Q6_K: segments past its blocks)
+  emu::AddGlobal(wm.segments(), wm.segment_bytes());
   emu::AddGlobal(xh, x_rows * c.in * 2);
   const long long mma0 = emu::n_mma, ctas0 = emu::n_ctas;
   const int64_t slots = static_cast<int64_t>(c.slots.size());
@@ -311,10 +386,11 @@ bool RunCase(const Case& c, uint32_t seed) {
           sum_abs[i]);
     }
   }
-  const bool ok = conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 && missing == 0 &&
-                  err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&
-                  emu::last_grid_y == c.slots.size() && emu::last_block == 256 &&
-                  emu::last_smem == (q4k ? kWantSmemQ4K : kWantSmem);
+  const size_t want_smem = q4k ? kWantSmemQ4K : (q6k ? kWantSmemQ6K : kWantSmem);
+  const bool ok =
+      coverage_ok && conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 &&
+      missing == 0 && err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&
+      emu::last_grid_y == c.slots.size() && emu::last_block == 256 && emu::last_smem == want_smem;
   std::printf(
       "%-4s %-34s grid %ux%u smem %zu ctas %lld mma %lld | convert %lld F16 (bad %lld) | "
       "checked %lld zero-rows %lld | max err/sum|products| %.2e; vs unrounded F32: err/bound "
@@ -333,8 +409,18 @@ int main(int argc, char** argv) {
   emu::launch_seed = seed * 1000 + 1;
   SetUpSharedMemory();
   int fails = !CheckF16Rounding();
-  // Both decoders (both on by default on a device; STEPSERVE_GROUPED_GEMM_F16=1: IQ4_XS only).
-  stepserve::kernels::gemv_internal::GroupedGemmF16Setting().store(2);
+  // The three decoders: Q6_K only in mode 3 (STEPSERVE_GROUPED_GEMM_F16=3; the default 2 takes
+  // IQ4_XS and Q4_K, 1 IQ4_XS only).
+  using stepserve::kernels::gemv_internal::GroupedGemmF16Applies;
+  auto& setting = stepserve::kernels::gemv_internal::GroupedGemmF16Setting();
+  setting.store(2);
+  const bool mode_ok = GroupedGemmF16Applies(GgmlType::kQ4_K, 256, 1) &&
+                       !GroupedGemmF16Applies(GgmlType::kQ6_K, 256, 1);
+  setting.store(3);
+  if (!mode_ok || !GroupedGemmF16Applies(GgmlType::kQ6_K, 1280, 1)) {
+    std::printf("FAIL GroupedGemmF16Applies: Q6_K must take mode 3 (and only that)\n");
+    ++fails;
+  }
   const int E = 5;
   // Chunks of 64 pairs: 1 group, exactly one chunk, one and a bit, two and a partial, one and 63;
   // unused and out-of-range (-1: zero rows) slots, an empty slot.
@@ -354,6 +440,16 @@ int main(int argc, char** argv) {
       {"Q4_K in 256 out 128 div 1", 256, 128, 1, 3, 0, E, slots, 6, GgmlType::kQ4_K},
       {"Q4_K in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ4_K},
       {"Q4_K in 768 out 143 div 1", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ4_K},
+      // Q6_K (18 rows per copy pass: 128 = 7 passes + 2). Block shifts in the staged rows: every
+      // even 0..14 across the rows of unpadded 210-byte rows; 0, 2, .. 8 with the device's
+      // 16-byte-padded 1056-byte rows (the expert down projection); 2..12 with the matrices 2 bytes
+      // past a 16-byte boundary; and unpadded 1050-byte rows from 6 past one.
+      {"Q6_K in 256 out 128 div 1 rows 210", 256, 128, 1, 3, 0, E, slots, 6, GgmlType::kQ6_K, 2},
+      {"Q6_K in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ6_K},
+      {"Q6_K in 1536 out 143 div 1 base+2", 1536, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ6_K, 16,
+       2},
+      {"Q6_K in 1280 out 72 div 1 rows 1050 base+6", 1280, 72, 1, 0, 4, E, slots, 3,
+       GgmlType::kQ6_K, 2, 6},
   };
   fails = RunCases(cases, only, seed, "F16 kernel, ", fails, RunCase);
   return fails != 0;
