@@ -150,12 +150,16 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   // (the default) and its int8 form (SetGroupedGemmF16Cuda kOff): past kMoeGemvMaxTokens where
   // it replaces the grouped tensor-core GEMV (kManyGroups), and at every token count in place of
   // the dp4a grouped GEMV too (kAlways; one token is never grouped). Q4_K experts take the F16
-  // GEMM only in its kIq4XsAndQ4K mode, which is also what lets MoeGemvCuda take many tokens.
+  // GEMM only from its kIq4XsAndQ4K mode, Q6_K ones only in kAll, which is also what lets
+  // MoeGemvCuda take many tokens (so many tokens of those run in those modes only; gate/up and
+  // down may then differ in type and activation order: IQ4_XS / Q6_K, Q4_K / Q6_K).
   using F16Mode = GroupedGemmF16Mode;
   const bool q4k = gu_type == GgmlType::kQ4_K && down_type == GgmlType::kQ4_K;
+  const bool q6k = down_type == GgmlType::kQ6_K;
+  const bool all_iq4 = gu_type == GgmlType::kIQ4_XS && down_type == GgmlType::kIQ4_XS;
   std::vector<std::pair<GroupedGemmMode, F16Mode>> modes;
-  if (!(q4k && many)) modes.push_back({GroupedGemmMode::kOff, F16Mode::kIq4Xs});
-  if (gu_type == GgmlType::kIQ4_XS || down_type == GgmlType::kIQ4_XS) {
+  if (!many || all_iq4) modes.push_back({GroupedGemmMode::kOff, F16Mode::kIq4Xs});
+  if ((gu_type == GgmlType::kIQ4_XS || down_type == GgmlType::kIQ4_XS) && (!many || all_iq4)) {
     for (const F16Mode f16 : {F16Mode::kIq4Xs, F16Mode::kOff}) {
       if (many) modes.push_back({GroupedGemmMode::kManyGroups, f16});
       modes.push_back({GroupedGemmMode::kAlways, f16});
@@ -164,6 +168,10 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   if (q4k) {
     if (many) modes.push_back({GroupedGemmMode::kManyGroups, F16Mode::kIq4XsAndQ4K});
     modes.push_back({GroupedGemmMode::kAlways, F16Mode::kIq4XsAndQ4K});
+  }
+  if (q6k) {
+    if (many) modes.push_back({GroupedGemmMode::kManyGroups, F16Mode::kAll});
+    modes.push_back({GroupedGemmMode::kAlways, F16Mode::kAll});
   }
   for (const auto& [mode, f16_mode] : modes) {
     const GroupedGemmScope scope(mode);
@@ -224,7 +232,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 200, 7.0f},
                       Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, kSkewedTokens, 0.0f},
                       Param{GgmlType::kQ4_K, GgmlType::kQ4_K, 200, 7.0f},
-                      Param{GgmlType::kQ4_K, GgmlType::kQ4_K, kSkewedTokens, 0.0f}));
+                      Param{GgmlType::kQ4_K, GgmlType::kQ4_K, kSkewedTokens, 0.0f},
+                      // The Q4_K_M mix's layers with Q6_K expert `down` (and an IQ4_XS mix with
+                      // them): 1280-wide down rows (5 blocks, 1050 bytes padded to 1056), blocks
+                      // 0, 2, .., 8 bytes past a 16-byte boundary (Q6KF16Decoder's shifts).
+                      Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 200, 7.0f},
+                      Param{GgmlType::kQ4_K, GgmlType::kQ6_K, kSkewedTokens, 0.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 200, 7.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, kSkewedTokens, 0.0f}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;
@@ -236,13 +251,12 @@ TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kUnsupportedType);  // gate/up types differ
 }
 
-TEST(MoeGemvCudaValidateTest, ManyTokensOnlyForIq4Xs) {
-  EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kIQ4_XS));
-  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
-  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kQ6_K));
-  // A non-null argument set that is valid at 64 tokens is refused at 65 for Q4_K.
+// A non-null argument set (never dereferenced: validation only) of `tokens` tokens, n_embd = n_ff
+// = 256, 16 experts, top 4, with a workspace large enough for 65 tokens.
+MoeGemvCudaArgs ValidationArgs(GgmlType gate_up, GgmlType down, int64_t tokens) {
   MoeGemvCudaArgs a;
-  a.gate.type = a.up.type = a.down.type = GgmlType::kQ4_K;
+  a.gate.type = a.up.type = gate_up;
+  a.down.type = down;
   static float dummy[4];
   static int32_t dummy_ids[4];
   a.x = a.weights = dummy;
@@ -253,8 +267,19 @@ TEST(MoeGemvCudaValidateTest, ManyTokensOnlyForIq4Xs) {
   a.n_ff = 256;
   a.n_experts = 16;
   a.top_k = 4;
-  a.tokens = kMoeGemvMaxTokens;
+  a.tokens = tokens;
   a.workspace_bytes = MoeGemvCudaWorkspaceBytes(kMoeGemvMaxTokens + 1, 4, 256, 256);
+  return a;
+}
+
+TEST(MoeGemvCudaValidateTest, ManyTokensOnlyForIq4Xs) {
+  // In the IQ4_XS-only mode of the F16 GEMM (the default, kIq4XsAndQ4K, also takes Q4_K).
+  const GroupedGemmF16Scope scope(GroupedGemmF16Mode::kIq4Xs);
+  EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kIQ4_XS));
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kQ6_K));
+  // A non-null argument set that is valid at 64 tokens is refused at 65 for Q4_K.
+  MoeGemvCudaArgs a = ValidationArgs(GgmlType::kQ4_K, GgmlType::kQ4_K, kMoeGemvMaxTokens);
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kOk);
   a.tokens = kMoeGemvMaxTokens + 1;
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
@@ -272,6 +297,26 @@ TEST(MoeGemvCudaValidateTest, ManyTokensForQ4KWithTheF16GemmOnly) {
   }
   SetGroupedGemmF16Cuda(GroupedGemmF16Mode::kIq4Xs);
   EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
+}
+
+TEST(MoeGemvCudaValidateTest, ManyTokensForQ6KDownInTheAllModeOnly) {
+  const GroupedGemmF16Scope scope(GroupedGemmF16Mode::kAll);
+  EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ6_K));
+  EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kQ6_K));
+  EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ8_0, GgmlType::kQ6_K));  // no decoder
+  // 65 tokens of the Q4_K_M mix's Q6_K-down layers: valid in kAll only.
+  const MoeGemvCudaArgs a = ValidationArgs(GgmlType::kQ4_K, GgmlType::kQ6_K, kMoeGemvMaxTokens + 1);
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kOk);
+  {
+    const GroupedGemmScope off(GroupedGemmMode::kOff);  // no grouped GEMM: no F16 form either
+    EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ6_K));
+    EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
+  }
+  SetGroupedGemmF16Cuda(GroupedGemmF16Mode::kIq4XsAndQ4K);  // the default: Q6_K not decoded
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ6_K));
+  EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kQ6_K));
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
 }
 
 }  // namespace
