@@ -477,14 +477,16 @@ TEST(PagedAttentionCudaHostTest, FlattensRowsAndCutTables) {
 
 TEST(PagedAttentionCudaHostTest, SplitsOnlyLongContextsOnSmallGrids) {
   auto is_pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 50, 132), 1);        // short
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 100, 132), 4);       // 100 / 32 keys
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(64, 64, 8, 5000, 132), 1);     // grid full
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 50, 132), 1);   // short
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 64, 8, 100, 132), 4);  // 100 / 32 keys
+  // (the default target: 8 CTAs per multiprocessor, 1056 on 132; unset STEPSERVE_ATTN_CTAS_PER_SM)
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(132, 64, 8, 5000, 132), 1);    // grid full
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(64, 64, 8, 5000, 132), 2);     // 1056 / 512 -> 2
   EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 96, 8, 256, 132), 8);       // 256 / 32 keys
   const int64_t s = kernels::PagedAttentionCudaSplits(1, 64, 8, 5000, 132);  // 8 CTAs
-  EXPECT_EQ(s, 32);  // 264 / 8 = 33 CTAs wanted, rounded down to a power of two
+  EXPECT_EQ(s, 64);  // 1056 / 8 = 132 splits wanted, capped at kPagedAttentionCudaMaxSplits
   EXPECT_TRUE(is_pow2(kernels::PagedAttentionCudaSplits(3, 64, 8, 3000, 132)));
-  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 8, 8, 1 << 20, 132), 32);
+  EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 8, 8, 1 << 20, 132), 64);
   EXPECT_LE(kernels::PagedAttentionCudaSplits(1, 1, 1, 1 << 20, 132),
             kernels::kPagedAttentionCudaMaxSplits);
 }
