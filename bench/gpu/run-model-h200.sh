@@ -14,9 +14,9 @@
 #   prefill: the MoE and attention GPU tests, then 45-layer prefill (2048, 4096) with the defaults,
 #   with STEPSERVE_GROUPED_GEMM_F16=0 (the int8 grouped GEMM) and with PREFILL_RUNS' settings.
 #   q4k: the prefill tests (as in prefill), then 45-layer prefill 2048 / 4096 of the Q4_K_M mix with
-#   the defaults (the grouped F16 GEMM's Q4_K decoder on since session 10; the 19 layers with Q6_K
-#   expert `down` take the host-grouped cuBLAS path) and with its Q6_K decoder too
-#   (STEPSERVE_GROUPED_GEMM_F16=3: every MoE layer on the device).
+#   the defaults (the grouped F16 GEMM's Q4_K and Q6_K decoders on since session 10: every MoE
+#   layer on the device) and with the Q4_K decoder only (STEPSERVE_GROUPED_GEMM_F16=2: the 19
+#   layers with Q6_K expert `down` take the host-grouped cuBLAS path).
 #   mixes: the Q4_K_M mix (45 layers) and the Step-5 shapes in the step5-q2 recipe (20 of 92
 #   layers: the whole model does not fit one H200) instead of the IQ4_XS benchmark.
 set -uo pipefail
@@ -110,7 +110,7 @@ if [[ $what == prefill || $what == q4k ]]; then
   done
   read -r -a extra_runs <<<"${PREFILL_RUNS:-}"
   recipe=iq4_xs runs=("" STEPSERVE_GROUPED_GEMM_F16=0 "${extra_runs[@]}")
-  [[ $what == q4k ]] && recipe=q4_k_m runs=("" STEPSERVE_GROUPED_GEMM_F16=3)
+  [[ $what == q4k ]] && recipe=q4_k_m runs=("" STEPSERVE_GROUPED_GEMM_F16=2)
   for run in "${runs[@]}"; do
     timeout 120 env $run "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
       --recipe "$recipe" --batches "" --prefill 2048,4096 --layer-times=false \

@@ -1,9 +1,9 @@
 // Grouped tensor-core GEMM of a prefill's MoE experts with F16 operands: IQ4_XS, Q4_K or Q6_K
 // weights decoded to F16 with their sub-block scale (and min) folded in (gemm_f16_decoders.cuh),
 // times F16 activations, F32 accumulation (mma.sync m16n8k16). GemvParams grouped mode, like
-// gemm_grouped_mma_cuda.cu; the default for many groups per matrix on IQ4_XS and Q4_K
+// gemm_grouped_mma_cuda.cu; the default for many groups per matrix on IQ4_XS, Q4_K and Q6_K
 // (STEPSERVE_GROUPED_GEMM_F16=0 keeps the int8 kernel, which decodes IQ4_XS only; =1 takes the
-// F16 form for IQ4_XS only; =3 also for Q6_K, opt-in until measured on a device).
+// F16 form for IQ4_XS only; =2 for IQ4_XS and Q4_K).
 //
 // Why: the int8 grouped GEMM ran 2.37 ms (gate, up) and 2.42 ms (down) per projection at a
 // 2048-token prefill (ncu, H200: 16384 pairs x 4096 x 1280 in 2.4 ms = 72 int8 TOPS, 7.2 of a
@@ -252,11 +252,13 @@ __global__ void __launch_bounds__(256)
 // 4871 -> 7059 tok/s), 2 = IQ4_XS and Q4_K, the default since session 10 (H200: moe_gemv_cuda_test
 // Q4_K cases within 1.05e-3; the Q4_K_M mix's 45-layer prefill 2048 / 4096 tokens 2084 / 2061 ->
 // 3626 / 3571 tok/s, bench/gpu/results-h200-v9.txt). 3 = also Q6_K (the Q4_K_M mix's expert `down`
-// in 19 of 42 MoE layers), opt-in: not yet run on a device.
+// in 19 of 42 MoE layers), the default since its H200 run (session 10: moe_gemv_cuda_test Q6_K
+// cases within 1.2e-3; that prefill 3631 / 3580 -> 7713 / 7401 tok/s with every layer on the
+// device).
 int SettingFromEnv() {
   const char* v = std::getenv("STEPSERVE_GROUPED_GEMM_F16");
-  if (v == nullptr || v[0] == '\0') return 2;
-  return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : (v[0] == '3' ? 3 : 2));
+  if (v == nullptr || v[0] == '\0') return 3;
+  return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : (v[0] == '2' ? 2 : 3));
 }
 
 template <class D>

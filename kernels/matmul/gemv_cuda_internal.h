@@ -115,7 +115,7 @@ cudaError_t LaunchGemmQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
 // The grouped F16 GEMM (gemm_grouped_f16_cuda.cu: IQ4_XS, Q4_K or Q6_K weights decoded to F16,
 // F16 activations in p.xh, 128 weight rows x 64 pairs per CTA), tried before the int8 one where
 // it applies: GroupedGemmF16Setting() (STEPSERVE_GROUPED_GEMM_F16 at the first use: 0 off, 1
-// IQ4_XS only, 2 IQ4_XS and Q4_K, the default, 3 also Q6_K), `in` a multiple of 256, 1..65535
+// IQ4_XS only, 2 IQ4_XS and Q4_K, 3 also Q6_K, the default), `in` a multiple of 256, 1..65535
 // slots.
 // LaunchConvertActivationsF16 writes xh from x (p.rows rows; pair order where p.x_pair_order,
 // the IQ4_XS decoder's, else natural order); it needs 2 * in * rows bytes

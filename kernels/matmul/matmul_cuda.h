@@ -79,10 +79,10 @@ GroupedGemmMode SetGroupedGemmCuda(GroupedGemmMode mode);
 // Where the grouped GEMM runs (any mode but kOff) with `in` a multiple of 256 and
 // GemvIndexedCuda's scratch holds GemvIndexedCudaScratchBytes, its F16 form (weights decoded to
 // F16, activations converted to F16, F32 accumulation) is taken instead of the int8 one: for
-// IQ4_XS and Q4_K by default (kIq4XsAndQ4K), for IQ4_XS only with kIq4Xs, and also for Q6_K with
-// kAll (opt-in: its decoder has not yet run on a device). STEPSERVE_GROUPED_GEMM_F16=0 / 1 / 3 at
-// the first use selects kOff / kIq4Xs / kAll; SetGroupedGemmF16Cuda overrides it for every later
-// launch and returns the previous mode.
+// IQ4_XS, Q4_K and Q6_K by default (kAll), IQ4_XS and Q4_K with kIq4XsAndQ4K, IQ4_XS only with
+// kIq4Xs. STEPSERVE_GROUPED_GEMM_F16=0 / 1 / 2 at the first use selects kOff / kIq4Xs /
+// kIq4XsAndQ4K; SetGroupedGemmF16Cuda overrides it for every later launch and returns the previous
+// mode.
 enum class GroupedGemmF16Mode : int { kOff = 0, kIq4Xs = 1, kIq4XsAndQ4K = 2, kAll = 3 };
 GroupedGemmF16Mode SetGroupedGemmF16Cuda(GroupedGemmF16Mode mode);
 // Whether GemvIndexedCuda takes the grouped F16 GEMM for `type` in the current mode.

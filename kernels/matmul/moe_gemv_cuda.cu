@@ -151,7 +151,7 @@ bool MoeGemvCudaSupportsManyTokens(GgmlType gate_up, GgmlType down) {
       gemv_internal::GemvMmaMinRows() <= gemv_internal::kGemvMmaMaxRows) {
     return true;
   }
-  // Other types only through the grouped F16 GEMM (Q4_K by default, Q6_K in its kAll mode:
+  // Other types only through the grouped F16 GEMM (Q4_K and Q6_K in its default kAll mode:
   // matmul_cuda.h), also mixed: gate/up and down may differ in type and activation order (IQ4_XS
   // pair order, else natural), as the down projection converts its own input (x_prequantized is
   // never set for it) and the scratch holds either projection's F16 or int8 activations

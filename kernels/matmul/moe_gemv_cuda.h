@@ -61,7 +61,8 @@ bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);
 // Whether MoeGemvCuda takes more than kMoeGemvMaxTokens tokens for these types (tokens * top_k
 // up to kMoeGemvMaxPairsMany): IQ4_XS experts unless STEPSERVE_GEMV_MMA=0 turns the tensor-core
 // GEMV off; other types where the grouped F16 GEMM decodes both (GroupedGemmF16Enabled: Q4_K
-// unless STEPSERVE_GROUPED_GEMM_F16 is 0 or 1; Q6_K, e.g. the Q4_K_M mix's expert `down`, with 3).
+// unless STEPSERVE_GROUPED_GEMM_F16 is 0 or 1; Q6_K, e.g. the Q4_K_M mix's expert `down`, unless
+// it is 0, 1 or 2).
 bool MoeGemvCudaSupportsManyTokens(GgmlType gate_up, GgmlType down);
 KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& args);
 KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& args, cudaStream_t stream);

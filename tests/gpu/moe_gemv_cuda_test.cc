@@ -273,7 +273,7 @@ MoeGemvCudaArgs ValidationArgs(GgmlType gate_up, GgmlType down, int64_t tokens) 
 }
 
 TEST(MoeGemvCudaValidateTest, ManyTokensOnlyForIq4Xs) {
-  // In the IQ4_XS-only mode of the F16 GEMM (the default, kIq4XsAndQ4K, also takes Q4_K).
+  // In the IQ4_XS-only mode of the F16 GEMM (the default, kAll, also takes Q4_K and Q6_K).
   const GroupedGemmF16Scope scope(GroupedGemmF16Mode::kIq4Xs);
   EXPECT_TRUE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kIQ4_XS));
   EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ4_K));
@@ -313,7 +313,7 @@ TEST(MoeGemvCudaValidateTest, ManyTokensForQ6KDownInTheAllModeOnly) {
     EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ6_K));
     EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
   }
-  SetGroupedGemmF16Cuda(GroupedGemmF16Mode::kIq4XsAndQ4K);  // the default: Q6_K not decoded
+  SetGroupedGemmF16Cuda(GroupedGemmF16Mode::kIq4XsAndQ4K);  // Q6_K not decoded
   EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kQ4_K, GgmlType::kQ6_K));
   EXPECT_FALSE(MoeGemvCudaSupportsManyTokens(GgmlType::kIQ4_XS, GgmlType::kQ6_K));
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
