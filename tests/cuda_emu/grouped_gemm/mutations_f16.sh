@@ -41,6 +41,27 @@ add q4k_min_sign "r.nm[i] ^= 0x80008000u;" "r.nm[i] ^= 0u;" "$decoders"
 add q4k_scale_pair "(ib & 4) ? ((ib & 2) ? r.s[3] : r.s[2]) : ((ib & 2) ? r.s[1] : r.s[0]);" \
   "(ib & 4) ? ((ib & 2) ? r.s[2] : r.s[3]) : ((ib & 2) ? r.s[1] : r.s[0]);" "$decoders"
 add q4k_scale_hi "((h.y >> 2) & 0x30303030u)" "((h.z >> 2) & 0x30303030u)" "$decoders"
+# Q6_K: the other nibble of ql, the wrong bit pair of qh, the scale of the other 16 elements
+# (lane parity t & 1 instead of t >> 1), the bias q - 33, the scales read as unsigned, d from the
+# wrong half word at shift 2 mod 4; staging: no realigning funnel shift (shift & 1 is 0), the
+# shift taken mod 8 while the copy rounds down to 16, the copy rounded down to 8 only (a
+# misaligned cp.async).
+add q6k_nibble "const int lo_shift = 4 * (qd >> 1), hi_shift = 2 * qd;" \
+  "const int lo_shift = 4 * ((qd >> 1) ^ 1), hi_shift = 2 * qd;" "$decoders"
+add q6k_qh_bits "const int lo_shift = 4 * (qd >> 1), hi_shift = 2 * qd;" \
+  "const int lo_shift = 4 * (qd >> 1), hi_shift = 2 * (qd ^ 1);" "$decoders"
+add q6k_scale_index "const uint32_t sel = (t & 2) ? 0x7531u : 0x6420u;" \
+  "const uint32_t sel = (t & 1) ? 0x7531u : 0x6420u;" "$decoders"
+add q6k_bias "return MulF16x2(SubF16x2(h, 0x64206420u), s.scale);" \
+  "return MulF16x2(SubF16x2(h, 0x64216421u), s.scale);" "$decoders"
+add q6k_scale_sign "^ 0x80808080u;  // ib 0..3" ";  // ib 0..3" "$decoders"
+add q6k_d_half "__byte_perm(w4 >> r.fs, 0, 0x1010u)" "__byte_perm(w4, 0, 0x1010u)" "$decoders"
+add q6k_no_funnel "static_cast<uint32_t>(8 * (shift & 3))" "static_cast<uint32_t>(8 * (shift & 1))" \
+  "$decoders"
+add q6k_shift_mod8 "reinterpret_cast<uintptr_t>(block) & 15" "reinterpret_cast<uintptr_t>(block) & 7" \
+  "$decoders"
+add q6k_copy_align8 "reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15}" \
+  "reinterpret_cast<uintptr_t>(p) & ~uintptr_t{7}" "$decoders"
 # Pipeline: no barrier before a stage is refilled; no wait for this thread's copies.
 add no_refill_barrier \
   "__syncthreads();  // every warp is done with the stage before it is refilled" ""
