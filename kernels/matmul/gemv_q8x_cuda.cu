@@ -28,6 +28,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/q8_quantize.cuh"
 
 namespace stepserve::kernels::gemv_internal {
 namespace {
@@ -347,39 +348,8 @@ __global__ void __launch_bounds__(256)
   const int64_t r = t / per_row, k = 4 * (t - r * per_row);
   const float4 v = __ldg(reinterpret_cast<const float4*>(p.x + r * p.x_stride + k));
   const unsigned mask = 0xFFu << (threadIdx.x & 24);
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, off));
-  const float d = amax / 127.0f;
-  int q[4] = {0, 0, 0, 0};
-  if (d > 0.f) {  // IEEE division, so a host reference can reproduce every byte
-    q[0] = __float2int_rn(v.x / d);
-    q[1] = __float2int_rn(v.y / d);
-    q[2] = __float2int_rn(v.z / d);
-    q[3] = __float2int_rn(v.w / d);
-  }
-  int sum = q[0] + q[1] + q[2] + q[3];
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(mask, sum, off);
-  const uint32_t packed =
-      (static_cast<uint32_t>(q[0]) & 0xFFu) | ((static_cast<uint32_t>(q[1]) & 0xFFu) << 8) |
-      ((static_cast<uint32_t>(q[2]) & 0xFFu) << 16) | ((static_cast<uint32_t>(q[3]) & 0xFFu) << 24);
-  if (p.x_pair_order) {
-    // Thread j < 4 of the block's 8 holds elements 4j..4j+3, thread j + 4 elements 16+4j..: j
-    // interleaves the two into block bytes 8j..8j+7 (Q8ScratchPosition).
-    const uint32_t partner = __shfl_down_sync(mask, packed, 4, 8);
-    const int j = threadIdx.x & 7;
-    if (j < 4) {
-      const int64_t block = k & ~int64_t{31};
-      *reinterpret_cast<uint2*>(xq + r * p.in + block + 8 * j) =
-          make_uint2(__byte_perm(packed, partner, 0x5140u), __byte_perm(packed, partner, 0x7362u));
-    }
-  } else {
-    *reinterpret_cast<uint32_t*>(xq + r * p.in + k) = packed;
-  }
-  if ((threadIdx.x & 7) == 0) {
-    xd[r * (p.in / 32) + k / 32] = make_float2(d, d * static_cast<float>(sum));
-  }
+  const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(v, mask);
+  q8_quantize::StoreQ8Four(q, k, xq + r * p.in, xd + r * (p.in / 32), p.x_pair_order, mask);
 }
 
 // Launches `kernel` with one warp per kRows output rows (grid x) and `grid_y` grid rows,

@@ -121,7 +121,8 @@ KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
-      a.scratch_bytes < GemvCudaScratchBytes(a.in, a.x_rows)) {
+      a.scratch_bytes < GemvCudaScratchBytes(a.in, a.x_rows) ||
+      reinterpret_cast<uintptr_t>(a.x_q8) % 16 != 0) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.out > int64_t{0x7FFFFFFF} * kWarpsPerBlock) return KernelStatus::kTooLarge;
@@ -186,10 +187,13 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
       a.scratch_bytes >= GemvIndexedCudaScratchBytes(a.in, a.x_rows)) {
     return LaunchGroupedF16(a, p, stream);
   }
-  p.xq = reinterpret_cast<int8_t*>(base);
-  p.xd = reinterpret_cast<float2*>(base + gemv_internal::Q8ScalesOffset(a.in, a.x_rows));
+  const bool given_q8 = a.x_q8 != nullptr;
+  const uint8_t* q8 = given_q8 ? static_cast<const uint8_t*>(a.x_q8) : base;
+  p.xq = reinterpret_cast<const int8_t*>(q8);
+  p.xd = reinterpret_cast<const float2*>(q8 + gemv_internal::Q8ScalesOffset(a.in, a.x_rows));
+  const bool quantized = a.x_prequantized || given_q8;
   cudaError_t err = cudaSuccess;
-  if (!a.x_prequantized) {
+  if (!quantized) {
     GemvParams q = p;
     q.rows = static_cast<int>(a.x_rows);
     err = gemv_internal::LaunchQuantizeQ8(q, const_cast<int8_t*>(p.xq), const_cast<float2*>(p.xd),
@@ -213,9 +217,9 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   if (err == cudaSuccess) {
     err = a.slot_matrix != nullptr
               ? gemv_internal::LaunchGemvQ8xGrouped(a.type, p, a.slots,
-                                                    /*overlap_previous=*/!a.x_prequantized, stream)
+                                                    /*overlap_previous=*/!quantized, stream)
               : gemv_internal::LaunchGemvQ8xIndexed(a.type, p, a.groups,
-                                                    /*overlap_previous=*/!a.x_prequantized, stream);
+                                                    /*overlap_previous=*/!quantized, stream);
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();

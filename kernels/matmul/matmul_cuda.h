@@ -142,6 +142,11 @@ struct GemvIndexedCudaArgs {
   void* scratch = nullptr;
   int64_t scratch_bytes = 0;
   bool x_prequantized = false;
+  // Optional: x's int8 activations already written in this type's order (Q8ScratchPosition), in
+  // the kQ8 scratch layout for x_rows rows (GemvCudaScratchBytes(in, x_rows) bytes, 16-byte
+  // aligned; e.g. by the norm that produced x, rms_norm_cuda.h). The int8 paths read them instead
+  // of quantizing x into `scratch`; the grouped F16 GEMM, which reads F16, ignores them.
+  const void* x_q8 = nullptr;
   // Optional grouping of the groups by id (GroupByIdCuda, moe_gemv_cuda.h), device arrays: with
   // it every matrix is streamed once per few of the groups that picked it instead of once per
   // group (several tokens per expert); `ids` is then not read.

@@ -226,6 +226,7 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   g.y_stride = a.n_ff;
   g.scratch = scratch;
   g.scratch_bytes = l.scratch_bytes;
+  g.x_q8 = a.x_q8;
   if (grouped) {
     g.slot_matrix = slot_matrix;
     g.slot_begin = slot_begin;

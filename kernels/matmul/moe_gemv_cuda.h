@@ -47,6 +47,9 @@ struct MoeGemvCudaArgs {
   int64_t y_stride = 0;
   void* workspace = nullptr;  // device, 16-byte aligned, MoeGemvCudaWorkspaceBytes bytes
   int64_t workspace_bytes = 0;
+  // Optional: x's int8 activations in the gate / up type's order (GemvIndexedCudaArgs::x_q8);
+  // the gate and up GEMVs then skip their quantizer.
+  const void* x_q8 = nullptr;
 };
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;

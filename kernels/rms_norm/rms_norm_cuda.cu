@@ -8,6 +8,8 @@
 
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
+#include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/q8_quantize.cuh"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 
 namespace stepserve::kernels {
@@ -35,6 +37,11 @@ struct RmsNormParams {
   const float* add = nullptr;
   int64_t add_stride = 0;
   float* sum = nullptr;
+  // kQuant only: the output's int8 form in the GEMV's scratch layout, natural and pair order.
+  int8_t* q8_natural = nullptr;
+  float2* q8_natural_d = nullptr;
+  int8_t* q8_pair = nullptr;
+  float2* q8_pair_d = nullptr;
 };
 
 // Start of vector `v` (row v / heads, head v % heads) in a tensor with the given row stride.
@@ -85,8 +92,11 @@ __global__ void RmsNormBlockKernel(RmsNormParams p) {
 // Block per vector over float4s: thread t owns float4s t, t + blockDim, ... (kVecPerThread at
 // most), kept in registers between the two passes. Needs n % 4 == 0 and 16-byte aligned vector
 // starts and weight (checked on the host). In place is safe: each thread rewrites only what it
-// read. kAdd (AddRmsNormCuda): the vector is x + add, written back to x first.
-template <int kVecPerThread, bool kAdd>
+// read. kAdd (AddRmsNormCuda): the vector is x + add, written back to x first. kQuant: the output
+// is also written as the GEMV's int8 activations (q8_quantize.cuh) in both orders; 8 consecutive
+// threads hold a 32-value block (n % 32 == 0, blockDim a multiple of 32), so whole groups stop
+// together at n4.
+template <int kVecPerThread, bool kAdd, bool kQuant = false>
 __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
@@ -121,7 +131,18 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
     if (i >= n4) break;
     const float4 w = weight[i];
     const float4 c = cached[k];
-    y[i] = make_float4(c.x * inv * w.x, c.y * inv * w.y, c.z * inv * w.z, c.w * inv * w.w);
+    const float4 out =
+        make_float4(c.x * inv * w.x, c.y * inv * w.y, c.z * inv * w.z, c.w * inv * w.w);
+    y[i] = out;
+    if constexpr (kQuant) {
+      const unsigned mask = 0xFFu << (threadIdx.x & 24);
+      const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(out, mask);
+      const int64_t blocks = p.n / 32;
+      q8_quantize::StoreQ8Four(q, 4 * i, p.q8_natural + v * p.n, p.q8_natural_d + v * blocks,
+                               /*pair_order=*/false, mask);
+      q8_quantize::StoreQ8Four(q, 4 * i, p.q8_pair + v * p.n, p.q8_pair_d + v * blocks,
+                               /*pair_order=*/true, mask);
+    }
   }
 }
 
@@ -129,13 +150,14 @@ bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 // Launches the float4 kernel when the shapes allow it; false when the caller must use the scalar
 // block kernel.
-template <bool kAdd = false>
+template <bool kAdd = false, bool kQuant = false>
 bool LaunchBlockVec4(const RmsNormParams& p, cudaStream_t stream) {
   constexpr int kMaxThreads = 1024;
   constexpr int kMaxVecPerThread = 8;  // n up to 32768 floats
   if (p.n % 4 != 0 || p.x_stride % 4 != 0 || p.y_stride % 4 != 0) return false;
   if (!Aligned16(p.x) || !Aligned16(p.y) || !Aligned16(p.weight)) return false;
   if (kAdd && (p.heads != 1 || p.add_stride % 4 != 0 || !Aligned16(p.add))) return false;
+  if (kQuant && (p.heads != 1 || p.n % 32 != 0)) return false;
   const int64_t n4 = p.n / 4;
   if (n4 > int64_t{kMaxThreads} * kMaxVecPerThread) return false;
   const int threads = static_cast<int>(
@@ -143,13 +165,13 @@ bool LaunchBlockVec4(const RmsNormParams& p, cudaStream_t stream) {
   const int64_t per_thread = (n4 + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(p.vectors);
   if (per_thread <= 1) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<1, kAdd>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<1, kAdd, kQuant>, blocks, threads, 0, stream, p);
   } else if (per_thread <= 2) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<2, kAdd>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<2, kAdd, kQuant>, blocks, threads, 0, stream, p);
   } else if (per_thread <= 4) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<4, kAdd>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<4, kAdd, kQuant>, blocks, threads, 0, stream, p);
   } else {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<8, kAdd>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<8, kAdd, kQuant>, blocks, threads, 0, stream, p);
   }
   return true;
 }
@@ -187,9 +209,31 @@ bool AddRmsNormCudaSupports(const RmsNormArgs& a, const float* add, int64_t add_
          a.rows <= std::numeric_limits<int32_t>::max();
 }
 
+namespace {
+
+// The q8 fields of `p` from the two scratch areas (rows = p.vectors, heads 1).
+void SetQ8Outputs(const RmsNormQ8Outputs& q8, RmsNormParams* p) {
+  const int64_t scales = gemv_internal::Q8ScalesOffset(p->n, p->vectors);
+  auto* natural = static_cast<uint8_t*>(q8.natural);
+  auto* pair = static_cast<uint8_t*>(q8.pair);
+  p->q8_natural = reinterpret_cast<int8_t*>(natural);
+  p->q8_natural_d = reinterpret_cast<float2*>(natural + scales);
+  p->q8_pair = reinterpret_cast<int8_t*>(pair);
+  p->q8_pair_d = reinterpret_cast<float2*>(pair + scales);
+}
+
+bool Q8OutputsUsable(const RmsNormQ8Outputs& q8) {
+  return q8.natural != nullptr && q8.pair != nullptr && Aligned16(q8.natural) && Aligned16(q8.pair);
+}
+
+}  // namespace
+
 KernelStatus AddRmsNormCuda(const RmsNormArgs& a, float* x, const float* add, int64_t add_stride,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const RmsNormQ8Outputs* q8) {
   if (x != a.x || !AddRmsNormCudaSupports(a, add, add_stride)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (q8 != nullptr && (!RmsNormQ8CudaSupports(a) || !Q8OutputsUsable(*q8))) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.rows == 0) return KernelStatus::kOk;
@@ -197,7 +241,29 @@ KernelStatus AddRmsNormCuda(const RmsNormArgs& a, float* x, const float* add, in
   p.add = add;
   p.add_stride = add_stride;
   p.sum = x;
-  if (!LaunchBlockVec4<true>(p, stream) || cudaGetLastError() != cudaSuccess) {
+  bool launched = false;
+  if (q8 != nullptr) {
+    SetQ8Outputs(*q8, &p);
+    launched = LaunchBlockVec4<true, true>(p, stream);
+  } else {
+    launched = LaunchBlockVec4<true>(p, stream);
+  }
+  if (!launched || cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
+  return KernelStatus::kOk;
+}
+
+bool RmsNormQ8CudaSupports(const RmsNormArgs& a) {
+  return ValidateRmsNorm(a) == KernelStatus::kOk && a.heads == 1 && a.n > kWarpPerVectorMaxN &&
+         a.n % 32 == 0 && a.n / 4 <= 1024 * 8 && a.x_stride % 4 == 0 && a.y_stride % 4 == 0 &&
+         Aligned16(a.x) && Aligned16(a.y) && Aligned16(a.weight) && a.rows >= 1 &&
+         a.rows <= kRmsNormQ8MaxRows;
+}
+
+KernelStatus RmsNormQ8Cuda(const RmsNormArgs& a, const RmsNormQ8Outputs& q8, cudaStream_t stream) {
+  if (!RmsNormQ8CudaSupports(a) || !Q8OutputsUsable(q8)) return KernelStatus::kInvalidArgument;
+  RmsNormParams p{a.x, a.x_stride, a.y, a.y_stride, a.rows, 1, a.n, a.weight, a.eps};
+  SetQ8Outputs(q8, &p);
+  if (!LaunchBlockVec4<false, true>(p, stream) || cudaGetLastError() != cudaSuccess) {
     return KernelStatus::kInvalidArgument;
   }
   return KernelStatus::kOk;

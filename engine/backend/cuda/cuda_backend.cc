@@ -77,8 +77,7 @@ absl::Status CudaBackend::KernelResult(kernels::KernelStatus status, const char*
   return absl::InvalidArgumentError(message);
 }
 
-absl::StatusOr<void*> CudaBackend::EnsureScratch(Scratch& scratch, size_t bytes,
-                                                 const char* what) {
+absl::StatusOr<void*> CudaBackend::EnsureScratch(Scratch& scratch, size_t bytes, const char* what) {
   if (scratch.bytes >= bytes && scratch.data != nullptr) return scratch.data;
   scratch.staged_valid = false;
   ++scratch_epoch_;
@@ -137,6 +136,7 @@ absl::StatusOr<void*> CudaBackend::StageToDevice(Scratch& scratch, const void* h
 }
 
 absl::StatusOr<BackendBuffer> CudaBackend::Allocate(size_t bytes) {
+  ForgetPrequantized();
   void* data = nullptr;
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   cudaError_t err = cudaMalloc(&data, rounded);
@@ -156,6 +156,7 @@ absl::StatusOr<BackendBuffer> CudaBackend::Allocate(size_t bytes) {
 }
 
 absl::Status CudaBackend::Upload(const void* host, void* dst, size_t bytes) {
+  ForgetPrequantized();
   if (bytes == 0) return absl::OkStatus();
   if (host == nullptr || dst == nullptr) return absl::InvalidArgumentError("Upload: null pointer");
   if (recording_step()) return AbandonRecording("Upload inside a recorded step");
@@ -177,12 +178,14 @@ absl::Status CudaBackend::Download(const void* src, void* host, size_t bytes) {
 }
 
 absl::Status CudaBackend::Copy(const void* src, void* dst, size_t bytes) {
+  ForgetPrequantized();
   if (bytes == 0) return absl::OkStatus();
   if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("Copy: null pointer");
   return CudaResult(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
 }
 
 absl::Status CudaBackend::Zero(void* dst, size_t bytes) {
+  ForgetPrequantized();
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr) return absl::InvalidArgumentError("Zero: null pointer");
   return CudaResult(cudaMemsetAsync(dst, 0, bytes, stream_), "Zero");
@@ -202,8 +205,7 @@ cudaError_t CudaBackend::TimedWait(cudaStream_t stream, cudaEvent_t event) {
   return err;
 }
 
-absl::StatusOr<WeightView> CudaBackend::PlaceWeight(const WeightView& host,
-                                                     std::string_view name) {
+absl::StatusOr<WeightView> CudaBackend::PlaceWeight(const WeightView& host, std::string_view name) {
   if (host.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat("PlaceWeight: %s has no data", name));
   }
@@ -229,10 +231,9 @@ absl::StatusOr<WeightView> CudaBackend::PlaceWeight(const WeightView& host,
     placed_.push_back(data);
   }
   weight_bytes_.fetch_add(bytes);
-  err = (pitch == src_pitch)
-            ? cudaMemcpy(data, host.data, bytes, cudaMemcpyHostToDevice)
-            : cudaMemcpy2D(data, pitch, host.data, src_pitch, row_bytes, rows,
-                           cudaMemcpyHostToDevice);
+  err = (pitch == src_pitch) ? cudaMemcpy(data, host.data, bytes, cudaMemcpyHostToDevice)
+                             : cudaMemcpy2D(data, pitch, host.data, src_pitch, row_bytes, rows,
+                                            cudaMemcpyHostToDevice);
   RETURN_IF_ERROR(CudaResult(err, absl::StrFormat("PlaceWeight(%s)", name).c_str()));
   WeightView placed = host;
   placed.data = data;

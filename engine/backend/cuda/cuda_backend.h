@@ -28,11 +28,18 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "kernels/common/kernel_status.h"
+#include "kernels/rms_norm/rms_norm_cuda.h"
 
 namespace stepserve {
 
 // Registered as "cuda" by the backend registry when the build has CUDA. Creating it without a
 // visible device gives FailedPrecondition, never a crash.
+// Process-wide switch of the fused quantization (CudaBackend::PrequantizedX):
+// STEPSERVE_FUSED_QUANT=1 at the first use turns it on; off by default until measured on a device.
+// Returns the previous setting.
+bool SetCudaFusedQuantization(bool enabled);
+bool CudaFusedQuantization();
+
 class CudaBackend final : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendOptions& options);
@@ -94,6 +101,9 @@ class CudaBackend final : public Backend {
   // Steps recorded as graphs and steps replayed from them since creation.
   uint64_t recorded_steps() const { return recorded_steps_; }
   uint64_t replayed_steps() const { return replayed_steps_; }
+  // Matmul / MoeExperts calls that took a norm's int8 activations (fused quantization) instead of
+  // running the quantizer, since creation.
+  uint64_t prequantized_uses() const { return prequantized_uses_; }
 
   // Shared helpers for the op files.
   // A grow-only device scratch area, freed (cudaFree) when destroyed.
@@ -144,6 +154,28 @@ class CudaBackend final : public Backend {
   // The recipe of the step's positions (each must be >= 0).
   static absl::Status StepPositionsRecipe(const StepDescription& step, std::vector<uint8_t>* bytes);
 
+  // Fused quantization (cuda_backend_pointwise.cc): a norm of up to 16 rows may also write its
+  // output as the GEMV's int8 activations, in both orders (natural; IQ4_XS's pair order), and
+  // the Matmul / MoeExperts that read that output take them instead of running the quantizer.
+  // They stay valid for `x` only until an op that may write memory runs: every op but Matmul,
+  // MoeExperts, RouterTopK and LogitsTopK (whose outputs must not overlap x), Download and
+  // Synchronize calls ForgetPrequantized.
+  struct PrequantizedX {
+    const float* x = nullptr;
+    int64_t rows = 0, cols = 0, stride = 0;
+    const void* natural = nullptr;
+    const void* pair = nullptr;
+  };
+  // The int8 activations of `x` in the order `pair_order` asks, or nullptr.
+  const void* PrequantizedFor(const TensorView& x, bool pair_order) const;
+  void ForgetPrequantized() { prequantized_ = {}; }
+  // Forgets them if `y` (an op's output) overlaps the prequantized x.
+  void ForgetPrequantizedIfWritten(const TensorView& y);
+  // Where a norm with these arguments writes its int8 form: both null when fused quantization is
+  // off, in exact mode, or for shapes the fused kernel does not take.
+  absl::StatusOr<kernels::RmsNormQ8Outputs> FusedQ8Outputs(const kernels::RmsNormArgs& norm);
+  void RememberPrequantized(const TensorView& out, const kernels::RmsNormQ8Outputs& q8);
+
   struct PointwiseState;  // cuda_backend_pointwise.cc
   struct AttentionState;  // cuda_backend_attention.cc
   struct MatmulState;     // cuda_backend_matmul.cc
@@ -179,6 +211,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> placed_;  // PlaceWeight copies, freed in the destructor
   std::atomic<uint64_t> weight_bytes_{0};
   std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
+  PrequantizedX prequantized_;
+  uint64_t prequantized_uses_ = 0;
   std::shared_ptr<PointwiseState> pointwise_;
   std::shared_ptr<AttentionState> attention_;
   std::shared_ptr<MatmulState> matmul_;

@@ -43,6 +43,7 @@ struct CudaBackend::AttentionState {
 
 absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
                                    const AttentionBatch& batch, const KvCacheView& cache) {
+  ForgetPrequantized();
   if (!attention_) attention_ = std::make_shared<AttentionState>();
   AttentionState& state = *attention_;
   ASSIGN_OR_RETURN(kernels::KvAppendArgs a, AppendKvOpArgs(k, v, batch, cache, &state.slots));
@@ -87,6 +88,7 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
 absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& batch,
                                     const KvCacheView& cache, const AttentionParams& params,
                                     const TensorView& out) {
+  ForgetPrequantized();
   if (!attention_) attention_ = std::make_shared<AttentionState>();
   AttentionState& state = *attention_;
   // The host description: Q, out and the pages are device pointers, only checked for null.

@@ -155,6 +155,7 @@ absl::StatusOr<void*> CudaBackend::StageStepInput(const std::string& key, const 
 }
 
 absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
+  ForgetPrequantized();
   // Beyond kMoeGemvMaxTokens rows, and in exact mode, MoeExperts groups the experts on the host
   // (a round trip a graph cannot hold): such steps stay eager without trying.
   if (!graphs_enabled_ || exact_activations_ ||
@@ -253,6 +254,7 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
 }
 
 absl::Status CudaBackend::EndStep(bool enqueued_all) {
+  ForgetPrequantized();
   if (recording_ == nullptr) return absl::OkStatus();
   StepGraph& g = *recording_;
   if (!enqueued_all) {

@@ -47,9 +47,10 @@ namespace {
 using MatmulState = CudaBackend::MatmulState;
 
 // y = x W^T with every pointer of `m` in device memory. `exact_activations`: small batches use
-// exact F32 activations instead of the fast GEMV's int8 ones (see MoeExperts).
+// exact F32 activations instead of the fast GEMV's int8 ones (see MoeExperts). `x_q8`: x's int8
+// activations in the weight type's order, already written (fused quantization), or nullptr.
 absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::MatmulArgs& m,
-                       bool exact_activations, const char* op) {
+                       bool exact_activations, const char* op, const void* x_q8 = nullptr) {
   if (m.rows == 0) return absl::OkStatus();
   if (m.rows <= kernels::kGemvCudaMaxRows && kernels::GemvCudaSupports(m.type)) {
     kernels::GemvCudaArgs g;
@@ -65,6 +66,11 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
     g.y_stride = m.y_stride;
     if (exact_activations) {
       g.activations = kernels::GemvCudaActivations::kF32;
+    } else if (x_q8 != nullptr) {
+      g.activations = kernels::GemvCudaActivations::kQ8;
+      g.scratch = const_cast<void*>(x_q8);  // read only: x_prequantized
+      g.scratch_bytes = kernels::GemvCudaScratchBytes(m.in, m.rows);
+      g.x_prequantized = true;
     } else {
       g.activations = kernels::GemvCudaActivations::kQ8;
       const int64_t bytes = kernels::GemvCudaScratchBytes(m.in, m.rows);
@@ -137,14 +143,20 @@ WeightView ExpertMatrix(const WeightView& w, int64_t e) {
 }  // namespace
 
 absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const TensorView& y) {
+  ForgetPrequantizedIfWritten(y);
   ASSIGN_OR_RETURN(const kernels::MatmulArgs m, MatmulOpArgs(x, w, y));
   RETURN_IF_ERROR(CheckDeviceWeight(w, "Matmul", "weight"));
   if (!matmul_) matmul_ = std::make_shared<MatmulState>();
-  return RunMatmul(*this, *matmul_, m, exact_activations_, "Matmul");
+  const void* x_q8 = exact_activations_ || !kernels::GemvCudaSupports(w.type)
+                         ? nullptr
+                         : PrequantizedFor(x, kernels::Q8ScratchPosition(w.type, 1) != 1);
+  prequantized_uses_ += x_q8 != nullptr;
+  return RunMatmul(*this, *matmul_, m, exact_activations_, "Matmul", x_q8);
 }
 
 absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t> ids,
                                 const TensorView& out) {
+  ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::EmbedArgs args, EmbedOpArgs(table, ids, out));
   const int64_t n = args.n_ids;
   RETURN_IF_ERROR(CheckDeviceWeight(table, "Embed", "table"));
@@ -224,6 +236,8 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
   a.y = y.f32();
   a.y_stride = y.stride_floats();
   a.workspace_bytes = kernels::MoeGemvCudaWorkspaceBytes(a.tokens, top_k, a.n_embd, a.n_ff);
+  a.x_q8 = PrequantizedFor(x, kernels::Q8ScratchPosition(e.gate.type, 1) != 1);
+  prequantized_uses_ += a.x_q8 != nullptr;
   ASSIGN_OR_RETURN(a.workspace,
                    EnsureScratch(s.moe_gemv_workspace, static_cast<size_t>(a.workspace_bytes),
                                  "MoeExperts workspace"));
@@ -243,6 +257,7 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
 absl::Status CudaBackend::MoeExperts(const TensorView& x, const ExpertWeights& e,
                                      std::span<const int32_t> ids, std::span<const float> weights,
                                      int64_t top_k, const TensorView& y) {
+  ForgetPrequantizedIfWritten(y);
   ASSIGN_OR_RETURN(const kernels::MoeExpertsArgs args,
                    MoeExpertsOpArgs(x, e, ids, weights, top_k, y));
   const int64_t d = args.n_embd;

@@ -2,13 +2,16 @@
 // Each checks its operands on the host with the CPU backend's checks and messages (op_checks.h),
 // then enqueues one kernel on the backend's stream. Only QkNormRope has host-side data (the
 // positions), which it stages into this group's scratch.
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
 #include "kernels/elementwise/elementwise_cuda.h"
+#include "kernels/matmul/matmul_cuda.h"
 #include "kernels/moe/router_cuda.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
@@ -21,17 +24,84 @@ using kernels::KernelStatus;
 struct CudaBackend::PointwiseState {
   Scratch positions;  // QkNormRope's positions, uploaded per call
   Scratch topk;       // LogitsTopK's per-chunk candidates
+  Scratch fused_q8;   // a norm's output as int8 GEMV activations, natural then pair order
 };
+
+namespace {
+
+std::atomic<bool>& FusedQuantizationSetting() {
+  static std::atomic<bool> enabled{[] {
+    const char* v = std::getenv("STEPSERVE_FUSED_QUANT");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return enabled;
+}
+
+// Bytes of one order's area, rounded to 16 so the second area stays aligned.
+int64_t FusedQ8AreaBytes(int64_t n, int64_t rows) {
+  return (kernels::GemvCudaScratchBytes(n, rows) + 15) / 16 * 16;
+}
+
+}  // namespace
+
+bool SetCudaFusedQuantization(bool enabled) { return FusedQuantizationSetting().exchange(enabled); }
+bool CudaFusedQuantization() { return FusedQuantizationSetting().load(std::memory_order_relaxed); }
+
+const void* CudaBackend::PrequantizedFor(const TensorView& x, bool pair_order) const {
+  const PrequantizedX& p = prequantized_;
+  if (p.x == nullptr || p.x != x.data || p.rows != x.rows() || p.cols != x.cols() ||
+      p.stride != x.stride_floats()) {
+    return nullptr;
+  }
+  return pair_order ? p.pair : p.natural;
+}
+
+void CudaBackend::ForgetPrequantizedIfWritten(const TensorView& y) {
+  const PrequantizedX& p = prequantized_;
+  if (p.x == nullptr || y.data == nullptr || y.rows() == 0) return;
+  const auto* x_begin = reinterpret_cast<const uint8_t*>(p.x);
+  const auto* x_end = x_begin + ((p.rows - 1) * p.stride + p.cols) * sizeof(float);
+  const auto* y_begin = static_cast<const uint8_t*>(y.data);
+  const auto* y_end = y_begin + ((y.rows() - 1) * y.stride_floats() + y.cols()) * sizeof(float);
+  if (y_begin < x_end && x_begin < y_end) ForgetPrequantized();
+}
+
+absl::StatusOr<kernels::RmsNormQ8Outputs> CudaBackend::FusedQ8Outputs(
+    const kernels::RmsNormArgs& norm) {
+  if (!CudaFusedQuantization() || exact_activations_ || !kernels::RmsNormQ8CudaSupports(norm)) {
+    return kernels::RmsNormQ8Outputs{};
+  }
+  if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
+  const int64_t area = FusedQ8AreaBytes(norm.n, norm.rows);
+  // Sized for the largest row count at once, so decode steps of 1..16 rows do not move it (a moved
+  // scratch area invalidates the recorded step graphs).
+  const int64_t most = FusedQ8AreaBytes(norm.n, kernels::kRmsNormQ8MaxRows);
+  ASSIGN_OR_RETURN(void* base, EnsureScratch(pointwise_->fused_q8, static_cast<size_t>(2 * most),
+                                             "fused int8 activations"));
+  return kernels::RmsNormQ8Outputs{base, static_cast<uint8_t*>(base) + area};
+}
+
+void CudaBackend::RememberPrequantized(const TensorView& out, const kernels::RmsNormQ8Outputs& q8) {
+  prequantized_ = {out.f32(), out.rows(), out.cols(), out.stride_floats(), q8.natural, q8.pair};
+}
 
 absl::Status CudaBackend::RmsNorm(const TensorView& x, const WeightView& weight, float eps,
                                   const TensorView& out) {
+  ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::RmsNormArgs a, RmsNormOpArgs(x, weight, eps, out));
+  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8, FusedQ8Outputs(a));
+  if (q8.natural != nullptr) {
+    RETURN_IF_ERROR(KernelResult(kernels::RmsNormQ8Cuda(a, q8, stream()), "RmsNorm"));
+    RememberPrequantized(out, q8);
+    return absl::OkStatus();
+  }
   return KernelResult(kernels::RmsNormCuda(a, stream()), "RmsNorm");
 }
 
 absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
                                      const QkNormRopeParams& p,
                                      std::span<const int32_t> positions) {
+  ForgetPrequantized();
   const int64_t tokens = static_cast<int64_t>(positions.size());
   RETURN_IF_ERROR(CheckQkNormRope(q, k, p, tokens));
   for (const int32_t position : positions) {
@@ -81,17 +151,20 @@ absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
 
 absl::Status CudaBackend::HeadGate(const TensorView& o, const TensorView& gate_logits,
                                    int64_t head_dim) {
+  ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::HeadGateArgs a, HeadGateOpArgs(o, gate_logits, head_dim));
   return KernelResult(kernels::HeadGateCuda(a, stream()), "HeadGate");
 }
 
 absl::Status CudaBackend::SwiGlu(const TensorView& g, const TensorView& u, float limit,
                                  const TensorView& z) {
+  ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::SwiGluArgs a, SwiGluOpArgs(g, u, limit, z));
   return KernelResult(kernels::SwiGluCuda(a, stream()), "SwiGlu");
 }
 
 absl::Status CudaBackend::Add(const TensorView& a, const TensorView& b, const TensorView& y) {
+  ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::AddArgs args, AddOpArgs(a, b, y));
   return KernelResult(kernels::AddCuda(args, stream()), "Add");
 }
@@ -103,11 +176,17 @@ absl::Status CudaBackend::AddRmsNorm(const TensorView& h, const TensorView& delt
   if (out.data == h.data || out.data == delta.data) {
     return absl::InvalidArgumentError("AddRmsNorm: out must not alias h or delta");
   }
+  ForgetPrequantized();
   if (!kernels::AddRmsNormCudaSupports(norm, add.b, add.b_stride)) {
     return Backend::AddRmsNorm(h, delta, weight, eps, out);  // the two kernels
   }
-  return KernelResult(kernels::AddRmsNormCuda(norm, h.f32(), add.b, add.b_stride, stream()),
-                      "AddRmsNorm");
+  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8, FusedQ8Outputs(norm));
+  const bool fused_q8 = q8.natural != nullptr;
+  RETURN_IF_ERROR(KernelResult(kernels::AddRmsNormCuda(norm, h.f32(), add.b, add.b_stride, stream(),
+                                                       fused_q8 ? &q8 : nullptr),
+                               "AddRmsNorm"));
+  if (fused_q8) RememberPrequantized(out, q8);
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::RouterTopK(const TensorView& logits, const RouterParams& p,

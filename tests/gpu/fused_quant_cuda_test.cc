@@ -1,0 +1,209 @@
+// Fused quantization on the CUDA backend (CudaBackend::PrequantizedX, STEPSERVE_FUSED_QUANT): a
+// norm of up to 16 rows also writes its output as the GEMV's int8 activations, and the Matmul /
+// MoeExperts reading that output skip their quantizer. The int8 bytes are by construction those
+// the quantizer writes (one device function, q8_quantize.cuh), so every result must be bitwise
+// equal to the unfused path's - for IQ4_XS (pair order) and Q4_K / Q8_0 (natural order), 1-16
+// rows, AddRmsNorm and RmsNorm, the decode MoE; and an op writing the norm's output in between
+// must make the next Matmul quantize again (no stale activations). prequantized_uses() proves the
+// fused path ran at all.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/backend_test_util.h"
+#include "tests/gpu/weight_test_util.h"
+
+namespace stepserve {
+namespace {
+
+using gpu_testing::CudaBackendOrNull;
+using gpu_testing::DeviceMat;
+using gpu_testing::DownloadMat;
+using gpu_testing::kNoDeviceMessage;
+using gpu_testing::RandomHostWeight;
+using gpu_testing::RandomNormal;
+using gpu_testing::UploadBytes;
+using gpu_testing::UploadMat;
+
+constexpr int64_t kEmbd = 2048;  // > 1024: the float4 block norm kernel, which fuses
+constexpr int64_t kOut = 520;
+
+// Sets the process-wide switch for a scope.
+struct FusedQuantScope {
+  bool was;
+  explicit FusedQuantScope(bool enabled) : was(SetCudaFusedQuantization(enabled)) {}
+  ~FusedQuantScope() { SetCudaFusedQuantization(was); }
+};
+
+bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class FusedQuantCudaTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = CudaBackendOrNull();
+    if (!backend_) GTEST_SKIP() << kNoDeviceMessage;
+    cuda_ = dynamic_cast<CudaBackend*>(backend_.get());
+    ASSERT_NE(cuda_, nullptr);
+    seed_ = std::random_device{}();
+    std::printf("seed %u\n", seed_);
+  }
+
+  WeightView Place(GgmlType type, int64_t in, int64_t out, int64_t experts, uint64_t seed,
+                   float rms) {
+    gpu_testing::HostWeight host = RandomHostWeight(type, in, out, experts, seed, rms);
+    absl::StatusOr<WeightView> placed = backend_->PlaceWeight(host.view, "w");
+    EXPECT_TRUE(placed.ok()) << placed.status();
+    return placed.ok() ? *placed : WeightView{};
+  }
+
+  // An F32 norm weight of kEmbd values in backend memory (kept alive by `buffer`).
+  WeightView NormWeight(const std::vector<float>& values, BackendBuffer* buffer) {
+    *buffer = UploadBytes(*backend_, values.data(), values.size() * 4);
+    WeightView w;
+    w.data = buffer->data();
+    w.type = GgmlType::kF32;
+    w.ne[0] = kEmbd;
+    return w;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  CudaBackend* cuda_ = nullptr;
+  unsigned seed_ = 0;
+};
+
+// {y of the Matmul after the norm, the norm's output, h} with fusion on or off.
+struct NormMatmulResult {
+  std::vector<float> y, out, h;
+};
+
+TEST_F(FusedQuantCudaTest, NormThenMatmulIsBitwiseTheUnfusedPath) {
+  std::mt19937_64 rng(seed_);
+  for (const GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    const WeightView w = Place(type, kEmbd, kOut, 1, seed_ + 1, 0.05f);
+    BackendBuffer dev_norm_w;
+    const WeightView nw = NormWeight(RandomNormal(kEmbd, rng, 0.5f), &dev_norm_w);
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{16}}) {
+      for (const bool with_add : {true, false}) {
+        SCOPED_TRACE(std::string(GgmlTypeName(type)) + " rows " + std::to_string(rows) +
+                     (with_add ? " AddRmsNorm" : " RmsNorm"));
+        const std::vector<float> h0 = RandomNormal(static_cast<size_t>(kEmbd * rows), rng);
+        const std::vector<float> delta = RandomNormal(static_cast<size_t>(kEmbd * rows), rng);
+        NormMatmulResult got[2];
+        for (const bool fused : {false, true}) {
+          const FusedQuantScope scope(fused);
+          DeviceMat h = UploadMat(*backend_, h0, kEmbd, rows);
+          DeviceMat d = UploadMat(*backend_, delta, kEmbd, rows);
+          DeviceMat out = gpu_testing::PoisonedMat(*backend_, kEmbd, rows);
+          DeviceMat y = gpu_testing::PoisonedMat(*backend_, kOut, rows);
+          const uint64_t uses = cuda_->prequantized_uses();
+          const absl::Status norm = with_add
+                                        ? backend_->AddRmsNorm(h.view, d.view, nw, 1e-5f, out.view)
+                                        : backend_->RmsNorm(h.view, nw, 1e-5f, out.view);
+          ASSERT_TRUE(norm.ok()) << norm;
+          ASSERT_TRUE(backend_->Matmul(out.view, w, y.view).ok());
+          EXPECT_EQ(cuda_->prequantized_uses() - uses, fused ? 1u : 0u);
+          got[fused] = {DownloadMat(*backend_, y), DownloadMat(*backend_, out),
+                        DownloadMat(*backend_, h)};
+        }
+        EXPECT_TRUE(BitwiseEqual(got[0].y, got[1].y));
+        EXPECT_TRUE(BitwiseEqual(got[0].out, got[1].out));
+        EXPECT_TRUE(BitwiseEqual(got[0].h, got[1].h));
+      }
+    }
+  }
+}
+
+// An op that writes the norm's output between the norm and the Matmul: the Matmul must quantize
+// the new values (bitwise the unfused result), not reuse the norm's int8 activations.
+TEST_F(FusedQuantCudaTest, WritingTheOutputInBetweenForgetsTheActivations) {
+  std::mt19937_64 rng(seed_);
+  const int64_t rows = 2;
+  const WeightView w = Place(GgmlType::kIQ4_XS, kEmbd, kOut, 1, seed_ + 2, 0.05f);
+  BackendBuffer dev_norm_w;
+  const WeightView nw = NormWeight(std::vector<float>(kEmbd, 1.0f), &dev_norm_w);
+  const std::vector<float> h0 = RandomNormal(static_cast<size_t>(kEmbd * rows), rng);
+  const std::vector<float> other = RandomNormal(static_cast<size_t>(kEmbd * rows), rng, 3.0f);
+  for (const int writer : {0, 1, 2}) {  // Add into out, Upload into out, Zero out
+    SCOPED_TRACE(writer);
+    std::vector<float> results[2];
+    for (const bool fused : {false, true}) {
+      const FusedQuantScope scope(fused);
+      DeviceMat h = UploadMat(*backend_, h0, kEmbd, rows);
+      DeviceMat o = UploadMat(*backend_, other, kEmbd, rows);
+      DeviceMat out = gpu_testing::PoisonedMat(*backend_, kEmbd, rows);
+      DeviceMat y = gpu_testing::PoisonedMat(*backend_, kOut, rows);
+      ASSERT_TRUE(backend_->RmsNorm(h.view, nw, 1e-5f, out.view).ok());
+      if (writer == 0) {
+        ASSERT_TRUE(backend_->Add(out.view, o.view, out.view).ok());
+      }
+      if (writer == 1) {
+        ASSERT_TRUE(backend_->Upload(other.data(), out.buffer.data(), other.size() * 4).ok());
+      }
+      if (writer == 2) {
+        ASSERT_TRUE(backend_->Zero(out.buffer.data(), other.size() * 4).ok());
+      }
+      const uint64_t uses = cuda_->prequantized_uses();
+      ASSERT_TRUE(backend_->Matmul(out.view, w, y.view).ok());
+      EXPECT_EQ(cuda_->prequantized_uses(), uses);  // quantized again
+      results[fused] = DownloadMat(*backend_, y);
+    }
+    EXPECT_TRUE(BitwiseEqual(results[0], results[1]));
+  }
+}
+
+// The decode MoE (MoeGemvCuda) after the FFN norm: gate and up read the norm's int8 activations.
+TEST_F(FusedQuantCudaTest, NormThenMoeExpertsIsBitwiseTheUnfusedPath) {
+  std::mt19937_64 rng(seed_);
+  constexpr int64_t kExperts = 8, kTopK = 2, kFf = 512;
+  for (const GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K}) {
+    ExpertWeights e;
+    e.gate = Place(type, kEmbd, kFf, kExperts, seed_ + 3, 0.05f);
+    e.up = Place(type, kEmbd, kFf, kExperts, seed_ + 4, 0.05f);
+    e.down = Place(type, kFf, kEmbd, kExperts, seed_ + 5, 0.05f);
+    e.limit = 7.0f;
+    BackendBuffer dev_norm_w;
+    const WeightView nw = NormWeight(RandomNormal(kEmbd, rng, 0.5f), &dev_norm_w);
+    for (const int64_t tokens : {int64_t{1}, int64_t{5}}) {
+      SCOPED_TRACE(std::string(GgmlTypeName(type)) + " tokens " + std::to_string(tokens));
+      std::vector<int32_t> ids;
+      std::vector<float> weights;
+      for (int64_t t = 0; t < tokens; ++t) {
+        ids.push_back(static_cast<int32_t>((3 * t) % kExperts));
+        ids.push_back(static_cast<int32_t>((3 * t + 5) % kExperts));
+        weights.push_back(0.6f);
+        weights.push_back(0.3f);
+      }
+      const std::vector<float> h0 = RandomNormal(static_cast<size_t>(kEmbd * tokens), rng);
+      std::vector<float> got[2];
+      for (const bool fused : {false, true}) {
+        const FusedQuantScope scope(fused);
+        DeviceMat h = UploadMat(*backend_, h0, kEmbd, tokens);
+        DeviceMat f = gpu_testing::PoisonedMat(*backend_, kEmbd, tokens);
+        BackendBuffer dev_ids = UploadBytes(*backend_, ids.data(), ids.size() * 4);
+        BackendBuffer dev_w = UploadBytes(*backend_, weights.data(), weights.size() * 4);
+        ASSERT_TRUE(backend_->RmsNorm(h.view, nw, 1e-5f, f.view).ok());
+        const uint64_t uses = cuda_->prequantized_uses();
+        ASSERT_TRUE(backend_
+                        ->MoeExperts(f.view, e,
+                                     {static_cast<const int32_t*>(dev_ids.data()), ids.size()},
+                                     {static_cast<const float*>(dev_w.data()), weights.size()},
+                                     kTopK, h.view)
+                        .ok());
+        EXPECT_EQ(cuda_->prequantized_uses() - uses, fused ? 1u : 0u);
+        got[fused] = DownloadMat(*backend_, h);
+      }
+      EXPECT_TRUE(BitwiseEqual(got[0], got[1]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stepserve
