@@ -27,8 +27,8 @@ out=${OUT:-out-h200}
 mkdir -p "$out"
 export NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
 tests=(gemv_cuda_test gemv_stream_cuda_test moe_gemv_cuda_test pointwise_cuda_test attention_cuda_test
-       matmul_backend_cuda_test moe_cuda_test step_graph_cuda_test logits_topk_cuda_test
-       prefill_attention_cuda_test model_cuda_test)
+       matmul_backend_cuda_test moe_cuda_test fused_quant_cuda_test step_graph_cuda_test
+       logits_topk_cuda_test prefill_attention_cuda_test model_cuda_test)
 start=$(date +%s)
 targets=()
 for t in "${tests[@]}"; do
