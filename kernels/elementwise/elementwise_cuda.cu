@@ -7,6 +7,8 @@
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/elementwise/elementwise_cuda.h"
+#include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/q8_quantize.cuh"
 
 namespace stepserve::kernels {
 namespace {
@@ -47,6 +49,63 @@ __global__ void SwiGluKernel(SwiGluArgs a, bool clamp) {
   }
 }
 
+// Where the Q8 variants write row r's int8 activations (both orders; RmsNormQ8Outputs layout).
+struct Q8Rows {
+  int8_t* natural;
+  float2* natural_d;
+  int8_t* pair;
+  float2* pair_d;
+  int64_t n;  // values per row
+};
+
+// Stores the 4 values at column col of row r as int8 activations, in both orders. Every thread of
+// the 8-thread group holding the 32-value block must call it.
+__device__ __forceinline__ void StoreQ8Both(const Q8Rows& q, int64_t r, int64_t col, float4 v) {
+  const unsigned mask = 0xFFu << (threadIdx.x & 24);
+  const q8_quantize::Q8Four four = q8_quantize::QuantizeQ8Four(v, mask);
+  const int64_t blocks = q.n / 32;
+  q8_quantize::StoreQ8Four(four, col, q.natural + r * q.n, q.natural_d + r * blocks, false, mask);
+  q8_quantize::StoreQ8Four(four, col, q.pair + r * q.n, q.pair_d + r * blocks, true, mask);
+}
+
+// HeadGateKernel / SwiGluKernel with 4 columns per thread (the same float operations per value),
+// also writing the result as the GEMV's int8 activations (fused quantization: the GEMV after
+// them skips its quantizer). Needs n % 32 == 0 (8 threads per block, whole groups stop
+// together), 16-byte aligned rows and head_dim % 4 == 0 (4 columns share a head).
+__global__ void HeadGateQ8Kernel(HeadGateArgs a, Q8Rows q) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t col = 4 * (int64_t{blockIdx.x} * blockDim.x + threadIdx.x);
+  if (col >= q.n) return;
+  const int64_t head = col / a.head_dim;
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    const float s = Sigmoid(a.gate[r * a.gate_stride + head]);
+    float4* o = reinterpret_cast<float4*>(a.o + r * a.o_stride + col);
+    float4 v = *o;
+    v = make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
+    *o = v;
+    StoreQ8Both(q, r, col, v);
+  }
+}
+
+__global__ void SwiGluQ8Kernel(SwiGluArgs a, bool clamp, Q8Rows q) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t col = 4 * (int64_t{blockIdx.x} * blockDim.x + threadIdx.x);
+  if (col >= q.n) return;
+  auto one = [&](float g, float u) {
+    const float silu = g / (1.0f + expf(-g));
+    return clamp ? MinLike(silu, a.limit) * ClampLike(u, -a.limit, a.limit) : silu * u;
+  };
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    const float4 g = *reinterpret_cast<const float4*>(a.g + r * a.g_stride + col);
+    const float4 u = *reinterpret_cast<const float4*>(a.u + r * a.u_stride + col);
+    const float4 z = make_float4(one(g.x, u.x), one(g.y, u.y), one(g.z, u.z), one(g.w, u.w));
+    *reinterpret_cast<float4*>(a.z + r * a.z_stride + col) = z;
+    StoreQ8Both(q, r, col, z);
+  }
+}
+
 __global__ void AddKernel(AddArgs a) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
@@ -69,7 +128,56 @@ KernelStatus LaunchResult() {
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
 }
 
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Q8Rows MakeQ8Rows(void* natural, void* pair, int64_t n, int64_t rows) {
+  const int64_t scales = gemv_internal::Q8ScalesOffset(n, rows);
+  auto* nat = static_cast<uint8_t*>(natural);
+  auto* par = static_cast<uint8_t*>(pair);
+  return Q8Rows{reinterpret_cast<int8_t*>(nat), reinterpret_cast<float2*>(nat + scales),
+                reinterpret_cast<int8_t*>(par), reinterpret_cast<float2*>(par + scales), n};
+}
+
+// One thread per 4 columns.
+bool Q8Grid(int64_t cols, int64_t rows, dim3* grid) { return RowGrid(cols / 4, rows, grid); }
+
 }  // namespace
+
+bool HeadGateQ8CudaSupports(const HeadGateArgs& a) {
+  const int64_t n = a.heads * a.head_dim;
+  return ValidateHeadGate(a) == KernelStatus::kOk && a.rows >= 1 &&
+         a.rows <= kElementwiseQ8MaxRows && n % 32 == 0 && a.head_dim % 4 == 0 &&
+         a.o_stride % 4 == 0 && Aligned16(a.o);
+}
+
+bool SwiGluQ8CudaSupports(const SwiGluArgs& a) {
+  return ValidateSwiGlu(a) == KernelStatus::kOk && a.rows >= 1 && a.rows <= kElementwiseQ8MaxRows &&
+         a.n % 32 == 0 && a.g_stride % 4 == 0 && a.u_stride % 4 == 0 && a.z_stride % 4 == 0 &&
+         Aligned16(a.g) && Aligned16(a.u) && Aligned16(a.z);
+}
+
+KernelStatus HeadGateQ8Cuda(const HeadGateArgs& a, void* natural, void* pair, cudaStream_t stream) {
+  if (!HeadGateQ8CudaSupports(a) || !Aligned16(natural) || !Aligned16(pair)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  const int64_t n = a.heads * a.head_dim;
+  dim3 grid;
+  if (!Q8Grid(n, a.rows, &grid)) return KernelStatus::kTooLarge;
+  LaunchWithPdl(HeadGateQ8Kernel, grid, kThreadsPerBlock, 0, stream, a,
+                MakeQ8Rows(natural, pair, n, a.rows));
+  return LaunchResult();
+}
+
+KernelStatus SwiGluQ8Cuda(const SwiGluArgs& a, void* natural, void* pair, cudaStream_t stream) {
+  if (!SwiGluQ8CudaSupports(a) || !Aligned16(natural) || !Aligned16(pair)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  dim3 grid;
+  if (!Q8Grid(a.n, a.rows, &grid)) return KernelStatus::kTooLarge;
+  LaunchWithPdl(SwiGluQ8Kernel, grid, kThreadsPerBlock, 0, stream, a,
+                a.limit > kSwiGluClampThreshold, MakeQ8Rows(natural, pair, a.n, a.rows));
+  return LaunchResult();
+}
 
 KernelStatus HeadGateCuda(const HeadGateArgs& a, cudaStream_t stream) {
   if (KernelStatus s = ValidateHeadGate(a); s != KernelStatus::kOk) return s;

@@ -19,6 +19,17 @@ KernelStatus HeadGateCuda(const HeadGateArgs& args, cudaStream_t stream);
 KernelStatus SwiGluCuda(const SwiGluArgs& args, cudaStream_t stream);
 KernelStatus AddCuda(const AddArgs& args, cudaStream_t stream);
 
+// Head gate / SwiGLU that also write their output as the GEMV's int8 activations in natural and
+// IQ4_XS pair order (`natural`, `pair`: the layout of RmsNormQ8Outputs in rms_norm_cuda.h, the
+// bytes the GEMV's quantizer would write), for fused quantization. Supported: 1..16 rows, an
+// output width that is a multiple of 32, head_dim % 4 == 0, 16-byte aligned rows.
+inline constexpr int64_t kElementwiseQ8MaxRows = 16;
+bool HeadGateQ8CudaSupports(const HeadGateArgs& args);
+bool SwiGluQ8CudaSupports(const SwiGluArgs& args);
+KernelStatus HeadGateQ8Cuda(const HeadGateArgs& args, void* natural, void* pair,
+                            cudaStream_t stream);
+KernelStatus SwiGluQ8Cuda(const SwiGluArgs& args, void* natural, void* pair, cudaStream_t stream);
+
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_ELEMENTWISE_ELEMENTWISE_CUDA_H_

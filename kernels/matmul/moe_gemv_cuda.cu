@@ -7,6 +7,7 @@
 #include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/matmul_cuda.h"
 #include "kernels/matmul/moe_gemv_cuda.h"
+#include "kernels/matmul/q8_quantize.cuh"
 
 namespace stepserve::kernels {
 namespace {
@@ -16,9 +17,11 @@ int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 // Workspace layout: gate out, up out (then SwiGLU in place into gate out), down out, the
 // quantized-activation scratch (large enough for the T*k intermediate rows, which also holds
 // the T rows of x), then the grouping by expert (slot_matrix, slot_begin, group_order; sized for
-// the most slots any n_experts can give, so the layout does not depend on it).
+// the most slots any n_experts can give, so the layout does not depend on it), then for up to
+// kMoeGemvFusedDownMaxTokens tokens the down GEMV's int8 activations written by the SwiGLU.
 struct Layout {
-  int64_t gate, up, down, scratch, scratch_bytes, slot_matrix, slot_begin, group_order, total;
+  int64_t gate, up, down, scratch, scratch_bytes, slot_matrix, slot_begin, group_order, down_q8,
+      total;
 };
 
 Layout MakeLayout(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
@@ -34,7 +37,10 @@ Layout MakeLayout(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
   l.slot_matrix = l.scratch + l.scratch_bytes;
   l.slot_begin = l.slot_matrix + Align16(groups * 4);
   l.group_order = l.slot_begin + Align16((groups + 1) * 4);
-  l.total = l.group_order + Align16(groups * 4);
+  l.down_q8 = l.group_order + Align16(groups * 4);
+  l.total =
+      l.down_q8 +
+      (tokens <= kMoeGemvFusedDownMaxTokens ? Align16(GemvCudaScratchBytes(n_ff, groups)) : 0);
   return l;
 }
 
@@ -118,6 +124,35 @@ __global__ void SwiGluRowsKernel(float* g, const float* u, int64_t n, float limi
     act = fminf(act, limit);
   }
   g[i] = act * uv;
+}
+
+// SwiGluRowsKernel's values, 4 per thread (the same float operations, so the same results), also
+// quantized as the down GEMV's int8 activations in its type's order (q8_quantize.cuh: the bytes
+// its quantizer would write from these floats). 8 threads hold a 32-value block: n_ff % 32 == 0,
+// so a group never straddles rows and whole groups stop together at the end.
+__global__ void SwiGluRowsQ8Kernel(float* g, const float* u, int64_t n, int64_t n_ff, float limit,
+                                   bool clamp, int8_t* xq, float2* xd, bool pair_order) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (4 * t >= n) return;
+  const float4 g4 = reinterpret_cast<const float4*>(g)[t];
+  const float4 u4 = reinterpret_cast<const float4*>(u)[t];
+  auto swiglu = [&](float gv, float uv) {
+    float act = gv / (1.0f + __expf(-gv));
+    if (clamp) {
+      uv = fminf(fmaxf(uv, -limit), limit);
+      act = fminf(act, limit);
+    }
+    return act * uv;
+  };
+  const float4 z =
+      make_float4(swiglu(g4.x, u4.x), swiglu(g4.y, u4.y), swiglu(g4.z, u4.z), swiglu(g4.w, u4.w));
+  reinterpret_cast<float4*>(g)[t] = z;
+  const int64_t row = 4 * t / n_ff, k = 4 * t - row * n_ff;
+  const unsigned mask = 0xFFu << (threadIdx.x & 24);
+  const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(z, mask);
+  q8_quantize::StoreQ8Four(q, k, xq + row * n_ff, xd + row * (n_ff / 32), pair_order, mask);
 }
 
 // y[t][i] += sum_k w[t][k] * down[t*k + k][i]; one thread per (t, i).
@@ -244,8 +279,19 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = GemvIndexedCuda(u, stream); s != KernelStatus::kOk) return s;
 
   const int64_t n = groups * a.n_ff;
-  LaunchWithPdl(SwiGluRowsKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, gate, up,
-                n, a.limit, a.limit > kSwiGluClampThreshold);
+  const bool fuse_down =
+      a.fuse_down_quantization && a.tokens <= kMoeGemvFusedDownMaxTokens && a.n_ff % 32 == 0;
+  auto* down_q8 = reinterpret_cast<int8_t*>(base + l.down_q8);
+  if (fuse_down) {
+    auto* down_q8_d =
+        reinterpret_cast<float2*>(base + l.down_q8 + gemv_internal::Q8ScalesOffset(a.n_ff, groups));
+    LaunchWithPdl(SwiGluRowsQ8Kernel, static_cast<unsigned>((n / 4 + 255) / 256), 256, 0, stream,
+                  gate, up, n, a.n_ff, a.limit, a.limit > kSwiGluClampThreshold, down_q8, down_q8_d,
+                  Q8ScratchPosition(a.down.type, 1) != 1);
+  } else {
+    LaunchWithPdl(SwiGluRowsKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, gate,
+                  up, n, a.limit, a.limit > kSwiGluClampThreshold);
+  }
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
 
   GemvIndexedCudaArgs d;
@@ -266,6 +312,7 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   d.y_stride = a.n_embd;
   d.scratch = scratch;
   d.scratch_bytes = l.scratch_bytes;
+  if (fuse_down) d.x_q8 = down_q8;
   if (grouped) {
     d.slot_matrix = slot_matrix;
     d.slot_begin = slot_begin;

@@ -50,9 +50,14 @@ struct MoeGemvCudaArgs {
   // Optional: x's int8 activations in the gate / up type's order (GemvIndexedCudaArgs::x_q8);
   // the gate and up GEMVs then skip their quantizer.
   const void* x_q8 = nullptr;
+  // The SwiGLU kernel also writes its rows as the down GEMV's int8 activations (the same bytes as
+  // its quantizer), which then does not run: up to kMoeGemvFusedDownMaxTokens tokens, n_ff a
+  // multiple of 32 (else ignored). The backend sets it with its fused quantization.
+  bool fuse_down_quantization = false;
 };
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
+inline constexpr int64_t kMoeGemvFusedDownMaxTokens = 16;
 // More tokens (a prefill chunk) when every expert matrix is IQ4_XS: the grouped tensor-core GEMV
 // (gemv_mma_cuda.cu) then runs each expert's pairs in chunks of 32. Bounded by the 65535 groups
 // (token, slot pairs) of the indexed GEMV.

@@ -1,11 +1,11 @@
 // Fused quantization on the CUDA backend (CudaBackend::PrequantizedX, STEPSERVE_FUSED_QUANT): a
-// norm of up to 16 rows also writes its output as the GEMV's int8 activations, and the Matmul /
-// MoeExperts reading that output skip their quantizer. The int8 bytes are by construction those
-// the quantizer writes (one device function, q8_quantize.cuh), so every result must be bitwise
-// equal to the unfused path's - for IQ4_XS (pair order) and Q4_K / Q8_0 (natural order), 1-16
-// rows, AddRmsNorm and RmsNorm, the decode MoE; and an op writing the norm's output in between
-// must make the next Matmul quantize again (no stale activations). prequantized_uses() proves the
-// fused path ran at all.
+// norm, head gate or SwiGLU of up to 16 rows also writes its output as the GEMV's int8
+// activations, and the Matmul / MoeExperts reading that output skip their quantizer. The int8 bytes
+// are by construction those the quantizer writes (one device function, q8_quantize.cuh), so every
+// result must be bitwise equal to the unfused path's - for IQ4_XS (pair order) and Q4_K / Q8_0
+// (natural order), 1-16 rows, AddRmsNorm and RmsNorm, the decode MoE; and an op writing the norm's
+// output in between must make the next Matmul quantize again (no stale activations).
+// prequantized_uses() proves the fused path ran at all.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -159,7 +159,49 @@ TEST_F(FusedQuantCudaTest, WritingTheOutputInBetweenForgetsTheActivations) {
   }
 }
 
-// The decode MoE (MoeGemvCuda) after the FFN norm: gate and up read the norm's int8 activations.
+// Head gate (in place on the attention output) and SwiGLU (in place on a strided column view, as
+// the model runs the fused gate / up output) followed by the Matmul that reads them.
+TEST_F(FusedQuantCudaTest, HeadGateAndSwiGluThenMatmulAreBitwiseTheUnfusedPath) {
+  std::mt19937_64 rng(seed_);
+  constexpr int64_t kHeads = 16, kHeadDim = 128, kWidth = kHeads * kHeadDim;  // 2048
+  constexpr int64_t kFf = 1280;
+  const WeightView w_o = Place(GgmlType::kIQ4_XS, kWidth, kOut, 1, seed_ + 6, 0.05f);
+  const WeightView w_down = Place(GgmlType::kQ4_K, kFf, kOut, 1, seed_ + 7, 0.05f);
+  for (const int64_t rows : {int64_t{1}, int64_t{7}, int64_t{16}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const std::vector<float> o0 = RandomNormal(static_cast<size_t>(kWidth * rows), rng);
+    const std::vector<float> gate = RandomNormal(static_cast<size_t>(kHeads * rows), rng, 2.0f);
+    // [gate | up] rows of 2 * kFf, as the fused gate / up projection writes them.
+    const std::vector<float> gu = RandomNormal(static_cast<size_t>(2 * kFf * rows), rng, 3.0f);
+    std::vector<float> got_o[2], got_down[2], got_z[2];
+    for (const bool fused : {false, true}) {
+      const FusedQuantScope scope(fused);
+      DeviceMat o = UploadMat(*backend_, o0, kWidth, rows);
+      DeviceMat g = UploadMat(*backend_, gate, kHeads, rows);
+      DeviceMat fused_gu = UploadMat(*backend_, gu, 2 * kFf, rows);
+      DeviceMat y_o = gpu_testing::PoisonedMat(*backend_, kOut, rows);
+      DeviceMat y_down = gpu_testing::PoisonedMat(*backend_, kOut, rows);
+      const uint64_t uses = cuda_->prequantized_uses();
+      ASSERT_TRUE(backend_->HeadGate(o.view, g.view, kHeadDim).ok());
+      ASSERT_TRUE(backend_->Matmul(o.view, w_o, y_o.view).ok());
+      const TensorView gv = TensorView::F32(fused_gu.buffer.f32(), kFf, rows, 2 * kFf);
+      const TensorView uv = TensorView::F32(fused_gu.buffer.f32() + kFf, kFf, rows, 2 * kFf);
+      ASSERT_TRUE(backend_->SwiGlu(gv, uv, 7.0f, gv).ok());
+      ASSERT_TRUE(backend_->Matmul(gv, w_down, y_down.view).ok());
+      EXPECT_EQ(cuda_->prequantized_uses() - uses, fused ? 2u : 0u);
+      got_o[fused] = DownloadMat(*backend_, y_o);
+      got_down[fused] = DownloadMat(*backend_, y_down);
+      got_z[fused] = DownloadMat(*backend_, fused_gu);
+    }
+    EXPECT_TRUE(BitwiseEqual(got_o[0], got_o[1]));
+    EXPECT_TRUE(BitwiseEqual(got_down[0], got_down[1]));
+    EXPECT_TRUE(BitwiseEqual(got_z[0], got_z[1]));
+  }
+}
+
+// The decode MoE (MoeGemvCuda) after the FFN norm: gate and up read the norm's int8 activations,
+// the expert down projection those its SwiGLU kernel wrote
+// (MoeGemvCudaArgs::fuse_down_quantization).
 TEST_F(FusedQuantCudaTest, NormThenMoeExpertsIsBitwiseTheUnfusedPath) {
   std::mt19937_64 rng(seed_);
   constexpr int64_t kExperts = 8, kTopK = 2, kFf = 512;

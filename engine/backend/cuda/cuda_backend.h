@@ -154,9 +154,10 @@ class CudaBackend final : public Backend {
   // The recipe of the step's positions (each must be >= 0).
   static absl::Status StepPositionsRecipe(const StepDescription& step, std::vector<uint8_t>* bytes);
 
-  // Fused quantization (cuda_backend_pointwise.cc): a norm of up to 16 rows may also write its
-  // output as the GEMV's int8 activations, in both orders (natural; IQ4_XS's pair order), and
-  // the Matmul / MoeExperts that read that output take them instead of running the quantizer.
+  // Fused quantization (cuda_backend_pointwise.cc): a norm, head gate or SwiGLU of up to 16 rows
+  // may also write its output as the GEMV's int8 activations, in both orders (natural; IQ4_XS's
+  // pair order), and the Matmul / MoeExperts that read that output take them instead of running
+  // the quantizer (and MoeGemvCuda's SwiGLU does the same for the expert down projection).
   // They stay valid for `x` only until an op that may write memory runs: every op but Matmul,
   // MoeExperts, RouterTopK and LogitsTopK (whose outputs must not overlap x), Download and
   // Synchronize calls ForgetPrequantized.
@@ -171,9 +172,10 @@ class CudaBackend final : public Backend {
   void ForgetPrequantized() { prequantized_ = {}; }
   // Forgets them if `y` (an op's output) overlaps the prequantized x.
   void ForgetPrequantizedIfWritten(const TensorView& y);
-  // Where a norm with these arguments writes its int8 form: both null when fused quantization is
-  // off, in exact mode, or for shapes the fused kernel does not take.
-  absl::StatusOr<kernels::RmsNormQ8Outputs> FusedQ8Outputs(const kernels::RmsNormArgs& norm);
+  // Where an op writing `rows` rows of `n` values also writes their int8 form: both null when
+  // fused quantization is off, in exact mode, or when the fused kernel does not take the shapes
+  // (`supported` false).
+  absl::StatusOr<kernels::RmsNormQ8Outputs> FusedQ8Outputs(int64_t n, int64_t rows, bool supported);
   void RememberPrequantized(const TensorView& out, const kernels::RmsNormQ8Outputs& q8);
 
   struct PointwiseState;  // cuda_backend_pointwise.cc

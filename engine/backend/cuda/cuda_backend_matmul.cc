@@ -237,6 +237,7 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
   a.y_stride = y.stride_floats();
   a.workspace_bytes = kernels::MoeGemvCudaWorkspaceBytes(a.tokens, top_k, a.n_embd, a.n_ff);
   a.x_q8 = PrequantizedFor(x, kernels::Q8ScratchPosition(e.gate.type, 1) != 1);
+  a.fuse_down_quantization = CudaFusedQuantization();
   prequantized_uses_ += a.x_q8 != nullptr;
   ASSIGN_OR_RETURN(a.workspace,
                    EnsureScratch(s.moe_gemv_workspace, static_cast<size_t>(a.workspace_bytes),

@@ -66,16 +66,17 @@ void CudaBackend::ForgetPrequantizedIfWritten(const TensorView& y) {
   if (y_begin < x_end && x_begin < y_end) ForgetPrequantized();
 }
 
-absl::StatusOr<kernels::RmsNormQ8Outputs> CudaBackend::FusedQ8Outputs(
-    const kernels::RmsNormArgs& norm) {
-  if (!CudaFusedQuantization() || exact_activations_ || !kernels::RmsNormQ8CudaSupports(norm)) {
+absl::StatusOr<kernels::RmsNormQ8Outputs> CudaBackend::FusedQ8Outputs(int64_t n, int64_t rows,
+                                                                      bool supported) {
+  if (!CudaFusedQuantization() || exact_activations_ || !supported) {
     return kernels::RmsNormQ8Outputs{};
   }
   if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
-  const int64_t area = FusedQ8AreaBytes(norm.n, norm.rows);
+  const int64_t area = FusedQ8AreaBytes(n, rows);
   // Sized for the largest row count at once, so decode steps of 1..16 rows do not move it (a moved
-  // scratch area invalidates the recorded step graphs).
-  const int64_t most = FusedQ8AreaBytes(norm.n, kernels::kRmsNormQ8MaxRows);
+  // scratch area invalidates the recorded step graphs); it grows with the widest output (the
+  // attention output, 12288 values for Step-3.5) during the first, eager steps.
+  const int64_t most = FusedQ8AreaBytes(n, kernels::kRmsNormQ8MaxRows);
   ASSIGN_OR_RETURN(void* base, EnsureScratch(pointwise_->fused_q8, static_cast<size_t>(2 * most),
                                              "fused int8 activations"));
   return kernels::RmsNormQ8Outputs{base, static_cast<uint8_t*>(base) + area};
@@ -89,7 +90,8 @@ absl::Status CudaBackend::RmsNorm(const TensorView& x, const WeightView& weight,
                                   const TensorView& out) {
   ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::RmsNormArgs a, RmsNormOpArgs(x, weight, eps, out));
-  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8, FusedQ8Outputs(a));
+  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8,
+                   FusedQ8Outputs(a.n, a.rows, kernels::RmsNormQ8CudaSupports(a)));
   if (q8.natural != nullptr) {
     RETURN_IF_ERROR(KernelResult(kernels::RmsNormQ8Cuda(a, q8, stream()), "RmsNorm"));
     RememberPrequantized(out, q8);
@@ -153,6 +155,15 @@ absl::Status CudaBackend::HeadGate(const TensorView& o, const TensorView& gate_l
                                    int64_t head_dim) {
   ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::HeadGateArgs a, HeadGateOpArgs(o, gate_logits, head_dim));
+  ASSIGN_OR_RETURN(
+      const kernels::RmsNormQ8Outputs q8,
+      FusedQ8Outputs(a.heads * a.head_dim, a.rows, kernels::HeadGateQ8CudaSupports(a)));
+  if (q8.natural != nullptr) {
+    RETURN_IF_ERROR(
+        KernelResult(kernels::HeadGateQ8Cuda(a, q8.natural, q8.pair, stream()), "HeadGate"));
+    RememberPrequantized(o, q8);
+    return absl::OkStatus();
+  }
   return KernelResult(kernels::HeadGateCuda(a, stream()), "HeadGate");
 }
 
@@ -160,6 +171,14 @@ absl::Status CudaBackend::SwiGlu(const TensorView& g, const TensorView& u, float
                                  const TensorView& z) {
   ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::SwiGluArgs a, SwiGluOpArgs(g, u, limit, z));
+  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8,
+                   FusedQ8Outputs(a.n, a.rows, kernels::SwiGluQ8CudaSupports(a)));
+  if (q8.natural != nullptr) {
+    RETURN_IF_ERROR(
+        KernelResult(kernels::SwiGluQ8Cuda(a, q8.natural, q8.pair, stream()), "SwiGlu"));
+    RememberPrequantized(z, q8);
+    return absl::OkStatus();
+  }
   return KernelResult(kernels::SwiGluCuda(a, stream()), "SwiGlu");
 }
 
@@ -180,7 +199,8 @@ absl::Status CudaBackend::AddRmsNorm(const TensorView& h, const TensorView& delt
   if (!kernels::AddRmsNormCudaSupports(norm, add.b, add.b_stride)) {
     return Backend::AddRmsNorm(h, delta, weight, eps, out);  // the two kernels
   }
-  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8, FusedQ8Outputs(norm));
+  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8,
+                   FusedQ8Outputs(norm.n, norm.rows, kernels::RmsNormQ8CudaSupports(norm)));
   const bool fused_q8 = q8.natural != nullptr;
   RETURN_IF_ERROR(KernelResult(kernels::AddRmsNormCuda(norm, h.f32(), add.b, add.b_stride, stream(),
                                                        fused_q8 ? &q8 : nullptr),
