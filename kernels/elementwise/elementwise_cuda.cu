@@ -7,7 +7,6 @@
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/elementwise/elementwise_cuda.h"
-#include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/q8_quantize.cuh"
 
 namespace stepserve::kernels {
@@ -49,24 +48,8 @@ __global__ void SwiGluKernel(SwiGluArgs a, bool clamp) {
   }
 }
 
-// Where the Q8 variants write row r's int8 activations (both orders; RmsNormQ8Outputs layout).
-struct Q8Rows {
-  int8_t* natural;
-  float2* natural_d;
-  int8_t* pair;
-  float2* pair_d;
-  int64_t n;  // values per row
-};
-
-// Stores the 4 values at column col of row r as int8 activations, in both orders. Every thread of
-// the 8-thread group holding the 32-value block must call it.
-__device__ __forceinline__ void StoreQ8Both(const Q8Rows& q, int64_t r, int64_t col, float4 v) {
-  const unsigned mask = 0xFFu << (threadIdx.x & 24);
-  const q8_quantize::Q8Four four = q8_quantize::QuantizeQ8Four(v, mask);
-  const int64_t blocks = q.n / 32;
-  q8_quantize::StoreQ8Four(four, col, q.natural + r * q.n, q.natural_d + r * blocks, false, mask);
-  q8_quantize::StoreQ8Four(four, col, q.pair + r * q.n, q.pair_d + r * blocks, true, mask);
-}
+using q8_quantize::Q8Rows;
+using q8_quantize::StoreQ8Both;
 
 // HeadGateKernel / SwiGluKernel with 4 columns per thread (the same float operations per value),
 // also writing the result as the GEMV's int8 activations (fused quantization: the GEMV after
@@ -130,14 +113,6 @@ KernelStatus LaunchResult() {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-Q8Rows MakeQ8Rows(void* natural, void* pair, int64_t n, int64_t rows) {
-  const int64_t scales = gemv_internal::Q8ScalesOffset(n, rows);
-  auto* nat = static_cast<uint8_t*>(natural);
-  auto* par = static_cast<uint8_t*>(pair);
-  return Q8Rows{reinterpret_cast<int8_t*>(nat), reinterpret_cast<float2*>(nat + scales),
-                reinterpret_cast<int8_t*>(par), reinterpret_cast<float2*>(par + scales), n};
-}
-
 // One thread per 4 columns.
 bool Q8Grid(int64_t cols, int64_t rows, dim3* grid) { return RowGrid(cols / 4, rows, grid); }
 
@@ -164,7 +139,7 @@ KernelStatus HeadGateQ8Cuda(const HeadGateArgs& a, void* natural, void* pair, cu
   dim3 grid;
   if (!Q8Grid(n, a.rows, &grid)) return KernelStatus::kTooLarge;
   LaunchWithPdl(HeadGateQ8Kernel, grid, kThreadsPerBlock, 0, stream, a,
-                MakeQ8Rows(natural, pair, n, a.rows));
+                q8_quantize::MakeQ8Rows(natural, pair, n, a.rows));
   return LaunchResult();
 }
 
@@ -175,7 +150,8 @@ KernelStatus SwiGluQ8Cuda(const SwiGluArgs& a, void* natural, void* pair, cudaSt
   dim3 grid;
   if (!Q8Grid(a.n, a.rows, &grid)) return KernelStatus::kTooLarge;
   LaunchWithPdl(SwiGluQ8Kernel, grid, kThreadsPerBlock, 0, stream, a,
-                a.limit > kSwiGluClampThreshold, MakeQ8Rows(natural, pair, a.n, a.rows));
+                a.limit > kSwiGluClampThreshold,
+                q8_quantize::MakeQ8Rows(natural, pair, a.n, a.rows));
   return LaunchResult();
 }
 

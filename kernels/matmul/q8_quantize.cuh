@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/matmul/gemv_cuda_internal.h"
+
 namespace stepserve::kernels::q8_quantize {
 
 // One thread's 4 values of a block: packed int8 bytes, and the block's scale d and integer sum
@@ -61,6 +63,35 @@ __device__ __forceinline__ void StoreQ8Four(const Q8Four& q, int64_t k, int8_t* 
     *reinterpret_cast<uint32_t*>(xq_row + k) = q.packed;
   }
   if ((threadIdx.x & 7) == 0) xd_row[k / 32] = make_float2(q.d, q.d * static_cast<float>(q.sum));
+}
+
+// Fused quantization's two outputs (rms_norm_cuda.h, elementwise_cuda.h): `rows` rows of n values
+// in natural and in pair order, each area in the kQ8 scratch layout (int8 rows, then the
+// {d, d * sum} of each row's blocks at Q8ScalesOffset).
+struct Q8Rows {
+  int8_t* natural;
+  float2* natural_d;
+  int8_t* pair;
+  float2* pair_d;
+  int64_t n;  // values per row
+};
+
+inline Q8Rows MakeQ8Rows(void* natural, void* pair, int64_t n, int64_t rows) {
+  const int64_t scales = gemv_internal::Q8ScalesOffset(n, rows);
+  auto* nat = static_cast<uint8_t*>(natural);
+  auto* par = static_cast<uint8_t*>(pair);
+  return Q8Rows{reinterpret_cast<int8_t*>(nat), reinterpret_cast<float2*>(nat + scales),
+                reinterpret_cast<int8_t*>(par), reinterpret_cast<float2*>(par + scales), n};
+}
+
+// The 4 values at column col of row r quantized and stored in both orders. Every thread of the
+// 8-thread group holding the 32-value block must call it.
+__device__ __forceinline__ void StoreQ8Both(const Q8Rows& q, int64_t r, int64_t col, float4 v) {
+  const unsigned mask = 0xFFu << (threadIdx.x & 24);
+  const Q8Four four = QuantizeQ8Four(v, mask);
+  const int64_t blocks = q.n / 32;
+  StoreQ8Four(four, col, q.natural + r * q.n, q.natural_d + r * blocks, false, mask);
+  StoreQ8Four(four, col, q.pair + r * q.n, q.pair_d + r * blocks, true, mask);
 }
 
 }  // namespace stepserve::kernels::q8_quantize

@@ -8,7 +8,6 @@
 
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
-#include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/q8_quantize.cuh"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 
@@ -38,10 +37,7 @@ struct RmsNormParams {
   int64_t add_stride = 0;
   float* sum = nullptr;
   // kQuant only: the output's int8 form in the GEMV's scratch layout, natural and pair order.
-  int8_t* q8_natural = nullptr;
-  float2* q8_natural_d = nullptr;
-  int8_t* q8_pair = nullptr;
-  float2* q8_pair_d = nullptr;
+  q8_quantize::Q8Rows q8{};
 };
 
 // Start of vector `v` (row v / heads, head v % heads) in a tensor with the given row stride.
@@ -134,15 +130,7 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
     const float4 out =
         make_float4(c.x * inv * w.x, c.y * inv * w.y, c.z * inv * w.z, c.w * inv * w.w);
     y[i] = out;
-    if constexpr (kQuant) {
-      const unsigned mask = 0xFFu << (threadIdx.x & 24);
-      const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(out, mask);
-      const int64_t blocks = p.n / 32;
-      q8_quantize::StoreQ8Four(q, 4 * i, p.q8_natural + v * p.n, p.q8_natural_d + v * blocks,
-                               /*pair_order=*/false, mask);
-      q8_quantize::StoreQ8Four(q, 4 * i, p.q8_pair + v * p.n, p.q8_pair_d + v * blocks,
-                               /*pair_order=*/true, mask);
-    }
+    if constexpr (kQuant) q8_quantize::StoreQ8Both(p.q8, v, 4 * i, out);
   }
 }
 
@@ -211,17 +199,6 @@ bool AddRmsNormCudaSupports(const RmsNormArgs& a, const float* add, int64_t add_
 
 namespace {
 
-// The q8 fields of `p` from the two scratch areas (rows = p.vectors, heads 1).
-void SetQ8Outputs(const RmsNormQ8Outputs& q8, RmsNormParams* p) {
-  const int64_t scales = gemv_internal::Q8ScalesOffset(p->n, p->vectors);
-  auto* natural = static_cast<uint8_t*>(q8.natural);
-  auto* pair = static_cast<uint8_t*>(q8.pair);
-  p->q8_natural = reinterpret_cast<int8_t*>(natural);
-  p->q8_natural_d = reinterpret_cast<float2*>(natural + scales);
-  p->q8_pair = reinterpret_cast<int8_t*>(pair);
-  p->q8_pair_d = reinterpret_cast<float2*>(pair + scales);
-}
-
 bool Q8OutputsUsable(const RmsNormQ8Outputs& q8) {
   return q8.natural != nullptr && q8.pair != nullptr && Aligned16(q8.natural) && Aligned16(q8.pair);
 }
@@ -243,7 +220,7 @@ KernelStatus AddRmsNormCuda(const RmsNormArgs& a, float* x, const float* add, in
   p.sum = x;
   bool launched = false;
   if (q8 != nullptr) {
-    SetQ8Outputs(*q8, &p);
+    p.q8 = q8_quantize::MakeQ8Rows(q8->natural, q8->pair, p.n, p.vectors);
     launched = LaunchBlockVec4<true, true>(p, stream);
   } else {
     launched = LaunchBlockVec4<true>(p, stream);
@@ -262,7 +239,7 @@ bool RmsNormQ8CudaSupports(const RmsNormArgs& a) {
 KernelStatus RmsNormQ8Cuda(const RmsNormArgs& a, const RmsNormQ8Outputs& q8, cudaStream_t stream) {
   if (!RmsNormQ8CudaSupports(a) || !Q8OutputsUsable(q8)) return KernelStatus::kInvalidArgument;
   RmsNormParams p{a.x, a.x_stride, a.y, a.y_stride, a.rows, 1, a.n, a.weight, a.eps};
-  SetQ8Outputs(q8, &p);
+  p.q8 = q8_quantize::MakeQ8Rows(q8.natural, q8.pair, p.n, p.vectors);
   if (!LaunchBlockVec4<false, true>(p, stream) || cudaGetLastError() != cudaSuccess) {
     return KernelStatus::kInvalidArgument;
   }
