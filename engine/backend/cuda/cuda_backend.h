@@ -35,7 +35,8 @@ namespace stepserve {
 // Registered as "cuda" by the backend registry when the build has CUDA. Creating it without a
 // visible device gives FailedPrecondition, never a crash.
 // Process-wide switch of the fused quantization (CudaBackend::PrequantizedX):
-// STEPSERVE_FUSED_QUANT=1 at the first use turns it on; off by default until measured on a device.
+// on by default since session 11 (H200 batch 1: 6.14 -> 5.87 ms); STEPSERVE_FUSED_QUANT=0 at the
+// first use turns it off.
 // Returns the previous setting.
 bool SetCudaFusedQuantization(bool enabled);
 bool CudaFusedQuantization();

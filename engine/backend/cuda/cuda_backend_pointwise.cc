@@ -32,7 +32,7 @@ namespace {
 std::atomic<bool>& FusedQuantizationSetting() {
   static std::atomic<bool> enabled{[] {
     const char* v = std::getenv("STEPSERVE_FUSED_QUANT");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }()};
   return enabled;
 }
