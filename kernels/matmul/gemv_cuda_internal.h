@@ -58,6 +58,12 @@ struct GemvParams {
 
 inline constexpr int32_t kSlotUnused = -2;
 
+// The parameter block every entry point starts from: weights, activations (x_pair_order for
+// IQ4_XS), outputs and the IQ4_NL table; the other fields zero (matmul_cuda.cu).
+GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in,
+                          int64_t out, const float* x, int64_t x_stride, float* y,
+                          int64_t y_stride);
+
 cudaError_t LaunchGemvF32x(GgmlType type, const GemvParams& p, cudaStream_t stream);
 
 // Writes xq / xd from x for p.rows rows of p.in values (p.in a multiple of 32).

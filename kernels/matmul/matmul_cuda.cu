@@ -70,11 +70,12 @@ bool SameQ8ScratchOrder(GgmlType a, GgmlType b) {
   return (a == GgmlType::kIQ4_XS) == (b == GgmlType::kIQ4_XS);
 }
 
-namespace {
+namespace gemv_internal {
 
 // The parameter block both entry points share: weights, activations, outputs, IQ4_NL table.
-GemvParams BaseParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in, int64_t out,
-                      const float* x, int64_t x_stride, float* y, int64_t y_stride) {
+GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in,
+                          int64_t out, const float* x, int64_t x_stride, float* y,
+                          int64_t y_stride) {
   GemvParams p{};
   p.x_pair_order = type == GgmlType::kIQ4_XS;  // see Q8ScratchPosition
   p.w = static_cast<const uint8_t*>(w);
@@ -92,7 +93,7 @@ GemvParams BaseParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t
   return p;
 }
 
-}  // namespace
+}  // namespace gemv_internal
 
 KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
   if (!GemvCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
@@ -171,8 +172,8 @@ KernelStatus LaunchGroupedF16(const GemvIndexedCudaArgs& a, gemv_internal::GemvP
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvIndexedCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p =
-      BaseParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
+  GemvParams p = gemv_internal::BaseGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x,
+                                               a.x_stride, a.y, a.y_stride);
   auto* base = static_cast<uint8_t*>(a.scratch);
   // Many groups per matrix (a prefill): the tensor-core grouped kernels where they apply.
   const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
@@ -251,8 +252,8 @@ GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode) {
 KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p =
-      BaseParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x, a.x_stride, a.y, a.y_stride);
+  GemvParams p = gemv_internal::BaseGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x,
+                                               a.x_stride, a.y, a.y_stride);
   p.rows = static_cast<int>(a.rows);
   cudaError_t err = cudaSuccess;
   if (a.activations == GemvCudaActivations::kF32) {

@@ -1,11 +1,14 @@
 // MoeGemvCuda: orchestration of the indexed GEMVs (matmul_cuda.h) plus two small kernels, the
 // clamped SwiGLU over the T*k intermediate rows and the weighted combine into y.
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul/moe_decode_cuda.h"
 #include "kernels/matmul/moe_gemv_cuda.h"
 #include "kernels/matmul/q8_quantize.cuh"
 
@@ -13,6 +16,14 @@ namespace stepserve::kernels {
 namespace {
 
 int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
+std::atomic<bool>& DecodeFusedSetting() {
+  static std::atomic<bool> enabled{[] {
+    const char* v = std::getenv("STEPSERVE_MOE_DECODE_FUSED");
+    return v == nullptr || v[0] != '0';
+  }()};
+  return enabled;
+}
 
 // Workspace layout: gate out, up out (then SwiGLU in place into gate out), down out, the
 // quantized-activation scratch (large enough for the T*k intermediate rows, which also holds
@@ -116,14 +127,7 @@ __global__ void SwiGluRowsKernel(float* g, const float* u, int64_t n, float limi
   AllowDependentLaunch();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float gv = g[i];
-  float uv = u[i];
-  float act = gv / (1.0f + __expf(-gv));
-  if (clamp) {
-    uv = fminf(fmaxf(uv, -limit), limit);
-    act = fminf(act, limit);
-  }
-  g[i] = act * uv;
+  g[i] = gemv_internal::ExpertSwiGlu(g[i], u[i], limit, clamp);
 }
 
 // SwiGluRowsKernel's values, 4 per thread (the same float operations, so the same results), also
@@ -139,12 +143,7 @@ __global__ void SwiGluRowsQ8Kernel(float* g, const float* u, int64_t n, int64_t 
   const float4 g4 = reinterpret_cast<const float4*>(g)[t];
   const float4 u4 = reinterpret_cast<const float4*>(u)[t];
   auto swiglu = [&](float gv, float uv) {
-    float act = gv / (1.0f + __expf(-gv));
-    if (clamp) {
-      uv = fminf(fmaxf(uv, -limit), limit);
-      act = fminf(act, limit);
-    }
-    return act * uv;
+    return gemv_internal::ExpertSwiGlu(gv, uv, limit, clamp);
   };
   const float4 z =
       make_float4(swiglu(g4.x, u4.x), swiglu(g4.y, u4.y), swiglu(g4.z, u4.z), swiglu(g4.w, u4.w));
@@ -171,6 +170,10 @@ __global__ void CombineKernel(const float* down, const float* weights, int64_t t
 }
 
 }  // namespace
+
+int64_t MoeGemvCudaCounterInts(int64_t top_k, int64_t n_ff) { return top_k * (n_ff / 32); }
+
+bool SetMoeGemvCudaDecodeFused(bool enabled) { return DecodeFusedSetting().exchange(enabled); }
 
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
   if (tokens <= 0 || top_k <= 0 || n_embd <= 0 || n_ff <= 0) return 0;
@@ -218,31 +221,38 @@ KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& a) {
   return KernelStatus::kOk;
 }
 
-KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
-  if (KernelStatus s = ValidateMoeGemvCuda(a); s != KernelStatus::kOk) return s;
+namespace {
+
+// The down GEMV's int8 activations of the T*k SwiGLU rows (Layout::down_q8, up to
+// kMoeGemvFusedDownMaxTokens tokens).
+int8_t* DownQ8(const Layout& l, uint8_t* base) {
+  return reinterpret_cast<int8_t*>(base + l.down_q8);
+}
+float2* DownQ8Scales(const Layout& l, uint8_t* base, int64_t n_ff, int64_t groups) {
+  return reinterpret_cast<float2*>(base + l.down_q8 + gemv_internal::Q8ScalesOffset(n_ff, groups));
+}
+
+// Several tokens: the (token, slot) pairs grouped by expert (GroupByIdKernel's Layout arrays);
+// one token: none (its top_k experts are distinct, nothing to share).
+struct Grouping {
+  bool grouped;
+  int64_t slots;
+  int32_t *slot_matrix, *slot_begin, *group_order;
+  void SetOn(GemvIndexedCudaArgs* g) const {
+    if (!grouped) return;
+    g->slot_matrix = slot_matrix;
+    g->slot_begin = slot_begin;
+    g->group_order = group_order;
+    g->slots = slots;
+  }
+};
+
+// The unfused gate and up GEMVs and the SwiGLU (with the down's quantization when fuse_down).
+KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
+                          const Grouping& grouping, bool fuse_down, cudaStream_t stream) {
   const int64_t groups = a.tokens * a.top_k;
-  const Layout l = MakeLayout(a.tokens, a.top_k, a.n_embd, a.n_ff);
-  auto* base = static_cast<uint8_t*>(a.workspace);
   float* gate = reinterpret_cast<float*>(base + l.gate);
   float* up = reinterpret_cast<float*>(base + l.up);
-  float* down = reinterpret_cast<float*>(base + l.down);
-  void* scratch = base + l.scratch;
-
-  // Several tokens: group the (token, slot) pairs by expert so each expert's matrices stream
-  // once per few of its pairs. One token: its top_k experts are distinct, nothing to share.
-  const bool grouped = a.tokens > 1;
-  const int64_t slots = groups < a.n_experts + 1 ? groups : a.n_experts + 1;
-  auto* slot_matrix = reinterpret_cast<int32_t*>(base + l.slot_matrix);
-  auto* slot_begin = reinterpret_cast<int32_t*>(base + l.slot_begin);
-  auto* group_order = reinterpret_cast<int32_t*>(base + l.group_order);
-  if (grouped) {
-    const size_t shared = 3 * static_cast<size_t>(a.n_experts + 1) * sizeof(int);
-    LaunchWithPdl(GroupByIdKernel, 1, 1024, shared, stream, a.ids, static_cast<int>(groups),
-                  static_cast<int>(a.n_experts), static_cast<int>(slots), slot_matrix, slot_begin,
-                  group_order);
-    if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
-  }
-
   GemvIndexedCudaArgs g;
   g.type = a.gate.type;
   g.w = a.gate.data;
@@ -259,15 +269,10 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   g.x_rows = a.tokens;
   g.y = gate;
   g.y_stride = a.n_ff;
-  g.scratch = scratch;
+  g.scratch = base + l.scratch;
   g.scratch_bytes = l.scratch_bytes;
   g.x_q8 = a.x_q8;
-  if (grouped) {
-    g.slot_matrix = slot_matrix;
-    g.slot_begin = slot_begin;
-    g.group_order = group_order;
-    g.slots = slots;
-  }
+  grouping.SetOn(&g);
   if (KernelStatus s = GemvIndexedCuda(g, stream); s != KernelStatus::kOk) return s;
   GemvIndexedCudaArgs u = g;
   u.w = a.up.data;
@@ -279,20 +284,126 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = GemvIndexedCuda(u, stream); s != KernelStatus::kOk) return s;
 
   const int64_t n = groups * a.n_ff;
-  const bool fuse_down =
-      a.fuse_down_quantization && a.tokens <= kMoeGemvFusedDownMaxTokens && a.n_ff % 32 == 0;
-  auto* down_q8 = reinterpret_cast<int8_t*>(base + l.down_q8);
   if (fuse_down) {
-    auto* down_q8_d =
-        reinterpret_cast<float2*>(base + l.down_q8 + gemv_internal::Q8ScalesOffset(a.n_ff, groups));
     LaunchWithPdl(SwiGluRowsQ8Kernel, static_cast<unsigned>((n / 4 + 255) / 256), 256, 0, stream,
-                  gate, up, n, a.n_ff, a.limit, a.limit > kSwiGluClampThreshold, down_q8, down_q8_d,
-                  Q8ScratchPosition(a.down.type, 1) != 1);
+                  gate, up, n, a.n_ff, a.limit, a.limit > kSwiGluClampThreshold, DownQ8(l, base),
+                  DownQ8Scales(l, base, a.n_ff, groups), Q8ScratchPosition(a.down.type, 1) != 1);
   } else {
     LaunchWithPdl(SwiGluRowsKernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, gate,
                   up, n, a.limit, a.limit > kSwiGluClampThreshold);
   }
   if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
+
+  return KernelStatus::kOk;
+}
+
+// One token, gate + up + SwiGLU + the down's quantization in one launch (moe_decode_cuda.h); x's
+// int8 activations from x_q8, else quantized into the scratch first.
+KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
+                               cudaStream_t stream) {
+  gemv_internal::ExpertGateUpParams e{};
+  e.p = gemv_internal::BaseGemvParams(a.gate.type, a.gate.data, a.gate.row_bytes, a.n_embd, a.n_ff,
+                                      a.x, a.x_stride, nullptr, 0);
+  e.p.rows = 1;
+  const auto* q8 = static_cast<const uint8_t*>(a.x_q8 != nullptr ? a.x_q8 : base + l.scratch);
+  e.p.xq = reinterpret_cast<const int8_t*>(q8);
+  e.p.xd = reinterpret_cast<const float2*>(q8 + gemv_internal::Q8ScalesOffset(a.n_embd, 1));
+  if (a.x_q8 == nullptr &&
+      gemv_internal::LaunchQuantizeQ8(e.p, const_cast<int8_t*>(e.p.xq), const_cast<float2*>(e.p.xd),
+                                      stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KernelStatus::kInvalidArgument;
+  }
+  e.p.matrix_ids = a.ids;
+  e.p.w_matrix_bytes = a.gate.matrix_bytes;
+  e.p.n_matrices = a.n_experts;
+  e.up = static_cast<const uint8_t*>(a.up.data);
+  e.up_row_bytes = a.up.row_bytes;
+  e.up_matrix_bytes = a.up.matrix_bytes;
+  e.limit = a.limit;
+  e.clamp = a.limit > kSwiGluClampThreshold;
+  e.act = reinterpret_cast<float*>(base + l.gate);
+  e.act_q = DownQ8(l, base);
+  e.act_d = DownQ8Scales(l, base, a.n_ff, a.top_k);
+  e.act_pair_order = Q8ScratchPosition(a.down.type, 1) != 1;
+  e.counters = a.counters;
+  if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, a.top_k, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KernelStatus::kInvalidArgument;
+  }
+  return KernelStatus::kOk;
+}
+
+// One token, the down projection of the top_k SwiGLU rows (already quantized) and the weighted
+// combine into y in one launch.
+KernelStatus LaunchFusedDown(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
+                             cudaStream_t stream) {
+  gemv_internal::ExpertDownParams e{};
+  e.p = gemv_internal::BaseGemvParams(a.down.type, a.down.data, a.down.row_bytes, a.n_ff, a.n_embd,
+                                      nullptr, 0, a.y, a.y_stride);
+  e.p.rows = 1;
+  e.p.xq = DownQ8(l, base);
+  e.p.xd = DownQ8Scales(l, base, a.n_ff, a.top_k);
+  e.p.matrix_ids = a.ids;
+  e.p.w_matrix_bytes = a.down.matrix_bytes;
+  e.p.n_matrices = a.n_experts;
+  e.weights = a.weights;
+  e.top_k = static_cast<int>(a.top_k);
+  if (gemv_internal::LaunchExpertDownCombine(a.down.type, e, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KernelStatus::kInvalidArgument;
+  }
+  return KernelStatus::kOk;
+}
+
+}  // namespace
+
+KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
+  if (KernelStatus s = ValidateMoeGemvCuda(a); s != KernelStatus::kOk) return s;
+  const int64_t groups = a.tokens * a.top_k;
+  const Layout l = MakeLayout(a.tokens, a.top_k, a.n_embd, a.n_ff);
+  auto* base = static_cast<uint8_t*>(a.workspace);
+  float* gate = reinterpret_cast<float*>(base + l.gate);
+  float* down = reinterpret_cast<float*>(base + l.down);
+
+  // Several tokens: group the (token, slot) pairs by expert so each expert's matrices stream
+  // once per few of its pairs. One token: its top_k experts are distinct, nothing to share.
+  Grouping grouping{};
+  grouping.grouped = a.tokens > 1;
+  grouping.slots = groups < a.n_experts + 1 ? groups : a.n_experts + 1;
+  grouping.slot_matrix = reinterpret_cast<int32_t*>(base + l.slot_matrix);
+  grouping.slot_begin = reinterpret_cast<int32_t*>(base + l.slot_begin);
+  grouping.group_order = reinterpret_cast<int32_t*>(base + l.group_order);
+  if (grouping.grouped) {
+    const size_t shared = 3 * static_cast<size_t>(a.n_experts + 1) * sizeof(int);
+    LaunchWithPdl(GroupByIdKernel, 1, 1024, shared, stream, a.ids, static_cast<int>(groups),
+                  static_cast<int>(a.n_experts), static_cast<int>(grouping.slots),
+                  grouping.slot_matrix, grouping.slot_begin, grouping.group_order);
+    if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
+  }
+
+  // One token: the two-kernel path where the types allow it (moe_decode_cuda.h).
+  const bool decode_fused =
+      a.tokens == 1 && a.counters != nullptr && a.n_ff % 32 == 0 &&
+      DecodeFusedSetting().load(std::memory_order_relaxed) &&
+      gemv_internal::GemvStreamModeSetting().load(std::memory_order_relaxed) !=
+          static_cast<int>(GemvStreamMode::kAlways);
+  const bool fused_gate_up = decode_fused && gemv_internal::ExpertDecodeFusedSupports(a.gate.type);
+  const bool fuse_down =
+      a.fuse_down_quantization && a.tokens <= kMoeGemvFusedDownMaxTokens && a.n_ff % 32 == 0;
+  // Whether the down GEMV's int8 activations will be in Layout::down_q8 (its quantizer skipped).
+  const bool down_q8_written = fused_gate_up || fuse_down;
+  if (fused_gate_up) {
+    if (KernelStatus s = LaunchFusedGateUp(a, l, base, stream); s != KernelStatus::kOk) return s;
+  } else {
+    if (KernelStatus s = GateUpSwiGlu(a, l, base, grouping, fuse_down, stream);
+        s != KernelStatus::kOk) {
+      return s;
+    }
+  }
+  if (decode_fused && down_q8_written && gemv_internal::ExpertDecodeFusedSupports(a.down.type)) {
+    return LaunchFusedDown(a, l, base, stream);
+  }
 
   GemvIndexedCudaArgs d;
   d.type = a.down.type;
@@ -310,15 +421,10 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   d.x_rows = groups;
   d.y = down;
   d.y_stride = a.n_embd;
-  d.scratch = scratch;
+  d.scratch = base + l.scratch;
   d.scratch_bytes = l.scratch_bytes;
-  if (fuse_down) d.x_q8 = down_q8;
-  if (grouped) {
-    d.slot_matrix = slot_matrix;
-    d.slot_begin = slot_begin;
-    d.group_order = group_order;
-    d.slots = slots;
-  }
+  if (down_q8_written) d.x_q8 = DownQ8(l, base);
+  grouping.SetOn(&d);
   if (KernelStatus s = GemvIndexedCuda(d, stream); s != KernelStatus::kOk) return s;
 
   const dim3 grid(static_cast<unsigned>((a.n_embd + 255) / 256), static_cast<unsigned>(a.tokens));

@@ -5,11 +5,13 @@
 // Six launches (seven with several tokens), no host synchronisation, so a decode step stays
 // capturable in a CUDA graph: [group the (token, slot) pairs by expert ->] quantize x -> indexed
 // GEMV gate -> indexed GEMV up (same quantized x) -> SwiGLU + quantize of the T*k intermediate
-// rows -> indexed GEMV down -> weighted combine into y. At batch 1 each picked expert matrix is
-// streamed once, exactly the active-expert bytes (llama.cpp's MoE layer spends ~138 us here, the
-// bytes ~31 us); with several tokens the grouped GEMV streams each picked expert once per four of
-// the pairs that picked it instead of once per pair; with many tokens per expert (a prefill, IQ4_XS
-// experts) the grouped tensor-core GEMV decodes each expert tile once per 32 of its pairs.
+// rows -> indexed GEMV down -> weighted combine into y. One token with `counters` given: two
+// launches (moe_decode_cuda.h), plus x's quantizer unless x_q8 is given. At batch 1 each picked
+// expert matrix is streamed once, exactly the active-expert bytes (llama.cpp's MoE layer spends
+// ~138 us here, the bytes ~31 us); with several tokens the grouped GEMV streams each picked expert
+// once per four of the pairs that picked it instead of once per pair; with many tokens per expert
+// (a prefill, IQ4_XS experts) the grouped tensor-core GEMV decodes each expert tile once per 32 of
+// its pairs.
 #ifndef STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 #define STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 
@@ -54,6 +56,12 @@ struct MoeGemvCudaArgs {
   // its quantizer), which then does not run: up to kMoeGemvFusedDownMaxTokens tokens, n_ff a
   // multiple of 32 (else ignored). The backend sets it with its fused quantization.
   bool fuse_down_quantization = false;
+  // Optional: MoeGemvCudaCounterInts(top_k, n_ff) device ints, zero before the first call (every
+  // call leaves them zero). With them one token takes the two-kernel path (moe_decode_cuda.h:
+  // gate + up + SwiGLU + the down's quantization in one launch, down + combine in another) where
+  // the types allow it (IQ4_XS, Q4_K, Q5_K, Q8_0; n_ff a multiple of 32) and
+  // SetMoeGemvCudaDecodeFused / STEPSERVE_MOE_DECODE_FUSED has not turned it off.
+  int32_t* counters = nullptr;
 };
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
@@ -64,6 +72,10 @@ inline constexpr int64_t kMoeGemvFusedDownMaxTokens = 16;
 inline constexpr int64_t kMoeGemvMaxPairsMany = 65535;
 inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 
+int64_t MoeGemvCudaCounterInts(int64_t top_k, int64_t n_ff);
+// The one-token two-kernel path: on unless STEPSERVE_MOE_DECODE_FUSED=0 at the first use; returns
+// the previous setting.
+bool SetMoeGemvCudaDecodeFused(bool enabled);
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);
 bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);
 // Whether MoeGemvCuda takes more than kMoeGemvMaxTokens tokens for these types (tokens * top_k

@@ -1,9 +1,10 @@
-// MoeGemvCuda (indexed GEMVs + SwiGLU + combine, all on the device) against MoeExpertsRef (double
-// precision, dequantized weights) on fresh random valid blocks. Outputs start as random values
-// (y is accumulated into), expert ids are random per token with distinct slots, some experts
-// are never picked, and several weight types and token counts are covered. The GEMVs round the
-// activations (x and the SwiGLU intermediate) to int8 per 32 values, so the bound is the kQ8
-// bound of gemv_cuda_test (~5e-3 typical, 3e-2 limit) rather than float rounding.
+// MoeGemvCuda (indexed GEMVs + SwiGLU + combine, or at one token the two fused kernels of
+// moe_decode_cuda.h, all on the device) against MoeExpertsRef (double precision, dequantized
+// weights) on fresh random valid blocks. Outputs start as random values (y is accumulated into),
+// expert ids are random per token with distinct slots, some experts are never picked, and several
+// weight types and token counts are covered. The GEMVs round the activations (x and the SwiGLU
+// intermediate) to int8 per 32 values, so the bound is the kQ8 bound of gemv_cuda_test (~5e-3
+// typical, 3e-2 limit) rather than float rounding.
 #include "kernels/matmul/moe_gemv_cuda.h"
 
 #include <cuda_runtime_api.h>
@@ -73,6 +74,30 @@ std::unique_ptr<DeviceBuffer> ToDevice(const std::vector<T>& v) {
   EXPECT_EQ(cudaMemcpy(d->ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
             cudaSuccess);
   return d;
+}
+
+// MoeGemvCuda's arguments over device copies (y, workspace and counters left to the caller);
+// n_embd, n_ff and n_experts from the gate matrices.
+MoeGemvCudaArgs DeviceArgs(const Experts& gate, const Experts& up, const Experts& down,
+                           const DeviceBuffer& x, int64_t x_stride, int64_t tokens,
+                           const DeviceBuffer& ids, const DeviceBuffer& weights, int64_t top_k,
+                           float limit) {
+  MoeGemvCudaArgs a;
+  a.x = static_cast<const float*>(x.ptr);
+  a.x_stride = x_stride;
+  a.tokens = tokens;
+  a.n_embd = gate.in;
+  a.n_ff = gate.out;
+  a.n_experts = gate.n;
+  a.ids = static_cast<const int32_t*>(ids.ptr);
+  a.weights = static_cast<const float*>(weights.ptr);
+  a.top_k = top_k;
+  a.gate = gate.DeviceMatrix();
+  a.up = up.DeviceMatrix();
+  a.down = down.DeviceMatrix();
+  a.limit = limit;
+  a.y_stride = gate.in;
+  return a;
 }
 
 using Param = std::tuple<GgmlType, GgmlType, int64_t, float>;  // gate/up type, down type, T, limit
@@ -182,22 +207,8 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     const int64_t ws = MoeGemvCudaWorkspaceBytes(tokens, K, d, ff);
     DeviceBuffer workspace(static_cast<size_t>(ws));
     ASSERT_EQ(cudaMemset(workspace.ptr, 0xFF, ws), cudaSuccess);  // poison (NaN floats)
-    MoeGemvCudaArgs a;
-    a.x = static_cast<const float*>(dx->ptr);
-    a.x_stride = x_stride;
-    a.tokens = tokens;
-    a.n_embd = d;
-    a.n_ff = ff;
-    a.n_experts = E;
-    a.ids = static_cast<const int32_t*>(dids->ptr);
-    a.weights = static_cast<const float*>(dw->ptr);
-    a.top_k = K;
-    a.gate = gate.DeviceMatrix();
-    a.up = up.DeviceMatrix();
-    a.down = down.DeviceMatrix();
-    a.limit = limit;
+    MoeGemvCudaArgs a = DeviceArgs(gate, up, down, *dx, x_stride, tokens, *dids, *dw, K, limit);
     a.y = static_cast<float*>(dy->ptr);
-    a.y_stride = d;
     a.workspace = workspace.ptr;
     a.workspace_bytes = ws;
     ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
@@ -240,6 +251,118 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{GgmlType::kQ4_K, GgmlType::kQ6_K, kSkewedTokens, 0.0f},
                       Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 200, 7.0f},
                       Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, kSkewedTokens, 0.0f}));
+
+// One token through MoeGemvCuda's two-kernel path (moe_decode_cuda.h; counters given) against
+// the reference and against the five-launch path (SetMoeGemvCudaDecodeFused(false)): the gate, up,
+// SwiGLU and int8 steps are the same arithmetic, only the down combine sums in another order, so
+// the two agree to float rounding. Twice in a row (the counters must come back to zero), and with
+// ids out of range (zero contribution, as the five-launch path gives).
+using DecodeParam = std::tuple<GgmlType, GgmlType, int64_t, int64_t, float>;  // + n_embd, n_ff
+
+struct DecodeFusedScope {
+  bool was;
+  explicit DecodeFusedScope(bool enabled) : was(SetMoeGemvCudaDecodeFused(enabled)) {}
+  ~DecodeFusedScope() { SetMoeGemvCudaDecodeFused(was); }
+};
+
+class MoeGemvCudaDecodeTest : public ::testing::TestWithParam<DecodeParam> {};
+
+TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible; GPU test skipped";
+  const auto [gu_type, down_type, d, ff, limit] = GetParam();
+  const int64_t E = 16, K = 8;
+  Experts gate(gu_type, d, ff, E, 21), up(gu_type, d, ff, E, 22), down(down_type, ff, d, E, 23);
+  std::mt19937 rng(static_cast<uint32_t>(d + ff));
+  std::vector<int32_t> ids(E);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ids.resize(K);
+  std::vector<float> weights(K);
+  for (float& w : weights) w = std::uniform_real_distribution<float>(0.05f, 0.6f)(rng);
+  const std::vector<float> x = testing::RandomVector(d + 8, 300 + d);
+  const std::vector<float> y0 = testing::RandomVector(d, 400 + d, 0.1f);
+  std::vector<float> ref = y0;
+  MoeExpertsArgs r;
+  r.x = x.data();
+  r.x_stride = d + 8;
+  r.rows = 1;
+  r.n_embd = d;
+  r.n_ff = ff;
+  r.n_experts = E;
+  r.ids = ids.data();
+  r.weights = weights.data();
+  r.top_k = K;
+  r.gate = gate.HostMatrix();
+  r.up = up.HostMatrix();
+  r.down = down.HostMatrix();
+  r.limit = limit;
+  r.y = ref.data();
+  r.y_stride = d;
+  ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
+
+  auto dx = ToDevice(x), dw = ToDevice(weights);
+  const int64_t ws = MoeGemvCudaWorkspaceBytes(1, K, d, ff);
+  DeviceBuffer workspace(static_cast<size_t>(ws));
+  const int64_t n_counters = MoeGemvCudaCounterInts(K, ff);
+  DeviceBuffer counters(static_cast<size_t>(n_counters * 4));
+  ASSERT_EQ(cudaMemset(counters.ptr, 0, n_counters * 4), cudaSuccess);
+  // y - y0 after one call on `call_ids`, workspace poisoned first.
+  auto run = [&](bool fused, const std::vector<int32_t>& call_ids) {
+    const DecodeFusedScope scope(fused);
+    auto dy = ToDevice(y0), dids = ToDevice(call_ids);
+    EXPECT_EQ(cudaMemset(workspace.ptr, 0xFF, ws), cudaSuccess);
+    MoeGemvCudaArgs a = DeviceArgs(gate, up, down, *dx, d + 8, 1, *dids, *dw, K, limit);
+    a.y = static_cast<float*>(dy->ptr);
+    a.workspace = workspace.ptr;
+    a.workspace_bytes = ws;
+    a.counters = static_cast<int32_t*>(counters.ptr);
+    EXPECT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> delta(d);
+    EXPECT_EQ(cudaMemcpy(delta.data(), dy->ptr, d * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t i = 0; i < d; ++i) delta[i] -= y0[i];
+    return delta;
+  };
+  auto counters_zero = [&] {
+    std::vector<int32_t> c(n_counters);
+    EXPECT_EQ(cudaMemcpy(c.data(), counters.ptr, n_counters * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return std::all_of(c.begin(), c.end(), [](int32_t v) { return v == 0; });
+  };
+  std::vector<float> ref_delta(d);
+  for (int64_t i = 0; i < d; ++i) ref_delta[i] = ref[i] - y0[i];
+  const std::vector<float> fused = run(true, ids);
+  EXPECT_TRUE(counters_zero());
+  const std::vector<float> again = run(true, ids);
+  const std::vector<float> five = run(false, ids);
+  const double err = testing::RelError(fused, ref_delta);
+  const double vs_five = testing::RelError(fused, five);
+  EXPECT_LT(err, kMaxRelError);
+  EXPECT_LT(vs_five, 1e-5);
+  EXPECT_EQ(std::memcmp(fused.data(), again.data(), d * 4), 0) << "second call differs";
+  // Two ids out of range: no contribution from those slots, in both paths.
+  std::vector<int32_t> bad = ids;
+  bad[1] = -1;
+  bad[K - 2] = static_cast<int32_t>(E + 3);
+  const double bad_vs_five = testing::RelError(run(true, bad), run(false, bad));
+  EXPECT_LT(bad_vs_five, 1e-5);
+  EXPECT_TRUE(counters_zero());
+  std::printf("moe_decode %s/%s d=%ld ff=%ld rel_error=%.3g vs_five_launch=%.3g bad_ids=%.3g\n",
+              std::string(GgmlTypeName(gu_type)).c_str(),
+              std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(d),
+              static_cast<long>(ff), err, vs_five, bad_vs_five);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TypesAndShapes, MoeGemvCudaDecodeTest,
+    ::testing::Values(DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 7.0f},
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 0.0f},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 0.0f},
+                      DecodeParam{GgmlType::kQ5_K, GgmlType::kQ5_K, 512, 256, 7.0f},
+                      DecodeParam{GgmlType::kQ8_0, GgmlType::kQ8_0, 544, 96, 0.5f},
+                      // Q6_K down: gate/up fused, the down GEMV (streamed) reads their int8 rows.
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;

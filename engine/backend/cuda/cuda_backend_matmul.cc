@@ -40,6 +40,7 @@ struct CudaBackend::MatmulState {
   std::vector<int32_t> moe_index_host;
   kernels::MoeGroups moe_groups;
   Scratch moe_gemv_workspace;  // MoeGemvCuda's intermediates (fast decode path)
+  Scratch moe_counters;        // MoeGemvCuda's arrival counters: zeroed when allocated
 };
 
 namespace {
@@ -242,6 +243,20 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
   ASSIGN_OR_RETURN(a.workspace,
                    EnsureScratch(s.moe_gemv_workspace, static_cast<size_t>(a.workspace_bytes),
                                  "MoeExperts workspace"));
+  // One token takes MoeGemvCuda's two-kernel path, whose counters must start at zero; every
+  // call leaves them zero, so only a new allocation needs the memset.
+  const int64_t counters = kernels::MoeGemvCudaCounterInts(top_k, a.n_ff);
+  if (a.tokens == 1 && counters > 0) {
+    const bool fresh = s.moe_counters.bytes < static_cast<size_t>(counters) * sizeof(int32_t) ||
+                       s.moe_counters.data == nullptr;
+    ASSIGN_OR_RETURN(void* data, EnsureScratch(s.moe_counters, counters * sizeof(int32_t),
+                                               "MoeExperts counters"));
+    if (fresh) {
+      RETURN_IF_ERROR(CudaResult(cudaMemsetAsync(data, 0, s.moe_counters.bytes, stream_),
+                                 "MoeExperts counters"));
+    }
+    a.counters = static_cast<int32_t*>(data);
+  }
   return KernelResult(kernels::MoeGemvCuda(a, stream_), "MoeExperts (device)");
 }
 

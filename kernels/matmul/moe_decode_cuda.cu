@@ -1,0 +1,235 @@
+// The one-token MoE expert kernels (moe_decode_cuda.h): gate + up + SwiGLU + the down GEMV's
+// quantization in one launch, down + weighted combine in another. The per-type block decoders
+// are the warp-per-row GEMV's (gemv_q8x_pieces.cuh), so a gate or up dot product is the indexed
+// GEMV's, lane by lane and block by block, and the SwiGLU values and their int8 form are the
+// bytes the unfused kernels write; only the down combine sums in another order (per lane over
+// (expert, block) items, then across the warp, instead of per expert and then over experts).
+#include <cstdint>
+
+#include "kernels/common/pdl.cuh"
+#include "kernels/matmul/gemv_block_util.cuh"
+#include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/moe_decode_cuda.h"
+#include "kernels/matmul/q8_quantize.cuh"
+
+namespace stepserve::kernels::gemv_internal {
+namespace {
+
+#include "kernels/matmul/gemv_q8x_pieces.cuh"
+
+// 8 CTAs of 4 warps per SM (at most 64 registers), as the one-row GEMV: a launch of a few
+// thousand warps is then about one wave.
+constexpr int kMinBlocks = 8;
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+  return v;
+}
+
+// Rows `wa` and `wb` (same type and length p.in) dotted with activation row 0, sharing its loads;
+// the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G, ...
+// with D steps of raw words of both rows in flight (AccumulateRows of gemv_q8x_cuda.cu, NR = 2).
+template <class P, int D>
+__device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* wa,
+                                           const uint8_t* wb, int lane, float* sa, float* sb) {
+  constexpr int kGroups = 32 / P::kLanes;
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int nb = static_cast<int>(p.in / P::kElems);
+  typename P::Raw ra[D], rb[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    const int b = g + k * kGroups;
+    if (b < nb) {
+      ra[k] = P::LoadRaw(wa + b * P::kBytes, c);
+      rb[k] = P::LoadRaw(wb + b * P::kBytes, c);
+    }
+  }
+  float acc_a = 0.f, acc_b = 0.f;
+  for (int b0 = g; b0 < nb; b0 += D * kGroups) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int b = b0 + k * kGroups;
+      if (b < nb) {
+        const typename P::W va = P::Decode(ra[k], b, c, p);
+        const typename P::W vb = P::Decode(rb[k], b, c, p);
+        const int next = b + D * kGroups;
+        if (next < nb) {
+          ra[k] = P::LoadRaw(wa + next * P::kBytes, c);
+          rb[k] = P::LoadRaw(wb + next * P::kBytes, c);
+        }
+        const typename P::X x = P::LoadX(p, 0, b, c);
+        acc_a += P::Dot(va, x, c);
+        acc_b += P::Dot(vb, x, c);
+      }
+    }
+  }
+  *sa = WarpSum(acc_a);
+  *sb = WarpSum(acc_b);
+}
+
+// Grid (n_ff / kWarpsPerBlock, top_k): warp (k, o) computes SwiGLU(gate_o . x, up_o . x) of
+// expert ids[k] (0 for an id outside [0, n_matrices), as the indexed GEMV's zero rows give) and
+// stores it; the warp that brings a 32-row block's arrival count to 32 then quantizes that block.
+// Ordering: each warp's value store is fenced before its arrival, and the last warp fences after
+// seeing the count and reads the block through L2 (ld.cg), so it sees all 32 values.
+template <class P, int D>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
+  const GemvParams& p = a.p;
+  const int lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int k = static_cast<int>(blockIdx.y);
+  if (o >= p.out) return;  // never with n_ff % 32 == 0 (the launch's grid is exact)
+  // The router that writes the ids and the norm / quantizer that writes x's int8 form.
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int32_t id = p.matrix_ids[k];
+  float gate = 0.f, up = 0.f;
+  if (id >= 0 && id < p.n_matrices) {
+    DotTwoRows<P, D>(p, p.w + id * p.w_matrix_bytes + o * p.w_row_bytes,
+                     a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, lane, &gate, &up);
+  }
+  float* act_row = a.act + k * p.out;
+  const int64_t block = o / 32;
+  int32_t* counter = a.counters + k * (p.out / 32) + block;
+  int arrived = 0;
+  if (lane == 0) {
+    act_row[o] = ExpertSwiGlu(gate, up, a.limit, a.clamp);
+    __threadfence();
+    arrived = atomicAdd(counter, 1);
+  }
+  if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != 31) return;
+  __threadfence();
+  if (lane < 8) {
+    const int64_t col = 32 * block + 4 * lane;
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(act_row + col));
+    const unsigned mask = 0xFFu;  // lanes 0..7 (threadIdx.x & 24 == 0 in every warp)
+    const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(v, mask);
+    q8_quantize::StoreQ8Four(q, col, a.act_q + k * p.out, a.act_d + k * (p.out / 32),
+                             a.act_pair_order, mask);
+  }
+  if (lane == 0) *counter = 0;  // the next launch starts from zero (kernel boundary orders it)
+}
+
+// Grid n_embd / kWarpsPerBlock: warp o adds sum_k weights[k] * (row o of expert ids[k]) . act_k
+// to y[o]. The row's (slot, block) items are spread over the lane groups (item i: slot i / nb,
+// block i % nb), D items per group in flight; experts with an id out of range contribute nothing
+// (the unfused down GEMV writes zero rows for them).
+template <class P, int D>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    ExpertDownCombineKernel(const __grid_constant__ ExpertDownParams a) {
+  const GemvParams& p = a.p;
+  constexpr int kGroups = 32 / P::kLanes;
+  const int lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (o >= p.out) return;
+  WaitForPrimaryGrid();  // the gate/up kernel's int8 activations
+  AllowDependentLaunch();
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int nb = static_cast<int>(p.in / P::kElems);
+  const int items = a.top_k * nb;
+  // Item i's row block, or null for an expert id out of range.
+  auto block_of = [&](int i, int* slot, int* b) -> const uint8_t* {
+    *slot = i / nb;
+    *b = i - *slot * nb;
+    const int32_t id = p.matrix_ids[*slot];
+    if (id < 0 || id >= p.n_matrices) return nullptr;
+    return p.w + id * p.w_matrix_bytes + o * p.w_row_bytes + *b * P::kBytes;
+  };
+  typename P::Raw ring[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    const int i = g + k * kGroups;
+    int slot, b;
+    if (i < items) {
+      if (const uint8_t* blk = block_of(i, &slot, &b)) ring[k] = P::LoadRaw(blk, c);
+    }
+  }
+  float acc = 0.f;
+  for (int i0 = g; i0 < items; i0 += D * kGroups) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int i = i0 + k * kGroups;
+      if (i < items) {
+        int slot, b;
+        const bool valid = block_of(i, &slot, &b) != nullptr;
+        const typename P::W w = P::Decode(ring[k], b, c, p);
+        const int next = i + D * kGroups;
+        if (next < items) {
+          int next_slot, next_b;
+          if (const uint8_t* blk = block_of(next, &next_slot, &next_b)) {
+            ring[k] = P::LoadRaw(blk, c);
+          }
+        }
+        if (valid) acc += a.weights[slot] * P::Dot(w, P::LoadX(p, slot, b, c), c);
+      }
+    }
+  }
+  acc = WarpSum(acc);
+  if (lane == 0) p.y[o] += acc;
+}
+
+template <class P>
+cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, int64_t top_k, cudaStream_t stream) {
+  // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
+  // registers) at the one-row kernel's.
+  constexpr int D = P::kDepth1 / 2 > 0 ? P::kDepth1 / 2 : 1;
+  const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock), static_cast<unsigned>(top_k));
+  return LaunchWithPdl(ExpertGateUpKernel<P, D>, grid, dim3(kThreads), 0, stream, a);
+}
+
+// Items in flight per lane group in the down kernel: one less than the one-row GEMV's depth for
+// the 4-step types, which spill at 64 registers with 4 (IQ4_XS: 56 bytes).
+template <class P>
+inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
+
+template <class P>
+cudaError_t LaunchDownTyped(const ExpertDownParams& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream, a);
+}
+
+}  // namespace
+
+bool ExpertDecodeFusedSupports(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
+         type == GgmlType::kIQ4_XS;
+}
+
+cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t top_k,
+                               cudaStream_t stream) {
+  if (a.p.out % 32 != 0 || top_k < 1 || top_k > 65535 || a.counters == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return LaunchGateUpTyped<PieceQ8_0>(a, top_k, stream);
+    case GgmlType::kQ4_K:
+      return LaunchGateUpTyped<PieceQ4_K>(a, top_k, stream);
+    case GgmlType::kQ5_K:
+      return LaunchGateUpTyped<PieceQ5_K>(a, top_k, stream);
+    case GgmlType::kIQ4_XS:
+      return LaunchGateUpTyped<PieceIQ4_XS>(a, top_k, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream) {
+  if (a.top_k < 1) return cudaErrorInvalidValue;
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return LaunchDownTyped<PieceQ8_0>(a, stream);
+    case GgmlType::kQ4_K:
+      return LaunchDownTyped<PieceQ4_K>(a, stream);
+    case GgmlType::kQ5_K:
+      return LaunchDownTyped<PieceQ5_K>(a, stream);
+    case GgmlType::kIQ4_XS:
+      return LaunchDownTyped<PieceIQ4_XS>(a, stream);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace stepserve::kernels::gemv_internal

@@ -1,0 +1,70 @@
+// The one-token MoE expert FFN in two kernels (moe_decode_cuda.cu), internal to MoeGemvCuda
+// (moe_gemv_cuda.h), which otherwise runs gate GEMV, up GEMV, SwiGLU, down GEMV and the weighted
+// combine as five launches:
+//  - ExpertGateUp: one warp per (slot k, row o) dots row o of expert ids[k]'s gate and up
+//    matrices with x (sharing the activation loads), applies the clamped SwiGLU and stores the
+//    value; the warp that completes a 32-row block (an arrival counter per block) quantizes it as
+//    the down GEMV's int8 activations (q8_quantize.cuh, the quantizer's bytes).
+//  - ExpertDownCombine: one warp per output row o walks (slot k, block) items of all top_k
+//    experts' down rows and adds sum_k weights[k] * (row o of expert ids[k]) . act_k to y[o].
+// Why: at batch 1 each of those launches is a few microseconds of fill and drain around ~5-15 us
+// of weight streaming (H200 ncu, docs/cuda-engine.md), 45 MoE layers a step.
+#ifndef STEPSERVE_KERNELS_MATMUL_MOE_DECODE_CUDA_H_
+#define STEPSERVE_KERNELS_MATMUL_MOE_DECODE_CUDA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/quant/ggml_type.h"
+#include "kernels/matmul/gemv_cuda_internal.h"
+
+namespace stepserve::kernels::gemv_internal {
+
+#ifdef __CUDACC__
+// The experts' clamped SwiGLU, SiLU(g) * u with limit L (kernels/elementwise SwiGluRef): u clamped
+// to [-L, L], SiLU(g) to at most L. Every MoeGemvCuda kernel that applies it uses this one.
+__device__ __forceinline__ float ExpertSwiGlu(float g, float u, float limit, bool clamp) {
+  float act = g / (1.0f + __expf(-g));
+  if (clamp) {
+    u = fminf(fmaxf(u, -limit), limit);
+    act = fminf(act, limit);
+  }
+  return act * u;
+}
+#endif
+
+// Types the two kernels decode (the warp-per-row pieces; Q6_K keeps the streamed GEMV).
+bool ExpertDecodeFusedSupports(GgmlType type);
+
+struct ExpertGateUpParams {
+  // The gate matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids = the top_k ids),
+  // in = n_embd, out = n_ff (a multiple of 32), xq / xd: x's int8 activations (one row) in the
+  // gate type's order, iq4nl.
+  GemvParams p;
+  const uint8_t* up;
+  int64_t up_row_bytes, up_matrix_bytes;
+  float limit;
+  bool clamp;
+  float* act;           // [top_k][n_ff]: SwiGLU values
+  int8_t* act_q;        // [top_k][n_ff] int8, then act_d: the down GEMV's activations
+  float2* act_d;        // [top_k][n_ff / 32]
+  bool act_pair_order;  // the down type's order (Q8ScratchPosition)
+  int32_t* counters;    // [top_k][n_ff / 32], zero on entry; every launch leaves them zero
+};
+cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t top_k,
+                               cudaStream_t stream);
+
+struct ExpertDownParams {
+  // The down matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids), in = n_ff,
+  // out = n_embd, xq / xd: the top_k activation rows (ExpertGateUpParams::act_q / act_d), iq4nl;
+  // y: the token's output row, accumulated into.
+  GemvParams p;
+  const float* weights;  // [top_k]
+  int top_k;
+};
+cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream);
+
+}  // namespace stepserve::kernels::gemv_internal
+
+#endif  // STEPSERVE_KERNELS_MATMUL_MOE_DECODE_CUDA_H_
