@@ -128,6 +128,14 @@ struct ExpertWeights {
   float limit = 0.0f;  // swiglu_clamp_exp[l]
 };
 
+// A MoE layer's always-on shared expert (2-D gate / up [d, n_ff_sh], down [n_ff_sh, d]).
+struct SharedExpertWeights {
+  WeightView gate;
+  WeightView up;
+  WeightView down;
+  float limit = 0.0f;  // swiglu_clamp_shexp[l]
+};
+
 // Memory the ops read and write, owned by the backend that allocated it. On the CPU backend it is
 // host memory; on an accelerator it is device memory the host must never dereference. Move-only;
 // released when destroyed.
@@ -311,6 +319,18 @@ class Backend {
   virtual absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                                   std::span<const int32_t> ids, std::span<const float> weights,
                                   int64_t top_k, const TensorView& y) = 0;
+  // MoeExperts plus the shared expert in the same pass where the backend fuses the two:
+  // y[t] += sum_k weights[t][k] * Expert_{ids[t][k]}(x[t]) + Shared(x[t]), and true. False, with
+  // nothing done, where it does not (the default): the caller then runs MoeExperts and the shared
+  // expert's FFN itself.
+  virtual absl::StatusOr<bool> MoeExpertsWithShared(const TensorView& x,
+                                                    const ExpertWeights& experts,
+                                                    const SharedExpertWeights& shared,
+                                                    std::span<const int32_t> ids,
+                                                    std::span<const float> weights, int64_t top_k,
+                                                    const TensorView& y) {
+    return false;
+  }
   // Per row of logits [vocab, T]: the k (1..256) largest entries (ids and values, largest first,
   // ties to the lower id), the argmax and the log-sum-exp, as kernels/sampling/logits_topk.h
   // defines them; so a decode step can bring back a few numbers per row instead of the row.

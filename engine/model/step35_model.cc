@@ -307,7 +307,15 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
     ExpertWeights experts{placed_[w.ffn_gate_exps], placed_[w.ffn_up_exps],
                           placed_[w.ffn_down_exps], l.clamp_exp};
     // The routed experts accumulate straight into the residual stream (MoeExperts adds into its
-    // output): no zeroed sum and no extra add.
+    // output): no zeroed sum and no extra add. A backend may take the shared expert in the same
+    // pass (the CUDA one at one token: one more expert row of its two kernels).
+    if (w.ffn_gate_shexp != nullptr) {
+      const SharedExpertWeights shared{placed_[w.ffn_gate_shexp], placed_[w.ffn_up_shexp],
+                                       placed_[w.ffn_down_shexp], l.clamp_shexp};
+      ASSIGN_OR_RETURN(const bool fused,
+                       ops.MoeExpertsWithShared(f, experts, shared, ids, weights, top_k, h));
+      if (fused) return absl::OkStatus();
+    }
     RETURN_IF_ERROR(ops.MoeExperts(f, experts, ids, weights, top_k, h));
     if (w.ffn_gate_shexp == nullptr) return absl::OkStatus();
     return swiglu_ffn(w.ffn_gate_shexp, w.ffn_up_shexp, w.ffn_down_shexp, l.clamp_shexp);

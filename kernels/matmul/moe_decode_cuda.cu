@@ -68,8 +68,9 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
   *sb = WarpSum(acc_b);
 }
 
-// Grid (n_ff / kWarpsPerBlock, top_k): warp (k, o) computes SwiGLU(gate_o . x, up_o . x) of
-// expert ids[k] (0 for an id outside [0, n_matrices), as the indexed GEMV's zero rows give) and
+// Grid (n_ff / kWarpsPerBlock, slots): warp (k, o) computes SwiGLU(gate_o . x, up_o . x) of
+// expert ids[k] (0 for an id outside [0, n_matrices), as the indexed GEMV's zero rows give), or
+// of the shared expert for k == routed, and
 // stores it; the warp that brings a 32-row block's arrival count to 32 then quantizes that block.
 // Ordering: each warp's value store is fenced before its arrival, and the last warp fences after
 // seeing the count and reads the block through L2 (ld.cg), so it sees all 32 values.
@@ -84,9 +85,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // The router that writes the ids and the norm / quantizer that writes x's int8 form.
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  const int32_t id = p.matrix_ids[k];
   float gate = 0.f, up = 0.f;
-  if (id >= 0 && id < p.n_matrices) {
+  const bool shared = k == a.routed;
+  if (shared) {
+    DotTwoRows<P, D>(p, a.shared_gate + o * a.shared_gate_row_bytes,
+                     a.shared_up + o * a.shared_up_row_bytes, lane, &gate, &up);
+  } else if (const int32_t id = p.matrix_ids[k]; id >= 0 && id < p.n_matrices) {
     DotTwoRows<P, D>(p, p.w + id * p.w_matrix_bytes + o * p.w_row_bytes,
                      a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, lane, &gate, &up);
   }
@@ -95,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   int32_t* counter = a.counters + k * (p.out / 32) + block;
   int arrived = 0;
   if (lane == 0) {
-    act_row[o] = ExpertSwiGlu(gate, up, a.limit, a.clamp);
+    act_row[o] = shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
+                        : ExpertSwiGlu(gate, up, a.limit, a.clamp);
     __threadfence();
     arrived = atomicAdd(counter, 1);
   }
@@ -113,9 +118,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 }
 
 // Grid n_embd / kWarpsPerBlock: warp o adds sum_k weights[k] * (row o of expert ids[k]) . act_k
-// to y[o]. The row's (slot, block) items are spread over the lane groups (item i: slot i / nb,
-// block i % nb), D items per group in flight; experts with an id out of range contribute nothing
-// (the unfused down GEMV writes zero rows for them).
+// (+ the shared expert's row o . act_routed, weight 1) to y[o]. The row's (slot, block) items are
+// spread over the lane groups (item i: slot i / nb, block i % nb), D items per group in flight;
+// experts with an id out of range contribute nothing (the unfused down GEMV writes zero rows for
+// them).
 template <class P, int D>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertDownCombineKernel(const __grid_constant__ ExpertDownParams a) {
@@ -128,11 +134,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   AllowDependentLaunch();
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
-  const int items = a.top_k * nb;
+  const int items = (a.routed + (a.shared_down != nullptr ? 1 : 0)) * nb;
   // Item i's row block, or null for an expert id out of range.
   auto block_of = [&](int i, int* slot, int* b) -> const uint8_t* {
     *slot = i / nb;
     *b = i - *slot * nb;
+    if (*slot == a.routed) return a.shared_down + o * a.shared_down_row_bytes + *b * P::kBytes;
     const int32_t id = p.matrix_ids[*slot];
     if (id < 0 || id >= p.n_matrices) return nullptr;
     return p.w + id * p.w_matrix_bytes + o * p.w_row_bytes + *b * P::kBytes;
@@ -162,7 +169,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             ring[k] = P::LoadRaw(blk, c);
           }
         }
-        if (valid) acc += a.weights[slot] * P::Dot(w, P::LoadX(p, slot, b, c), c);
+        if (valid) {
+          const float weight = slot < a.routed ? a.weights[slot] : 1.0f;  // shared: weight 1
+          acc += weight * P::Dot(w, P::LoadX(p, slot, b, c), c);
+        }
       }
     }
   }
@@ -171,11 +181,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 }
 
 template <class P>
-cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, int64_t top_k, cudaStream_t stream) {
+cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, int64_t slots, cudaStream_t stream) {
   // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
   // registers) at the one-row kernel's.
   constexpr int D = P::kDepth1 / 2 > 0 ? P::kDepth1 / 2 : 1;
-  const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock), static_cast<unsigned>(top_k));
+  const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock), static_cast<unsigned>(slots));
   return LaunchWithPdl(ExpertGateUpKernel<P, D>, grid, dim3(kThreads), 0, stream, a);
 }
 
@@ -187,7 +197,8 @@ inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 template <class P>
 cudaError_t LaunchDownTyped(const ExpertDownParams& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream, a);
+  return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream,
+                       a);
 }
 
 }  // namespace
@@ -197,27 +208,29 @@ bool ExpertDecodeFusedSupports(GgmlType type) {
          type == GgmlType::kIQ4_XS;
 }
 
-cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t top_k,
+cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t slots,
                                cudaStream_t stream) {
-  if (a.p.out % 32 != 0 || top_k < 1 || top_k > 65535 || a.counters == nullptr) {
+  const bool shared = a.shared_gate != nullptr && a.shared_up != nullptr;
+  if (a.p.out % 32 != 0 || a.routed < 1 || slots != a.routed + (shared ? 1 : 0) || slots > 65535 ||
+      a.counters == nullptr) {
     return cudaErrorInvalidValue;
   }
   switch (type) {
     case GgmlType::kQ8_0:
-      return LaunchGateUpTyped<PieceQ8_0>(a, top_k, stream);
+      return LaunchGateUpTyped<PieceQ8_0>(a, slots, stream);
     case GgmlType::kQ4_K:
-      return LaunchGateUpTyped<PieceQ4_K>(a, top_k, stream);
+      return LaunchGateUpTyped<PieceQ4_K>(a, slots, stream);
     case GgmlType::kQ5_K:
-      return LaunchGateUpTyped<PieceQ5_K>(a, top_k, stream);
+      return LaunchGateUpTyped<PieceQ5_K>(a, slots, stream);
     case GgmlType::kIQ4_XS:
-      return LaunchGateUpTyped<PieceIQ4_XS>(a, top_k, stream);
+      return LaunchGateUpTyped<PieceIQ4_XS>(a, slots, stream);
     default:
       return cudaErrorNotSupported;
   }
 }
 
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream) {
-  if (a.top_k < 1) return cudaErrorInvalidValue;
+  if (a.routed < 1) return cudaErrorInvalidValue;
   switch (type) {
     case GgmlType::kQ8_0:
       return LaunchDownTyped<PieceQ8_0>(a, stream);

@@ -38,7 +38,7 @@ __device__ __forceinline__ float ExpertSwiGlu(float g, float u, float limit, boo
 bool ExpertDecodeFusedSupports(GgmlType type);
 
 struct ExpertGateUpParams {
-  // The gate matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids = the top_k ids),
+  // The gate matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids = the routed ids),
   // in = n_embd, out = n_ff (a multiple of 32), xq / xd: x's int8 activations (one row) in the
   // gate type's order, iq4nl.
   GemvParams p;
@@ -46,22 +46,32 @@ struct ExpertGateUpParams {
   int64_t up_row_bytes, up_matrix_bytes;
   float limit;
   bool clamp;
-  float* act;           // [top_k][n_ff]: SwiGLU values
-  int8_t* act_q;        // [top_k][n_ff] int8, then act_d: the down GEMV's activations
-  float2* act_d;        // [top_k][n_ff / 32]
+  int routed;  // routed slots (top_k)
+  // Optional shared expert (gate and up of the gate type, its own clamp): slot `routed`.
+  const uint8_t *shared_gate, *shared_up;
+  int64_t shared_gate_row_bytes, shared_up_row_bytes;
+  float shared_limit;
+  bool shared_clamp;
+  // slots = routed, + 1 with the shared expert:
+  float* act;           // [slots][n_ff]: SwiGLU values
+  int8_t* act_q;        // [slots][n_ff] int8, then act_d: the down GEMV's activations
+  float2* act_d;        // [slots][n_ff / 32]
   bool act_pair_order;  // the down type's order (Q8ScratchPosition)
-  int32_t* counters;    // [top_k][n_ff / 32], zero on entry; every launch leaves them zero
+  int32_t* counters;    // [slots][n_ff / 32], zero on entry; every launch leaves them zero
 };
-cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t top_k,
+cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t slots,
                                cudaStream_t stream);
 
 struct ExpertDownParams {
   // The down matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids), in = n_ff,
-  // out = n_embd, xq / xd: the top_k activation rows (ExpertGateUpParams::act_q / act_d), iq4nl;
+  // out = n_embd, xq / xd: the slots' activation rows (ExpertGateUpParams::act_q / act_d), iq4nl;
   // y: the token's output row, accumulated into.
   GemvParams p;
-  const float* weights;  // [top_k]
-  int top_k;
+  const float* weights;  // [routed]
+  int routed;
+  // Optional shared expert (slot `routed`, weight 1): its down matrix, of the down type.
+  const uint8_t* shared_down;
+  int64_t shared_down_row_bytes;
 };
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream);
 

@@ -25,6 +25,17 @@ std::atomic<bool>& DecodeFusedSetting() {
   return enabled;
 }
 
+// Whether one token may take the two-kernel path (moe_decode_cuda.h), types aside: on, n_ff in
+// whole 32-row blocks, and the GEMVs not forced through the streamed kernel.
+bool DecodeFusedApplies(int64_t n_ff) {
+  return n_ff % 32 == 0 && DecodeFusedSetting().load(std::memory_order_relaxed) &&
+         gemv_internal::GemvStreamModeSetting().load(std::memory_order_relaxed) !=
+             static_cast<int>(GemvStreamMode::kAlways);
+}
+
+// Expert rows of the one-token path: the routed slots, and the shared expert's.
+int64_t DecodeSlots(const MoeGemvCudaArgs& a) { return a.top_k + (a.has_shared ? 1 : 0); }
+
 // Workspace layout: gate out, up out (then SwiGLU in place into gate out), down out, the
 // quantized-activation scratch (large enough for the T*k intermediate rows, which also holds
 // the T rows of x), then the grouping by expert (slot_matrix, slot_begin, group_order; sized for
@@ -173,6 +184,12 @@ __global__ void CombineKernel(const float* down, const float* weights, int64_t t
 
 int64_t MoeGemvCudaCounterInts(int64_t top_k, int64_t n_ff) { return top_k * (n_ff / 32); }
 
+bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff) {
+  return tokens == 1 && DecodeFusedApplies(n_ff) &&
+         gemv_internal::ExpertDecodeFusedSupports(gate_up) &&
+         gemv_internal::ExpertDecodeFusedSupports(down);
+}
+
 bool SetMoeGemvCudaDecodeFused(bool enabled) { return DecodeFusedSetting().exchange(enabled); }
 
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
@@ -215,7 +232,22 @@ KernelStatus ValidateMoeGemvCuda(const MoeGemvCudaArgs& a) {
       a.y_stride < a.n_embd || a.x_stride < a.n_embd || a.n_ff % 4 != 0) {
     return KernelStatus::kInvalidArgument;
   }
-  if (a.workspace_bytes < MoeGemvCudaWorkspaceBytes(a.tokens, a.top_k, a.n_embd, a.n_ff)) {
+  if (a.has_shared) {
+    if (a.shared_gate.type != a.gate.type || a.shared_up.type != a.gate.type ||
+        a.shared_down.type != a.down.type) {
+      return KernelStatus::kUnsupportedType;
+    }
+    if (!MoeGemvCudaTakesShared(a.gate.type, a.down.type, a.tokens, a.n_ff) ||
+        a.counters == nullptr || a.shared_gate.data == nullptr || a.shared_up.data == nullptr ||
+        a.shared_down.data == nullptr || a.shared_gate.row_bytes % 16 != 0 ||
+        a.shared_up.row_bytes % 16 != 0 || a.shared_down.row_bytes % 16 != 0 ||
+        a.shared_gate.row_bytes < RowBytes(a.gate.type, a.n_embd) ||
+        a.shared_up.row_bytes < RowBytes(a.gate.type, a.n_embd) ||
+        a.shared_down.row_bytes < RowBytes(a.down.type, a.n_ff)) {
+      return KernelStatus::kInvalidArgument;
+    }
+  }
+  if (a.workspace_bytes < MoeGemvCudaWorkspaceBytes(a.tokens, DecodeSlots(a), a.n_embd, a.n_ff)) {
     return KernelStatus::kInvalidArgument;
   }
   return KernelStatus::kOk;
@@ -324,10 +356,19 @@ KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_
   e.clamp = a.limit > kSwiGluClampThreshold;
   e.act = reinterpret_cast<float*>(base + l.gate);
   e.act_q = DownQ8(l, base);
-  e.act_d = DownQ8Scales(l, base, a.n_ff, a.top_k);
+  e.act_d = DownQ8Scales(l, base, a.n_ff, DecodeSlots(a));
   e.act_pair_order = Q8ScratchPosition(a.down.type, 1) != 1;
   e.counters = a.counters;
-  if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, a.top_k, stream) != cudaSuccess) {
+  e.routed = static_cast<int>(a.top_k);
+  if (a.has_shared) {
+    e.shared_gate = static_cast<const uint8_t*>(a.shared_gate.data);
+    e.shared_up = static_cast<const uint8_t*>(a.shared_up.data);
+    e.shared_gate_row_bytes = a.shared_gate.row_bytes;
+    e.shared_up_row_bytes = a.shared_up.row_bytes;
+    e.shared_limit = a.shared_limit;
+    e.shared_clamp = a.shared_limit > kSwiGluClampThreshold;
+  }
+  if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, DecodeSlots(a), stream) != cudaSuccess) {
     (void)cudaGetLastError();
     return KernelStatus::kInvalidArgument;
   }
@@ -335,7 +376,7 @@ KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_
 }
 
 // One token, the down projection of the top_k SwiGLU rows (already quantized) and the weighted
-// combine into y in one launch.
+// combine into y in one launch (with the shared expert's row, weight 1).
 KernelStatus LaunchFusedDown(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
                              cudaStream_t stream) {
   gemv_internal::ExpertDownParams e{};
@@ -343,12 +384,16 @@ KernelStatus LaunchFusedDown(const MoeGemvCudaArgs& a, const Layout& l, uint8_t*
                                       nullptr, 0, a.y, a.y_stride);
   e.p.rows = 1;
   e.p.xq = DownQ8(l, base);
-  e.p.xd = DownQ8Scales(l, base, a.n_ff, a.top_k);
+  e.p.xd = DownQ8Scales(l, base, a.n_ff, DecodeSlots(a));
   e.p.matrix_ids = a.ids;
   e.p.w_matrix_bytes = a.down.matrix_bytes;
   e.p.n_matrices = a.n_experts;
   e.weights = a.weights;
-  e.top_k = static_cast<int>(a.top_k);
+  e.routed = static_cast<int>(a.top_k);
+  if (a.has_shared) {
+    e.shared_down = static_cast<const uint8_t*>(a.shared_down.data);
+    e.shared_down_row_bytes = a.shared_down.row_bytes;
+  }
   if (gemv_internal::LaunchExpertDownCombine(a.down.type, e, stream) != cudaSuccess) {
     (void)cudaGetLastError();
     return KernelStatus::kInvalidArgument;
@@ -361,7 +406,7 @@ KernelStatus LaunchFusedDown(const MoeGemvCudaArgs& a, const Layout& l, uint8_t*
 KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = ValidateMoeGemvCuda(a); s != KernelStatus::kOk) return s;
   const int64_t groups = a.tokens * a.top_k;
-  const Layout l = MakeLayout(a.tokens, a.top_k, a.n_embd, a.n_ff);
+  const Layout l = MakeLayout(a.tokens, DecodeSlots(a), a.n_embd, a.n_ff);
   auto* base = static_cast<uint8_t*>(a.workspace);
   float* gate = reinterpret_cast<float*>(base + l.gate);
   float* down = reinterpret_cast<float*>(base + l.down);
@@ -383,11 +428,7 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   }
 
   // One token: the two-kernel path where the types allow it (moe_decode_cuda.h).
-  const bool decode_fused =
-      a.tokens == 1 && a.counters != nullptr && a.n_ff % 32 == 0 &&
-      DecodeFusedSetting().load(std::memory_order_relaxed) &&
-      gemv_internal::GemvStreamModeSetting().load(std::memory_order_relaxed) !=
-          static_cast<int>(GemvStreamMode::kAlways);
+  const bool decode_fused = a.tokens == 1 && a.counters != nullptr && DecodeFusedApplies(a.n_ff);
   const bool fused_gate_up = decode_fused && gemv_internal::ExpertDecodeFusedSupports(a.gate.type);
   const bool fuse_down =
       a.fuse_down_quantization && a.tokens <= kMoeGemvFusedDownMaxTokens && a.n_ff % 32 == 0;

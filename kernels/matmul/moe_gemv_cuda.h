@@ -62,6 +62,14 @@ struct MoeGemvCudaArgs {
   // the types allow it (IQ4_XS, Q4_K, Q5_K, Q8_0; n_ff a multiple of 32) and
   // SetMoeGemvCudaDecodeFused / STEPSERVE_MOE_DECODE_FUSED has not turned it off.
   int32_t* counters = nullptr;
+  // Optional shared expert (always on, weight 1, its own clamp; spec 4.6), for one token through
+  // the two-kernel path only (MoeGemvCudaTakesShared; counters required): y also gets
+  // SharedDown(SwiGLU_shared_limit(SharedGate x, SharedUp x)). Gate / up of the gate type, down of
+  // the down type, n_ff wide (matrix_bytes unused). The workspace and counters are then sized for
+  // top_k + 1 slots (MoeGemvCudaWorkspaceBytes(1, top_k + 1, ...), MoeGemvCudaCounterInts).
+  bool has_shared = false;
+  ExpertMatrixCuda shared_gate, shared_up, shared_down;
+  float shared_limit = 0.0f;
 };
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
@@ -73,6 +81,9 @@ inline constexpr int64_t kMoeGemvMaxPairsMany = 65535;
 inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 
 int64_t MoeGemvCudaCounterInts(int64_t top_k, int64_t n_ff);
+// Whether MoeGemvCuda takes a shared expert for these types and sizes (one token, the two-kernel
+// path on, types it decodes, n_ff a multiple of 32).
+bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff);
 // The one-token two-kernel path: on unless STEPSERVE_MOE_DECODE_FUSED=0 at the first use; returns
 // the previous setting.
 bool SetMoeGemvCudaDecodeFused(bool enabled);

@@ -301,27 +301,36 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
 
   auto dx = ToDevice(x), dw = ToDevice(weights);
-  const int64_t ws = MoeGemvCudaWorkspaceBytes(1, K, d, ff);
+  // Sized for K + 1 slots: the shared expert's run below takes one more.
+  const int64_t ws = MoeGemvCudaWorkspaceBytes(1, K + 1, d, ff);
   DeviceBuffer workspace(static_cast<size_t>(ws));
-  const int64_t n_counters = MoeGemvCudaCounterInts(K, ff);
+  const int64_t n_counters = MoeGemvCudaCounterInts(K + 1, ff);
   DeviceBuffer counters(static_cast<size_t>(n_counters * 4));
   ASSERT_EQ(cudaMemset(counters.ptr, 0, n_counters * 4), cudaSuccess);
-  // y - y0 after one call on `call_ids`, workspace poisoned first.
-  auto run = [&](bool fused, const std::vector<int32_t>& call_ids) {
-    const DecodeFusedScope scope(fused);
-    auto dy = ToDevice(y0), dids = ToDevice(call_ids);
+  // y after MoeGemvCuda on `a` from y_in (a's y, workspace and counters set here), the workspace
+  // poisoned first.
+  auto call = [&](MoeGemvCudaArgs a, const std::vector<float>& y_in) {
+    auto dy = ToDevice(y_in);
     EXPECT_EQ(cudaMemset(workspace.ptr, 0xFF, ws), cudaSuccess);
-    MoeGemvCudaArgs a = DeviceArgs(gate, up, down, *dx, d + 8, 1, *dids, *dw, K, limit);
     a.y = static_cast<float*>(dy->ptr);
     a.workspace = workspace.ptr;
     a.workspace_bytes = ws;
     a.counters = static_cast<int32_t*>(counters.ptr);
     EXPECT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<float> delta(d);
-    EXPECT_EQ(cudaMemcpy(delta.data(), dy->ptr, d * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (int64_t i = 0; i < d; ++i) delta[i] -= y0[i];
-    return delta;
+    std::vector<float> y(d);
+    EXPECT_EQ(cudaMemcpy(y.data(), dy->ptr, d * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return y;
+  };
+  auto minus_y0 = [&](std::vector<float> y) {
+    for (int64_t i = 0; i < d; ++i) y[i] -= y0[i];
+    return y;
+  };
+  // y - y0 for the routed experts with `call_ids`, through the two-kernel path or not.
+  auto run = [&](bool fused, const std::vector<int32_t>& call_ids) {
+    const DecodeFusedScope scope(fused);
+    auto dids = ToDevice(call_ids);
+    return minus_y0(call(DeviceArgs(gate, up, down, *dx, d + 8, 1, *dids, *dw, K, limit), y0));
   };
   auto counters_zero = [&] {
     std::vector<int32_t> c(n_counters);
@@ -351,6 +360,54 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
               std::string(GgmlTypeName(gu_type)).c_str(),
               std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(d),
               static_cast<long>(ff), err, vs_five, bad_vs_five);
+
+  // The shared expert as one more slot (another clamp than the routed one), against the
+  // reference of the routed experts plus the shared one as a one-matrix expert set, and against
+  // the routed call followed by the shared expert as a routed expert of its own (id 0, weight 1).
+  Experts sg(gu_type, d, ff, 1, 31), su(gu_type, d, ff, 1, 32), sd(down_type, ff, d, 1, 33);
+  const float shared_limit = limit > 0.0f ? 0.0f : 16.0f;
+  auto dids = ToDevice(ids);
+  MoeGemvCudaArgs with_shared = DeviceArgs(gate, up, down, *dx, d + 8, 1, *dids, *dw, K, limit);
+  with_shared.has_shared = true;
+  with_shared.shared_gate = sg.DeviceMatrix();
+  with_shared.shared_up = su.DeviceMatrix();
+  with_shared.shared_down = sd.DeviceMatrix();
+  with_shared.shared_limit = shared_limit;
+  with_shared.workspace = workspace.ptr;
+  with_shared.workspace_bytes = ws;
+  with_shared.counters = static_cast<int32_t*>(counters.ptr);
+  with_shared.y = static_cast<float*>(dx->ptr);  // validation only; `call` sets the real one
+  if (!MoeGemvCudaTakesShared(gu_type, down_type, 1, ff)) {
+    EXPECT_EQ(ValidateMoeGemvCuda(with_shared), KernelStatus::kInvalidArgument);
+    return;
+  }
+  const std::vector<int32_t> zero_id = {0};
+  const std::vector<float> unit_weight = {1.0f};
+  r.n_experts = 1;
+  r.ids = zero_id.data();
+  r.weights = unit_weight.data();
+  r.top_k = 1;
+  r.gate = sg.HostMatrix();
+  r.up = su.HostMatrix();
+  r.down = sd.HostMatrix();
+  r.limit = shared_limit;
+  ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);  // ref += the shared expert
+  for (int64_t i = 0; i < d; ++i) ref_delta[i] = ref[i] - y0[i];
+  const std::vector<float> got = minus_y0(call(with_shared, y0));
+  EXPECT_TRUE(counters_zero());
+  auto d_zero = ToDevice(zero_id), d_unit = ToDevice(unit_weight);
+  std::vector<float> routed_y = fused;  // y after the routed call
+  for (int64_t i = 0; i < d; ++i) routed_y[i] += y0[i];
+  const std::vector<float> two_calls = minus_y0(
+      call(DeviceArgs(sg, su, sd, *dx, d + 8, 1, *d_zero, *d_unit, 1, shared_limit), routed_y));
+  const double shared_err = testing::RelError(got, ref_delta);
+  const double vs_two_calls = testing::RelError(got, two_calls);
+  EXPECT_LT(shared_err, kMaxRelError);
+  EXPECT_LT(vs_two_calls, 1e-5);
+  std::printf("moe_decode shared %s/%s d=%ld ff=%ld rel_error=%.3g vs_two_calls=%.3g\n",
+              std::string(GgmlTypeName(gu_type)).c_str(),
+              std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(d),
+              static_cast<long>(ff), shared_err, vs_two_calls);
 }
 
 INSTANTIATE_TEST_SUITE_P(

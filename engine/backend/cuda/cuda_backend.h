@@ -91,6 +91,13 @@ class CudaBackend final : public Backend {
   absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                           std::span<const int32_t> ids, std::span<const float> weights,
                           int64_t top_k, const TensorView& y) override;
+  // One token (fast mode) whose shared expert has the routed experts' types: MoeGemvCuda's
+  // two-kernel path with the shared expert as one more slot (kernels/matmul/moe_decode_cuda.h).
+  absl::StatusOr<bool> MoeExpertsWithShared(const TensorView& x, const ExpertWeights& experts,
+                                            const SharedExpertWeights& shared,
+                                            std::span<const int32_t> ids,
+                                            std::span<const float> weights, int64_t top_k,
+                                            const TensorView& y) override;
   absl::Status LogitsTopK(const TensorView& logits, int32_t k,
                           const LogitsTopKOutputs& out) override;
 
@@ -186,9 +193,11 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend() = default;
   // MoeExperts at decode sizes without a host round trip (cuda_backend_matmul.cc).
+  // `shared`: also the shared expert (MoeExpertsWithShared has checked that it may).
   absl::Status MoeExpertsOnDevice(const TensorView& x, const ExpertWeights& e,
                                   std::span<const int32_t> ids, std::span<const float> weights,
-                                  int64_t top_k, const TensorView& y);
+                                  int64_t top_k, const TensorView& y,
+                                  const SharedExpertWeights* shared = nullptr);
 
   // Runs cudaStreamSynchronize / cudaEventSynchronize and adds the wait to host_blocked_seconds_.
   cudaError_t TimedWait(cudaStream_t stream, cudaEvent_t event);

@@ -215,7 +215,8 @@ absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t
 absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWeights& e,
                                              std::span<const int32_t> ids,
                                              std::span<const float> weights, int64_t top_k,
-                                             const TensorView& y) {
+                                             const TensorView& y,
+                                             const SharedExpertWeights* shared) {
   MatmulState& s = *matmul_;
   kernels::MoeGemvCudaArgs a;
   a.x = x.f32();
@@ -236,7 +237,16 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
   a.limit = e.limit;
   a.y = y.f32();
   a.y_stride = y.stride_floats();
-  a.workspace_bytes = kernels::MoeGemvCudaWorkspaceBytes(a.tokens, top_k, a.n_embd, a.n_ff);
+  if (shared != nullptr) {
+    a.has_shared = true;
+    a.shared_gate = {shared->gate.type, shared->gate.data, shared->gate.row_bytes(), 0};
+    a.shared_up = {shared->up.type, shared->up.data, shared->up.row_bytes(), 0};
+    a.shared_down = {shared->down.type, shared->down.data, shared->down.row_bytes(), 0};
+    a.shared_limit = shared->limit;
+  }
+  // The shared expert is one more expert row of the one-token path.
+  const int64_t slots = top_k + (shared != nullptr ? 1 : 0);
+  a.workspace_bytes = kernels::MoeGemvCudaWorkspaceBytes(a.tokens, slots, a.n_embd, a.n_ff);
   a.x_q8 = PrequantizedFor(x, kernels::Q8ScratchPosition(e.gate.type, 1) != 1);
   a.fuse_down_quantization = CudaFusedQuantization();
   prequantized_uses_ += a.x_q8 != nullptr;
@@ -245,7 +255,7 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
                                  "MoeExperts workspace"));
   // One token takes MoeGemvCuda's two-kernel path, whose counters must start at zero; every
   // call leaves them zero, so only a new allocation needs the memset.
-  const int64_t counters = kernels::MoeGemvCudaCounterInts(top_k, a.n_ff);
+  const int64_t counters = kernels::MoeGemvCudaCounterInts(slots, a.n_ff);
   if (a.tokens == 1 && counters > 0) {
     const bool fresh = s.moe_counters.bytes < static_cast<size_t>(counters) * sizeof(int32_t) ||
                        s.moe_counters.data == nullptr;
@@ -258,6 +268,39 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
     a.counters = static_cast<int32_t*>(data);
   }
   return KernelResult(kernels::MoeGemvCuda(a, stream_), "MoeExperts (device)");
+}
+
+absl::StatusOr<bool> CudaBackend::MoeExpertsWithShared(const TensorView& x, const ExpertWeights& e,
+                                                       const SharedExpertWeights& shared,
+                                                       std::span<const int32_t> ids,
+                                                       std::span<const float> weights,
+                                                       int64_t top_k, const TensorView& y) {
+  const int64_t n_ff = e.gate.ne[1];
+  const auto same_shape = [](const WeightView& w, int64_t in, int64_t out) {
+    return w.ne[0] == in && w.ne[1] == out && w.ne[2] == 1;
+  };
+  if (exact_activations_ || x.rows() != 1 || e.up.type != e.gate.type ||
+      !kernels::MoeGemvCudaSupports(e.gate.type, e.down.type) ||
+      !kernels::MoeGemvCudaTakesShared(e.gate.type, e.down.type, x.rows(), n_ff) ||
+      shared.gate.type != e.gate.type || shared.up.type != e.gate.type ||
+      shared.down.type != e.down.type || !same_shape(shared.gate, x.cols(), n_ff) ||
+      !same_shape(shared.up, x.cols(), n_ff) || !same_shape(shared.down, n_ff, x.cols()) ||
+      shared.gate.row_bytes() % 16 != 0 || shared.up.row_bytes() % 16 != 0 ||
+      shared.down.row_bytes() % 16 != 0) {
+    return false;
+  }
+  ForgetPrequantizedIfWritten(y);
+  // The checks MoeExperts makes (shapes, ids / weights spans, device weights).
+  RETURN_IF_ERROR(MoeExpertsOpArgs(x, e, ids, weights, top_k, y).status());
+  RETURN_IF_ERROR(CheckDeviceWeight(e.gate, "MoeExperts", "gate"));
+  RETURN_IF_ERROR(CheckDeviceWeight(e.up, "MoeExperts", "up"));
+  RETURN_IF_ERROR(CheckDeviceWeight(e.down, "MoeExperts", "down"));
+  RETURN_IF_ERROR(CheckDeviceWeight(shared.gate, "MoeExperts", "shared gate"));
+  RETURN_IF_ERROR(CheckDeviceWeight(shared.up, "MoeExperts", "shared up"));
+  RETURN_IF_ERROR(CheckDeviceWeight(shared.down, "MoeExperts", "shared down"));
+  if (!matmul_) matmul_ = std::make_shared<MatmulState>();
+  RETURN_IF_ERROR(MoeExpertsOnDevice(x, e, ids, weights, top_k, y, &shared));
+  return true;
 }
 
 // Expert matmuls of up to 16 rows use exact F32 activations: the fast GEMV's int8 activations
