@@ -78,13 +78,7 @@ __global__ void __launch_bounds__(kThreads)
 
 KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
   const PagedKv& kv = a.kv;
-  if (kv.k == nullptr || kv.v == nullptr) return KernelStatus::kInvalidArgument;
-  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16 && kv.dtype != KvDtype::kQ8_0) {
-    return KernelStatus::kUnsupportedType;
-  }
-  if (kv.num_blocks <= 0 || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0) {
-    return KernelStatus::kInvalidArgument;
-  }
+  if (KernelStatus s = ValidatePagedKvCuda(kv); s != KernelStatus::kOk) return s;
   if (a.tokens < 0 || a.k == nullptr || a.v == nullptr || a.slots == nullptr) {
     return KernelStatus::kInvalidArgument;
   }

@@ -1,5 +1,8 @@
 // CUDA paged attention (paged_attention_cuda.h): the per-(row, KV head) online-softmax kernel, the
-// split-K combine kernel and the entry point.
+// split-K combine (in the kernel's last CTA per (row, KV head), or as a kernel of its own) and the
+// entry point. Chunk loaders: paged_attention_cuda_load.cuh; the combine's math:
+// paged_attention_cuda_combine.cuh; argument checks and launch planning:
+// paged_attention_cuda_plan.cc.
 //
 // Per CTA (kThreads threads, one query row, one KV head g, up to kHeadsPerCta query heads of its
 // GQA group, one key range):
@@ -12,242 +15,81 @@
 //       chunk max, rescale factor and probabilities by warp reductions;
 //     accumulate: thread t owns dims t, t + kThreads, ... of every head: acc = acc * rescale +
 //       sum_j p_j V_j.
-//   Single pass: out = acc / sum. Split-K: (acc, max, sum) go to scratch and the combine kernel
-//   rescales the partials to the common max.
+//   Single pass: out = acc / sum. Split-K: (acc, max, sum) go to scratch and are rescaled to the
+//   common max either by the combine kernel (the default) or, fused, by the CTA that arrives last
+//   at its (row, KV head[, pass]) counter: every CTA fences its partials and counts itself in
+//   with an atomic; the one that sees splits - 1 earlier arrivals fences again, combines the
+//   group's heads from all the partials and sets the counter back to 0 for the next launch.
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/attention/paged_attention_cuda_combine.cuh"
+#include "kernels/attention/paged_attention_cuda_load.cuh"
+#include "kernels/attention/paged_attention_cuda_params.cuh"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
 
 namespace stepserve::kernels {
 namespace {
 
+using namespace paged_attention_cuda;  // NOLINT(build/namespaces): this file's own kernels
 using cuda_reduce::WarpMax;
 using cuda_reduce::WarpSum;
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 32;  // keys per chunk: one per lane in the score phase
-constexpr int kHeadsPerCta = 16;
-constexpr int kHeadsPerWarp = kHeadsPerCta / kWarps;
-constexpr int kCombineThreads = 128;
+std::atomic<int64_t> g_combine_launches{0};
 
-struct KernelParams {
-  const float* q;
-  int64_t q_stride;
-  float* out;
-  int64_t out_stride;
-  const PagedAttentionCudaRow* rows;
-  const int32_t* tables;
-  const void* k_cache;
-  const void* v_cache;
-  int64_t num_blocks;
-  int block_size;
-  int kv_heads;
-  int head_dim;
-  int dims_padded;  // head_dim rounded up to 4 (Q and V rows in shared)
-  int k_stride;     // floats between K rows in shared (padded against bank conflicts)
-  int heads;
-  int group;      // query heads per KV head
-  int passes;     // CTAs per (row, KV head) when the group exceeds kHeadsPerCta
-  int cta_heads;  // min(group, kHeadsPerCta): shared-memory rows for Q and probabilities
-  int64_t window;
-  float scale;
-  int splits;
-  bool vector_loads;  // head_dim a multiple of the 16-byte vector and the cache 16-byte aligned
-  float* part_acc;    // split-K scratch: [rows][heads][splits][head_dim]
-  float* part_max;    // [rows][heads][splits]
-  float* part_sum;
-};
-
-// Element type tag of Q8_0 pages: a head vector is head_dim / 32 blocks of 34 bytes (F16 scale,
-// 32 int8), so rows are addressed in bytes and only 2-byte aligned.
-struct KvQ8 {};
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-
-// Values off..off + 7 (off a multiple of 8) of a Q8_0 block: its F16 scale and the 8 int8 values
-// as four 16-bit words (the block is only 2-byte aligned; bytes in little-endian order), loaded by
-// LoadQ8Eight and turned into scale * int8 by DequantQ8Eight - the same single F32 product as
-// engine/quant's DequantQ8_0, so both backends read identical values.
-struct Q8Eight {
-  uint16_t scale;
-  uint16_t pairs[4];
-};
-
-__device__ __forceinline__ Q8Eight LoadQ8Eight(const uint8_t* block, int off) {
-  Q8Eight q;
-  q.scale = __ldg(reinterpret_cast<const uint16_t*>(block));
-  const uint16_t* qs = reinterpret_cast<const uint16_t*>(block + 2 + off);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) q.pairs[i] = __ldg(qs + i);
-  return q;
-}
-
-__device__ __forceinline__ void DequantQ8Eight(const Q8Eight& q, float* out) {
-  const float scale = __half2float(__ushort_as_half(q.scale));
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = static_cast<float>(static_cast<int8_t>(q.pairs[i] & 0xFF)) * scale;
-    out[2 * i + 1] = static_cast<float>(static_cast<int8_t>(q.pairs[i] >> 8)) * scale;
+// Fused split-K combine, after a CTA has written its partials: the CTA that arrives last at the
+// counter of its (row w, KV head[, pass]) combines heads head0 .. head0 + nh - 1 of that row from
+// every split's partials and resets the counter. `area` (the K / V / probability area, free after
+// the chunk loop; the host checks it holds 3 * cta_heads * splits floats) takes the (max, sum)
+// pairs and the weights; `inv_s` holds nh floats.
+__device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, int head0, int nh,
+                                              int q_row, float* area, float* inv_s) {
+  // The pattern of cooperative groups' grid barrier: the CTA barrier orders every thread's
+  // partials before thread 0's device-scope fence and arrival; in the last CTA, thread 0's fence
+  // after the arrival and the barrier order the other CTAs' partials before every thread's reads
+  // (through L2, __ldcg).
+  __shared__ int last_s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    int* counter = p.arrivals + blockIdx.x;
+    const bool last = atomicAdd(counter, 1) == p.splits - 1;
+    if (last) {
+      *counter = 0;  // every split has arrived: the next launch starts from zero
+      __threadfence();
+    }
+    last_s = last;
   }
-}
-
-// Offset (elements; bytes for Q8_0) of (position, KV head g, dim 0) in the cache, or -1 when the
-// table entry is not a real page (never the case after host validation; guards memory safety).
-// The Q8_0 vector size is derived here rather than kept in KernelParams: a field there changes
-// the struct's layout, and with it ptxas' register allocation of the F32 / F16 kernels (one more
-// field cost them 17-39 registers and a spill).
-template <typename KvT>
-__device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const int32_t* table,
-                                           int position, int g) {
-  const int64_t page = table[position / p.block_size];
-  if (page < 0 || page >= p.num_blocks) return -1;
-  const int64_t slot = page * p.block_size + position % p.block_size;
-  if constexpr (std::is_same_v<KvT, KvQ8>) {
-    return (slot * p.kv_heads + g) * (p.head_dim / kKvQ8BlockElems * kKvQ8BlockBytes);
+  __syncthreads();
+  if (!last_s) return;
+  const int entries = nh * p.splits;
+  const int64_t part0 =
+      (w * p.heads + head0) * p.splits;  // head i, split s: part0 + i * splits + s
+  float* weight_s = area;
+  float* max_s = area + entries;
+  float* sum_s = max_s + entries;
+  for (int e = threadIdx.x; e < entries; e += kThreads) {
+    max_s[e] = __ldcg(p.part_max + part0 + e);
+    sum_s[e] = __ldcg(p.part_sum + part0 + e);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x >> 5; i < nh; i += kWarps) {
+    const int at = i * p.splits;
+    const float inv_total = SplitWeights(max_s + at, sum_s + at, p.splits, weight_s + at);
+    if ((threadIdx.x & 31) == 0) inv_s[i] = inv_total;
+  }
+  __syncthreads();
+  float* out =
+      p.out + static_cast<int64_t>(q_row) * p.out_stride + static_cast<int64_t>(head0) * p.head_dim;
+  if (p.head_dim % 4 == 0) {
+    CombineHeads<4>(p, part0, nh, weight_s, inv_s, out, threadIdx.x, kThreads);
   } else {
-    return (slot * p.kv_heads + g) * p.head_dim;
-  }
-}
-
-// Warp 0: the cache offsets of the chunk's keys [c0, min(c0 + kChunk, hi)), -1 past the end.
-template <typename KvT>
-__device__ __forceinline__ void ChunkBases(const KernelParams& p, const int32_t* table, int64_t c0,
-                                           int64_t hi, int g, int64_t* base_s) {
-  const int lane = threadIdx.x & 31;
-  base_s[lane] = c0 + lane < hi ? KeyBase<KvT>(p, table, static_cast<int>(c0 + lane), g) : -1;
-}
-
-// F32 / F16 pages: 16-byte loads when the rows allow them, else one element at a time.
-// The vector path issues kLoadBatch loads of K and of V per thread before storing any: one
-// thread's copies of a chunk (8 pairs for F32 at head_dim 128) then cost one DRAM round trip
-// instead of one each - the loop stored each pair before loading the next, so a decode split's
-// chunk was ~8 dependent round trips (ncu, H200: 37 us for 256 keys in 4 splits of 2 chunks).
-// The cache is read through the non-coherent path: no kernel writes it while this one runs.
-constexpr int kLoadBatch = 8;
-
-template <typename KvT>
-__device__ void LoadChunkElements(const KernelParams& p, const int64_t* base_s, float* k_s,
-                                  float* v_s) {
-  const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
-  const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
-  if (p.vector_loads) {
-    constexpr int kVec = 16 / sizeof(KvT);  // 4 floats or 8 halves per 16-byte load
-    const int per_row = p.head_dim / kVec;
-    const int total = kChunk * per_row;
-    union Vec {
-      uint4 raw;
-      KvT e[kVec];
-    };
-    for (int idx0 = threadIdx.x; idx0 < total; idx0 += kThreads * kLoadBatch) {
-      Vec kb[kLoadBatch], vb[kLoadBatch];
-#pragma unroll
-      for (int b = 0; b < kLoadBatch; ++b) {
-        const int idx = idx0 + b * kThreads;
-        kb[b].raw = make_uint4(0, 0, 0, 0);
-        vb[b].raw = kb[b].raw;
-        if (idx < total) {
-          const int j = idx / per_row;
-          const int64_t base = base_s[j];
-          if (base >= 0) {
-            const int d = (idx - j * per_row) * kVec;
-            kb[b].raw = __ldg(reinterpret_cast<const uint4*>(k_cache + base + d));
-            vb[b].raw = __ldg(reinterpret_cast<const uint4*>(v_cache + base + d));
-          }
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kLoadBatch; ++b) {
-        const int idx = idx0 + b * kThreads;
-        if (idx < total) {
-          const int j = idx / per_row;
-          const int d = (idx - j * per_row) * kVec;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            k_s[j * p.k_stride + d + e] = ToFloat(kb[b].e[e]);
-            v_s[j * p.dims_padded + d + e] = ToFloat(vb[b].e[e]);
-          }
-        }
-      }
-    }
-    return;
-  }
-  for (int idx = threadIdx.x; idx < kChunk * p.dims_padded; idx += kThreads) {
-    const int j = idx / p.dims_padded;
-    const int d = idx - j * p.dims_padded;
-    const int64_t base = base_s[j];
-    float kx = 0.0f, vx = 0.0f;
-    if (base >= 0 && d < p.head_dim) {
-      kx = ToFloat(k_cache[base + d]);
-      vx = ToFloat(v_cache[base + d]);
-    }
-    k_s[j * p.k_stride + d] = kx;
-    v_s[j * p.dims_padded + d] = vx;
-  }
-}
-
-// Q8_0 pages: one task per 8 values of a key (a quarter of a block): its scale and 8 int8 of K
-// and of V. head_dim is a multiple of 32, so there are no padding dims and no partial blocks. As
-// in LoadChunkElements, a thread loads kQ8Batch tasks before storing any (one round trip).
-constexpr int kQ8Batch = 4;
-
-__device__ void LoadChunkQ8(const KernelParams& p, const int64_t* base_s, float* k_s, float* v_s) {
-  const uint8_t* k_cache = static_cast<const uint8_t*>(p.k_cache);
-  const uint8_t* v_cache = static_cast<const uint8_t*>(p.v_cache);
-  const int per_row = p.head_dim / 8;
-  const int total = kChunk * per_row;
-  for (int idx0 = threadIdx.x; idx0 < total; idx0 += kThreads * kQ8Batch) {
-    Q8Eight kq[kQ8Batch], vq[kQ8Batch];
-#pragma unroll
-    for (int b = 0; b < kQ8Batch; ++b) {
-      const int idx = idx0 + b * kThreads;
-      kq[b] = vq[b] = Q8Eight{};  // zeros: a missing key reads as 0 * 0
-      if (idx < total) {
-        const int j = idx / per_row;
-        const int d = (idx - j * per_row) * 8;
-        const int64_t base = base_s[j];
-        if (base >= 0) {
-          const int64_t block = base + d / kKvQ8BlockElems * kKvQ8BlockBytes;
-          const int off = static_cast<int>(d % kKvQ8BlockElems);
-          kq[b] = LoadQ8Eight(k_cache + block, off);
-          vq[b] = LoadQ8Eight(v_cache + block, off);
-        }
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kQ8Batch; ++b) {
-      const int idx = idx0 + b * kThreads;
-      if (idx >= total) continue;
-      const int j = idx / per_row;
-      const int d = (idx - j * per_row) * 8;
-      float kx[8], vx[8];
-      DequantQ8Eight(kq[b], kx);
-      DequantQ8Eight(vq[b], vx);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        k_s[j * p.k_stride + d + e] = kx[e];
-        v_s[j * p.dims_padded + d + e] = vx[e];
-      }
-    }
-  }
-}
-
-// K and V of the chunk (offsets in base_s) into k_s / v_s; missing keys and the padding dims
-// become zeros, so later loops may run over whole rows and whole chunks.
-template <typename KvT>
-__device__ __forceinline__ void LoadChunk(const KernelParams& p, const int64_t* base_s, float* k_s,
-                                          float* v_s) {
-  if constexpr (std::is_same_v<KvT, KvQ8>) {
-    LoadChunkQ8(p, base_s, k_s, v_s);
-  } else {
-    LoadChunkElements<KvT>(p, base_s, k_s, v_s);
+    CombineHeads<1>(p, part0, nh, weight_s, inv_s, out, threadIdx.x, kThreads);
   }
 }
 
@@ -427,9 +269,10 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
       }
     }
   }
+  if (p.arrivals != nullptr) CombineIfLast(p, w, head0, nh, row.q_row, k_s, rescale_s);
 }
 
-// One CTA per (row, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max_s m_s.
+// One CTA per (row, head) (the two-kernel path, the default).
 __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const KernelParams p) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
@@ -439,75 +282,16 @@ __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const Ker
   const int h = static_cast<int>(blockIdx.x % p.heads);
   const int64_t part0 = (w * p.heads + h) * p.splits;
   if (threadIdx.x < 32) {
-    float m = -INFINITY;
-    for (int s = threadIdx.x; s < p.splits; s += 32) m = fmaxf(m, p.part_max[part0 + s]);
-    m = WarpMax(m);  // finite: split 0 always holds the first key
-    float total = 0.0f;
-    for (int s = threadIdx.x; s < p.splits; s += 32) {
-      const float weight = expf(p.part_max[part0 + s] - m);
-      weight_s[s] = weight;
-      total += weight * p.part_sum[part0 + s];
-    }
-    total = WarpSum(total);
-    if (threadIdx.x == 0) inv_total_s = 1.0f / total;
+    const float inv_total =
+        SplitWeights(p.part_max + part0, p.part_sum + part0, p.splits, weight_s);
+    if (threadIdx.x == 0) inv_total_s = inv_total;
   }
   __syncthreads();
   const PagedAttentionCudaRow row = p.rows[w];
   float* out =
       p.out + static_cast<int64_t>(row.q_row) * p.out_stride + static_cast<int64_t>(h) * p.head_dim;
-  for (int d = threadIdx.x; d < p.head_dim; d += kCombineThreads) {
-    float o = 0.0f;
-    for (int s = 0; s < p.splits; ++s) o += weight_s[s] * p.part_acc[(part0 + s) * p.head_dim + d];
-    out[d] = o * inv_total_s;
-  }
+  CombineHeads<1>(p, part0, 1, weight_s, &inv_total_s, out, threadIdx.x, kCombineThreads);
 }
-
-}  // namespace
-
-KernelStatus ValidatePagedAttentionCudaArgs(const PagedAttentionCudaArgs& a) {
-  const PagedKv& kv = a.kv;
-  if (kv.k == nullptr || kv.v == nullptr) return KernelStatus::kInvalidArgument;
-  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16 && kv.dtype != KvDtype::kQ8_0) {
-    return KernelStatus::kUnsupportedType;
-  }
-  if (kv.num_blocks <= 0 || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0) {
-    return KernelStatus::kInvalidArgument;
-  }
-  if (kv.head_dim > kMaxAttentionHeadDim) return KernelStatus::kTooLarge;
-  // Q8_0: whole blocks per vector, and 2-byte aligned pages for the 16-bit loads.
-  if (kv.dtype == KvDtype::kQ8_0 &&
-      (KvVectorBytes(kv.dtype, kv.head_dim) == 0 || reinterpret_cast<uintptr_t>(kv.k) % 2 != 0 ||
-       reinterpret_cast<uintptr_t>(kv.v) % 2 != 0)) {
-    return KernelStatus::kInvalidArgument;
-  }
-  if (a.heads <= 0 || a.heads % kv.kv_heads != 0 || a.window < 0 || a.n_rows < 0) {
-    return KernelStatus::kInvalidArgument;
-  }
-  const int64_t width = a.heads * kv.head_dim;
-  if (a.q == nullptr || a.out == nullptr || a.q_stride < width || a.out_stride < width ||
-      !(a.scale > 0.0f)) {
-    return KernelStatus::kInvalidArgument;
-  }
-  if (a.n_rows > 0 && (a.rows == nullptr || a.block_tables == nullptr)) {
-    return KernelStatus::kInvalidArgument;
-  }
-  if (a.splits < 1 || a.splits > kPagedAttentionCudaMaxSplits) {
-    return KernelStatus::kInvalidArgument;
-  }
-  if (a.splits > 1 && (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
-                       a.scratch_bytes < PagedAttentionCudaScratchBytes(a.n_rows, a.heads,
-                                                                        kv.head_dim, a.splits))) {
-    return KernelStatus::kInvalidArgument;
-  }
-  const int64_t passes = (a.heads / kv.kv_heads + kHeadsPerCta - 1) / kHeadsPerCta;
-  if (a.n_rows * kv.kv_heads * passes > 0x7FFFFFFF || a.n_rows * a.heads > 0x7FFFFFFF ||
-      kv.block_size > 0x7FFFFFFF || kv.kv_heads > 0x7FFFFFFF) {
-    return KernelStatus::kTooLarge;
-  }
-  return KernelStatus::kOk;
-}
-
-namespace {
 
 template <typename KvT, int kDimsPerThread>
 cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
@@ -567,10 +351,19 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
     p.part_max = p.part_acc + partials * kv.head_dim;
     p.part_sum = p.part_max + partials;
   }
-  const size_t smem_floats =
-      static_cast<size_t>(p.cta_heads) * p.dims_padded + static_cast<size_t>(kChunk) * p.k_stride +
-      static_cast<size_t>(kChunk) * p.dims_padded + static_cast<size_t>(p.cta_heads) * kChunk +
-      3 * kHeadsPerCta + 2 * kChunk;  // base_s: kChunk int64
+  // K, V and probabilities; after the chunk loop the fused combine's (max, sum) pairs and weights.
+  const size_t loop_floats = static_cast<size_t>(kChunk) * p.k_stride +
+                             static_cast<size_t>(kChunk) * p.dims_padded +
+                             static_cast<size_t>(p.cta_heads) * kChunk;
+  // The fused combine needs the caller's counters and room in that area for the (max, sum) pairs
+  // and weights of its heads (only tiny head_dims lack it: 3 x 16 heads x 64 splits against
+  // 32 keys x (k_stride + dims_padded + 16)).
+  const bool fused = a.splits > 1 && a.split_arrivals != nullptr &&
+                     PagedAttentionCudaFusedCombine() &&
+                     3 * static_cast<size_t>(p.cta_heads) * a.splits <= loop_floats;
+  if (fused) p.arrivals = a.split_arrivals;
+  const size_t smem_floats = static_cast<size_t>(p.cta_heads) * p.dims_padded + loop_floats +
+                             3 * kHeadsPerCta + 2 * kChunk;  // base_s: kChunk int64
   const size_t smem = smem_floats * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.n_rows * kv.kv_heads * p.passes),
                   static_cast<unsigned>(a.splits));
@@ -586,7 +379,8 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
       err = LaunchForDims<float>(p, grid, smem, stream);
       break;
   }
-  if (err == cudaSuccess && a.splits > 1) {
+  if (err == cudaSuccess && a.splits > 1 && !fused) {
+    g_combine_launches.fetch_add(1, std::memory_order_relaxed);
     LaunchWithPdl(CombineSplitsKernel, static_cast<unsigned>(a.n_rows * a.heads), kCombineThreads,
                   0, stream, p);
     err = cudaGetLastError();
@@ -596,6 +390,10 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
     return KernelStatus::kInvalidArgument;
   }
   return KernelStatus::kOk;
+}
+
+int64_t PagedAttentionCudaCombineLaunches() {
+  return g_combine_launches.load(std::memory_order_relaxed);
 }
 
 }  // namespace stepserve::kernels

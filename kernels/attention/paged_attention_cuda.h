@@ -18,8 +18,10 @@
 // window limits, unless the caller takes the tensor-core prefill kernel below
 // (PrefillAttentionCuda: tiles of up to 64 consecutive query rows of one sequence per CTA and query
 // head). Split-K ("flash-decoding"): when few CTAs would run over long contexts, each row's visible
-// keys are cut into `splits` ranges whose partial (max, sum, unnormalised output) are combined by a
-// second kernel; PagedAttentionCudaSplits picks the split count.
+// keys are cut into `splits` ranges whose partial (max, sum, unnormalised output) are combined
+// either by a second kernel (the default) or by the last CTA of each (row, KV head) to finish,
+// counted by an atomic per CTA column in `split_arrivals` (one launch per call);
+// PagedAttentionCudaSplits picks the split count.
 #ifndef STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_H_
 #define STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_H_
 
@@ -73,6 +75,14 @@ struct PagedAttentionCudaArgs {
   int64_t splits = 1;
   void* scratch = nullptr;
   int64_t scratch_bytes = 0;
+  // Split-K arrival counters (device, at least PagedAttentionCudaArrivalCount(n_rows, heads,
+  // kv.kv_heads) of them): they must be zero before the first launch, and every launch leaves
+  // them zero again (the combining CTA resets its counter), so one zeroing at allocation serves
+  // every later launch, graph replays included. With counters and PagedAttentionCudaFusedCombine()
+  // on, the combine runs inside the attention kernel; nullptr (or the switch off): a second
+  // kernel combines. Launches sharing counters must be ordered (one stream).
+  int32_t* split_arrivals = nullptr;
+  int64_t split_arrival_count = 0;
 };
 
 inline constexpr int64_t kPagedAttentionCudaMaxSplits = 64;
@@ -84,6 +94,24 @@ int64_t PagedAttentionCudaSplits(int64_t n_rows, int64_t heads, int64_t kv_heads
 
 int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t head_dim,
                                        int64_t splits);
+
+// Arrival counters a split-K launch uses: one per (row, KV head, pass of up to 16 query heads).
+int64_t PagedAttentionCudaArrivalCount(int64_t n_rows, int64_t heads, int64_t kv_heads);
+
+// The split-K combine inside the attention kernel (needs PagedAttentionCudaArgs::split_arrivals)
+// is off by default (it measured slower on the H200: docs/cuda-engine.md);
+// STEPSERVE_ATTN_FUSED_COMBINE=1 in the environment (read at the first use) turns it on.
+// SetPagedAttentionCudaFusedCombine overrides it for every later launch (tests, A/B runs; a
+// recorded CUDA graph keeps the path it was recorded with) and returns the previous setting.
+bool PagedAttentionCudaFusedCombine();
+bool SetPagedAttentionCudaFusedCombine(bool enabled);
+
+// Combine-kernel launches PagedAttentionCuda has enqueued in this process (tests check the path).
+int64_t PagedAttentionCudaCombineLaunches();
+
+// The cache checks every kernel here starts with: pointers, an F32 / F16 / Q8_0 element type
+// (kUnsupportedType otherwise), positive geometry.
+KernelStatus ValidatePagedKvCuda(const PagedKv& kv);
 
 // The host-side checks of PagedAttentionCuda (sizes, pointers, alignment; nothing is dereferenced),
 // shared with PrefillAttentionCuda.

@@ -1,7 +1,8 @@
 // Host side of the CUDA paged attention (paged_attention_cuda.h): flattening the batch
-// description into one uploadable int32 array, the split-K decision, the scratch size and the
-// tiles of the tensor-core prefill kernel.
+// description into one uploadable int32 array, the argument checks, the split-K decision and
+// combine switch, the scratch and counter sizes and the tiles of the tensor-core prefill kernel.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 
@@ -33,7 +34,79 @@ int64_t TargetCtasPerSm() {
 }
 constexpr int64_t kHeadsPerCta = 16;  // matches the kernel's accumulator bound
 
+// Off by default: on the H200 (45 layers, 256 keys, 8 splits) the fused combine measured
+// slower than the combine kernel, whose launch PDL already overlaps - batch 1 5.82 vs 5.75 ms,
+// batch 4 11.47 vs 11.39 ms, batch 16 equal (docs/cuda-engine.md).
+std::atomic<bool>& FusedCombineSetting() {
+  static std::atomic<bool> setting{[] {
+    const char* v = std::getenv("STEPSERVE_ATTN_FUSED_COMBINE");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return setting;
+}
+
 }  // namespace
+
+bool PagedAttentionCudaFusedCombine() {
+  return FusedCombineSetting().load(std::memory_order_relaxed);
+}
+
+bool SetPagedAttentionCudaFusedCombine(bool enabled) {
+  return FusedCombineSetting().exchange(enabled);
+}
+
+KernelStatus ValidatePagedKvCuda(const PagedKv& kv) {
+  if (kv.k == nullptr || kv.v == nullptr) return KernelStatus::kInvalidArgument;
+  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16 && kv.dtype != KvDtype::kQ8_0) {
+    return KernelStatus::kUnsupportedType;
+  }
+  if (kv.num_blocks <= 0 || kv.block_size <= 0 || kv.kv_heads <= 0 || kv.head_dim <= 0) {
+    return KernelStatus::kInvalidArgument;
+  }
+  return KernelStatus::kOk;
+}
+
+KernelStatus ValidatePagedAttentionCudaArgs(const PagedAttentionCudaArgs& a) {
+  const PagedKv& kv = a.kv;
+  if (KernelStatus s = ValidatePagedKvCuda(kv); s != KernelStatus::kOk) return s;
+  if (kv.head_dim > kMaxAttentionHeadDim) return KernelStatus::kTooLarge;
+  // Q8_0: whole blocks per vector, and 2-byte aligned pages for the 16-bit loads.
+  if (kv.dtype == KvDtype::kQ8_0 &&
+      (KvVectorBytes(kv.dtype, kv.head_dim) == 0 || reinterpret_cast<uintptr_t>(kv.k) % 2 != 0 ||
+       reinterpret_cast<uintptr_t>(kv.v) % 2 != 0)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.heads <= 0 || a.heads % kv.kv_heads != 0 || a.window < 0 || a.n_rows < 0) {
+    return KernelStatus::kInvalidArgument;
+  }
+  const int64_t width = a.heads * kv.head_dim;
+  if (a.q == nullptr || a.out == nullptr || a.q_stride < width || a.out_stride < width ||
+      !(a.scale > 0.0f)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.n_rows > 0 && (a.rows == nullptr || a.block_tables == nullptr)) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.splits < 1 || a.splits > kPagedAttentionCudaMaxSplits) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.splits > 1 && (a.scratch == nullptr || reinterpret_cast<uintptr_t>(a.scratch) % 16 != 0 ||
+                       a.scratch_bytes < PagedAttentionCudaScratchBytes(a.n_rows, a.heads,
+                                                                        kv.head_dim, a.splits))) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.split_arrivals != nullptr &&
+      (reinterpret_cast<uintptr_t>(a.split_arrivals) % alignof(int32_t) != 0 ||
+       a.split_arrival_count < PagedAttentionCudaArrivalCount(a.n_rows, a.heads, kv.kv_heads))) {
+    return KernelStatus::kInvalidArgument;
+  }
+  const int64_t passes = (a.heads / kv.kv_heads + kHeadsPerCta - 1) / kHeadsPerCta;
+  if (a.n_rows * kv.kv_heads * passes > 0x7FFFFFFF || a.n_rows * a.heads > 0x7FFFFFFF ||
+      kv.block_size > 0x7FFFFFFF || kv.kv_heads > 0x7FFFFFFF) {
+    return KernelStatus::kTooLarge;
+  }
+  return KernelStatus::kOk;
+}
 
 KernelStatus FlattenPagedAttentionBatch(const PagedAttentionArgs& a,
                                         PagedAttentionCudaBatch* batch) {
@@ -127,6 +200,12 @@ int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t he
   // Per (row, head, split): head_dim partial outputs, then one running max and one sum.
   const int64_t partials = n_rows * heads * splits;
   return partials * (head_dim + 2) * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t PagedAttentionCudaArrivalCount(int64_t n_rows, int64_t heads, int64_t kv_heads) {
+  if (n_rows <= 0 || heads <= 0 || kv_heads <= 0) return 0;
+  const int64_t passes = (heads / kv_heads + kHeadsPerCta - 1) / kHeadsPerCta;
+  return n_rows * kv_heads * passes;  // the attention kernel's grid columns
 }
 
 }  // namespace stepserve::kernels

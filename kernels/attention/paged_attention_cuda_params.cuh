@@ -1,0 +1,57 @@
+// Launch constants and the parameter block of the CUDA paged-attention kernels
+// (paged_attention_cuda.cu; include from .cu files only). The chunk loaders
+// (paged_attention_cuda_load.cuh) and the split-K combine (paged_attention_cuda_combine.cuh)
+// read the same block.
+#ifndef STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_PARAMS_CUH_
+#define STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_PARAMS_CUH_
+
+#include <cstdint>
+
+#include "kernels/attention/paged_attention_cuda.h"
+
+namespace stepserve::kernels::paged_attention_cuda {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 32;  // keys per chunk: one per lane in the score phase
+constexpr int kHeadsPerCta = 16;
+constexpr int kHeadsPerWarp = kHeadsPerCta / kWarps;
+constexpr int kCombineThreads = 128;
+
+// A field added here changes the struct's layout, and with it ptxas' register allocation of the
+// attention kernels (one more field once cost the F32 / F16 kernels 17-39 registers and a
+// spill): check `ptxas -v` after any change.
+struct KernelParams {
+  const float* q;
+  int64_t q_stride;
+  float* out;
+  int64_t out_stride;
+  const PagedAttentionCudaRow* rows;
+  const int32_t* tables;
+  const void* k_cache;
+  const void* v_cache;
+  int64_t num_blocks;
+  int block_size;
+  int kv_heads;
+  int head_dim;
+  int dims_padded;  // head_dim rounded up to 4 (Q and V rows in shared)
+  int k_stride;     // floats between K rows in shared (padded against bank conflicts)
+  int heads;
+  int group;      // query heads per KV head
+  int passes;     // CTAs per (row, KV head) when the group exceeds kHeadsPerCta
+  int cta_heads;  // min(group, kHeadsPerCta): shared-memory rows for Q and probabilities
+  int64_t window;
+  float scale;
+  int splits;
+  bool vector_loads;  // head_dim a multiple of the 16-byte vector and the cache 16-byte aligned
+  float* part_acc;    // split-K scratch: [rows][heads][splits][head_dim]
+  float* part_max;    // [rows][heads][splits]
+  float* part_sum;
+  // Split-K with the combine in the attention kernel: one arrival counter per CTA column
+  // (blockIdx.x), zero before the launch and zero again after it; nullptr: the combine kernel.
+  int* arrivals;
+};
+
+}  // namespace stepserve::kernels::paged_attention_cuda
+
+#endif  // STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_PARAMS_CUH_
