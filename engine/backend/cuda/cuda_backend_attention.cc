@@ -11,6 +11,11 @@
 // (head_dim 128 / 192), an eager batch whose every row is in a run of at least kPrefillMinRows
 // consecutive positions of one sequence runs through PrefillAttentionCuda; anything else (decode
 // rows, mixed batches, recorded steps) keeps PagedAttentionCuda.
+//
+// Split-K decode: the partials and the fused combine's arrival counters (zeroed when allocated,
+// left zero by every launch) live in AttentionState; the combine runs in the attention kernel with
+// STEPSERVE_ATTN_FUSED_COMBINE=1 or kernels::SetPagedAttentionCudaFusedCombine(true), else (the
+// default) in a kernel of its own.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -37,6 +42,10 @@ struct CudaBackend::AttentionState {
   kernels::PagedAttentionCudaBatch batch;
   Scratch batch_upload;
   Scratch partials;  // split-K partial results
+  // Split-K arrival counters of the fused combine: zeroed whenever the area is (re)allocated,
+  // and every attention launch leaves them zero. Not part of `partials`: that area's layout
+  // follows each launch's shape, so its bytes under a fixed counter area would not stay zero.
+  Scratch split_arrivals;
   std::vector<kernels::PrefillTileCuda> prefill_tiles;
   Scratch prefill_tiles_upload;
 };
@@ -143,6 +152,18 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
         kernels::PagedAttentionCudaScratchBytes(a.n_rows, a.heads, cache.head_dim, a.splits);
     ASSIGN_OR_RETURN(a.scratch,
                      EnsureScratch(state.partials, a.scratch_bytes, "Attention split-K partials"));
+    a.split_arrival_count =
+        kernels::PagedAttentionCudaArrivalCount(a.n_rows, a.heads, cache.kv_heads);
+    const size_t previous_bytes = state.split_arrivals.bytes;
+    ASSIGN_OR_RETURN(void* arrivals,
+                     EnsureScratch(state.split_arrivals, a.split_arrival_count * sizeof(int32_t),
+                                   "Attention split-K counters"));
+    // A new area (EnsureScratch only ever grows it; a moved one invalidated every recorded graph).
+    if (state.split_arrivals.bytes != previous_bytes) {
+      RETURN_IF_ERROR(CudaResult(cudaMemsetAsync(arrivals, 0, state.split_arrivals.bytes, stream()),
+                                 "Attention"));
+    }
+    a.split_arrivals = static_cast<int32_t*>(arrivals);
   }
   const void* device_words = nullptr;
   if (recording_step()) {
