@@ -11,6 +11,11 @@
 // rounding either way; an indexing or masking error gives errors of order 1). The Q8_0 kernels
 // against PagedAttentionRef / KvAppendRef, with forced split counts: attention_q8_cuda_test.cc.
 //
+// Split-K: the fused combine (the last CTA of each (row, KV head) combines), the same launch again
+// (its arrival counters must be back at zero) and the combine kernel must give the same bytes
+// (SplitKFusedCombineEqualsCombineKernel through the backend; ForcedSplitsMatchReference and the
+// Q8_0 kernel test through attention_cuda_test_util.h, with the partials NaN-poisoned as well).
+//
 // The host-side parts (batch flattening, split choice, argument checks) run without a device.
 #include <cuda_runtime_api.h>
 
@@ -28,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_cuda.h"
+#include "tests/gpu/attention_cuda_test_util.h"
 #include "tests/gpu/backend_test_util.h"
 
 namespace stepserve {
@@ -64,6 +70,8 @@ struct Scenario {
   KvDtype dtype = KvDtype::kF32;
   std::vector<SeqSpec> seqs;
   int64_t q_pad = 0;  // extra floats per Q / out row (strided views)
+  // Split-K steps: also run the step fused twice more and once through the combine kernel.
+  bool compare_combine_paths = false;
 };
 
 std::vector<float> RandomVector(size_t n, float scale, std::mt19937& rng) {
@@ -215,6 +223,30 @@ void RunScenario(Backend& cuda, Backend& cpu, const Scenario& sc, uint32_t seed)
                        : sc.dtype == KvDtype::kQ8_0 ? kMaxRelErrorQ8Cache
                                                     : kMaxRelErrorF32Cache;
   EXPECT_LE(RelError(got, ref), bound);
+  if (!sc.compare_combine_paths) return;
+
+  // The step again: fused twice in a row (the backend's arrival counters must be back at zero
+  // after each launch), then through the combine kernel - every output bitwise equal to `got`.
+  for (int run = 0; run < 3; ++run) {
+    const bool fused = run < 2;
+    SCOPED_TRACE(absl::StrFormat("again, %s", fused ? "fused combine" : "combine kernel"));
+    gpu_testing::FusedCombineScope scope(fused);
+    const int64_t combines = kernels::PagedAttentionCudaCombineLaunches();
+    DeviceMat again = gpu_testing::PoisonedMat(cuda, stride, rows);
+    st = cuda.Attention(TensorView::F32(dq.view.f32(), width, rows, stride), query.view(),
+                        dev_cache, params, TensorView::F32(again.view.f32(), width, rows, stride));
+    ASSERT_TRUE(st.ok()) << st;
+    const std::vector<float> again_padded = DownloadMat(cuda, again);
+    // Every scenario that asks for this splits (few rows, long contexts): one combine launch
+    // without the fusion, none with it.
+    EXPECT_EQ(kernels::PagedAttentionCudaCombineLaunches() - combines, fused ? 0 : 1);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(std::memcmp(again_padded.data() + r * stride, got.data() + r * width,
+                            width * sizeof(float)),
+                0)
+          << "row " << r;
+    }
+  }
 }
 
 class AttentionCudaTest : public ::testing::Test {
@@ -320,6 +352,29 @@ TEST_F(AttentionCudaTest, LongContextSplitKMatchesCpu) {
   }
 }
 
+// Split-K decode steps through the backend (its own zeroed counters), every KV dtype, GQA groups
+// 1 to 20 (two head passes), odd key counts: the fused combine, the same step fused again, and
+// the combine kernel (SetPagedAttentionCudaFusedCombine) agree bit for bit, and match the CPU.
+TEST_F(AttentionCudaTest, SplitKFusedCombineEqualsCombineKernel) {
+  uint32_t seed = 400;
+  for (KvDtype dtype : kCacheDtypes) {
+    for (int64_t group : {1, 3, 12, 20}) {
+      Scenario sc;
+      sc.name = absl::StrFormat("dtype %d group %d", static_cast<int>(dtype), group);
+      sc.dtype = dtype;
+      sc.head_dim = 128;
+      sc.group = group;
+      sc.kv_heads = group == 20 ? 1 : 2;
+      sc.block_size = 16;
+      sc.window = group == 3 ? 500 : 0;
+      sc.q_pad = 4;
+      sc.seqs = {{2999, 1}, {65, 1}, {1001, 1}, {7, 1}};
+      sc.compare_combine_paths = true;
+      RunScenario(*cuda_, *cpu_, sc, seed++);
+    }
+  }
+}
+
 TEST_F(AttentionCudaTest, RejectsBadBatches) {
   const int64_t dh = 64, kv_heads = 1, heads = 4, block = 16;
   std::vector<float> zeros(static_cast<size_t>(4 * block * kv_heads * dh), 0.0f);
@@ -357,86 +412,88 @@ TEST_F(AttentionCudaTest, RejectsBadBatches) {
 
 // ---- Kernel level: forced split counts against PagedAttentionRef. ----
 
+// GQA groups 1, 5 and 20 (two head passes, so two arrival counters per (row, KV head)), contexts
+// of 1, 31, 33, 700 and 1500 keys (7 splits of a 33-key row: one key in the second split, five
+// empty ones). Every split count runs fused twice and through the combine kernel, bitwise equal.
 TEST(PagedAttentionCudaKernelTest, ForcedSplitsMatchReference) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull();
   if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
-  std::mt19937 rng(7);
-  const int64_t dh = 64, kv_heads = 2, group = 5, heads = kv_heads * group, block = 16;
-  const std::vector<int64_t> contexts = {1, 31, 33, 700, 1500};
-  int64_t num_blocks = 0;
-  for (int64_t c : contexts) num_blocks += (c + block - 1) / block;
-  std::vector<int32_t> table_words(num_blocks);
-  std::iota(table_words.begin(), table_words.end(), 0);
-  std::shuffle(table_words.begin(), table_words.end(), rng);
-  std::vector<kernels::AttentionSeq> seqs;
-  std::vector<int32_t> positions;
-  int64_t at = 0;
-  for (int64_t c : contexts) {
-    kernels::AttentionSeq s;
-    s.q_begin = static_cast<int64_t>(positions.size());
-    s.q_count = c > 600 ? 2 : 1;
-    s.context_len = c;
-    s.block_table = table_words.data() + at;
-    s.block_table_len = (c + block - 1) / block;
-    at += s.block_table_len;
-    for (int64_t p = c - s.q_count; p < c; ++p) positions.push_back(static_cast<int32_t>(p));
-    seqs.push_back(s);
-  }
-  const int64_t rows = static_cast<int64_t>(positions.size());
-  const size_t cache_floats = static_cast<size_t>(num_blocks * block * kv_heads * dh);
-  std::vector<float> k = RandomVector(cache_floats, 1.0f, rng);
-  std::vector<float> v = RandomVector(cache_floats, 1.0f, rng);
-  std::vector<float> q = RandomVector(rows * heads * dh, 3.0f, rng);
-  std::vector<float> want(rows * heads * dh);
-  kernels::PagedAttentionArgs host;
-  host.q = q.data();
-  host.q_stride = heads * dh;
-  host.out = want.data();
-  host.out_stride = heads * dh;
-  host.positions = positions.data();
-  host.seqs = seqs.data();
-  host.n_seqs = static_cast<int64_t>(seqs.size());
-  host.heads = heads;
-  host.window = 0;
-  host.scale = 0.125f;
-  host.kv = {k.data(), v.data(), KvDtype::kF32, num_blocks, block, kv_heads, dh};
-  ASSERT_EQ(kernels::PagedAttentionRef(host), KernelStatus::kOk);
-  kernels::PagedAttentionCudaBatch batch;
-  ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);
+  for (int64_t group : {1, 5, 20}) {
+    SCOPED_TRACE(absl::StrFormat("group %d", group));
+    std::mt19937 rng(7 + group);
+    const int64_t dh = 64, kv_heads = 2, heads = kv_heads * group, block = 16;
+    const std::vector<int64_t> contexts = {1, 31, 33, 700, 1500};
+    int64_t num_blocks = 0;
+    for (int64_t c : contexts) num_blocks += (c + block - 1) / block;
+    std::vector<int32_t> table_words(num_blocks);
+    std::iota(table_words.begin(), table_words.end(), 0);
+    std::shuffle(table_words.begin(), table_words.end(), rng);
+    std::vector<kernels::AttentionSeq> seqs;
+    std::vector<int32_t> positions;
+    int64_t at = 0;
+    for (int64_t c : contexts) {
+      kernels::AttentionSeq s;
+      s.q_begin = static_cast<int64_t>(positions.size());
+      s.q_count = c > 600 ? 2 : 1;
+      s.context_len = c;
+      s.block_table = table_words.data() + at;
+      s.block_table_len = (c + block - 1) / block;
+      at += s.block_table_len;
+      for (int64_t p = c - s.q_count; p < c; ++p) positions.push_back(static_cast<int32_t>(p));
+      seqs.push_back(s);
+    }
+    const int64_t rows = static_cast<int64_t>(positions.size());
+    const size_t cache_floats = static_cast<size_t>(num_blocks * block * kv_heads * dh);
+    std::vector<float> k = RandomVector(cache_floats, 1.0f, rng);
+    std::vector<float> v = RandomVector(cache_floats, 1.0f, rng);
+    std::vector<float> q = RandomVector(rows * heads * dh, 3.0f, rng);
+    std::vector<float> want(rows * heads * dh);
+    kernels::PagedAttentionArgs host;
+    host.q = q.data();
+    host.q_stride = heads * dh;
+    host.out = want.data();
+    host.out_stride = heads * dh;
+    host.positions = positions.data();
+    host.seqs = seqs.data();
+    host.n_seqs = static_cast<int64_t>(seqs.size());
+    host.heads = heads;
+    host.window = 0;
+    host.scale = 0.125f;
+    host.kv = {k.data(), v.data(), KvDtype::kF32, num_blocks, block, kv_heads, dh};
+    ASSERT_EQ(kernels::PagedAttentionRef(host), KernelStatus::kOk);
+    kernels::PagedAttentionCudaBatch batch;
+    ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);
 
-  BackendBuffer dk = UploadBytes(*cuda, k.data(), k.size() * 4);
-  BackendBuffer dv = UploadBytes(*cuda, v.data(), v.size() * 4);
-  BackendBuffer dq = UploadBytes(*cuda, q.data(), q.size() * 4);
-  BackendBuffer dout = UploadBytes(*cuda, q.data(), q.size() * 4);
-  BackendBuffer dwords = UploadBytes(*cuda, batch.words.data(), batch.words.size() * 4);
-  // The kernel runs on the legacy default stream below, which does not wait for the backend's.
-  ASSERT_TRUE(cuda->Synchronize().ok());
-  for (int64_t splits : {1, 2, 7, 64}) {
-    SCOPED_TRACE(splits);
-    ASSERT_EQ(cudaMemset(dout.data(), 0xFF, q.size() * 4), cudaSuccess);  // NaN
-    kernels::PagedAttentionCudaArgs a;
-    a.q = static_cast<const float*>(dq.data());
-    a.q_stride = heads * dh;
-    a.out = static_cast<float*>(dout.data());
-    a.out_stride = heads * dh;
-    a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.data());
-    a.n_rows = batch.n_rows;
-    a.block_tables = static_cast<const int32_t*>(dwords.data()) + batch.tables_offset;
-    a.heads = heads;
-    a.scale = host.scale;
-    a.kv = host.kv;
-    a.kv.k = dk.data();
-    a.kv.v = dv.data();
-    a.splits = splits;
-    a.scratch_bytes = kernels::PagedAttentionCudaScratchBytes(rows, heads, dh, splits);
-    absl::StatusOr<BackendBuffer> scratch = cuda->Allocate(std::max<int64_t>(a.scratch_bytes, 1));
-    ASSERT_TRUE(scratch.ok());
-    a.scratch = scratch->data();
-    ASSERT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kOk);
-    std::vector<float> got(q.size());
-    ASSERT_EQ(cudaMemcpy(got.data(), dout.data(), got.size() * 4, cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    EXPECT_LE(RelError(got, want), kMaxRelErrorF32Cache);
+    BackendBuffer dk = UploadBytes(*cuda, k.data(), k.size() * 4);
+    BackendBuffer dv = UploadBytes(*cuda, v.data(), v.size() * 4);
+    BackendBuffer dq = UploadBytes(*cuda, q.data(), q.size() * 4);
+    BackendBuffer dout = UploadBytes(*cuda, q.data(), q.size() * 4);
+    BackendBuffer dwords = UploadBytes(*cuda, batch.words.data(), batch.words.size() * 4);
+    // The kernel runs on the legacy default stream below, which does not wait for the backend's.
+    ASSERT_TRUE(cuda->Synchronize().ok());
+    for (int64_t splits : {1, 2, 7, 64}) {
+      SCOPED_TRACE(splits);
+      kernels::PagedAttentionCudaArgs a;
+      a.q = static_cast<const float*>(dq.data());
+      a.q_stride = heads * dh;
+      a.out = static_cast<float*>(dout.data());
+      a.out_stride = heads * dh;
+      a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.data());
+      a.n_rows = batch.n_rows;
+      a.block_tables = static_cast<const int32_t*>(dwords.data()) + batch.tables_offset;
+      a.heads = heads;
+      a.scale = host.scale;
+      a.kv = host.kv;
+      a.kv.k = dk.data();
+      a.kv.v = dv.data();
+      a.splits = splits;
+      a.scratch_bytes = kernels::PagedAttentionCudaScratchBytes(rows, heads, dh, splits);
+      absl::StatusOr<BackendBuffer> scratch = cuda->Allocate(std::max<int64_t>(a.scratch_bytes, 1));
+      ASSERT_TRUE(scratch.ok());
+      a.scratch = scratch->data();
+      const std::vector<float> got = gpu_testing::RunFusedAndCombineKernel(a, q.size());
+      EXPECT_LE(RelError(got, want), kMaxRelErrorF32Cache);
+    }
   }
 }
 
@@ -491,6 +548,16 @@ TEST(PagedAttentionCudaHostTest, SplitsOnlyLongContextsOnSmallGrids) {
             kernels::kPagedAttentionCudaMaxSplits);
 }
 
+TEST(PagedAttentionCudaHostTest, ArrivalCountsAndCombineSwitch) {
+  EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(3, 64, 8), 24);  // group 8: one pass
+  EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(3, 40, 2), 12);  // group 20: two passes
+  EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(0, 64, 8), 0);
+  const bool initial = kernels::PagedAttentionCudaFusedCombine();
+  EXPECT_EQ(kernels::SetPagedAttentionCudaFusedCombine(!initial), initial);
+  EXPECT_EQ(kernels::PagedAttentionCudaFusedCombine(), !initial);
+  EXPECT_EQ(kernels::SetPagedAttentionCudaFusedCombine(initial), !initial);
+}
+
 TEST(PagedAttentionCudaHostTest, RejectsBadArgumentsWithoutLaunching) {
   int dummy = 0;
   kernels::PagedAttentionCudaArgs a;
@@ -510,6 +577,12 @@ TEST(PagedAttentionCudaHostTest, RejectsBadArgumentsWithoutLaunching) {
   a.splits = 65;
   EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kInvalidArgument);
   a.splits = 1;
+  int32_t counters[2] = {};
+  a.split_arrivals = counters;
+  a.split_arrival_count = 1;  // one per (row, KV head): 2
+  EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kInvalidArgument);
+  a.split_arrivals = nullptr;
+  a.split_arrival_count = 0;
   a.heads = 3;  // not a multiple of kv_heads
   EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kInvalidArgument);
   a.heads = 4;

@@ -11,10 +11,11 @@
 //   and 192, GQA groups 4, 8, 12 and 20 (two head passes), full and sliding-window attention (freed
 //   pages -1), decode rows and prefill chunks with contexts across page boundaries, contexts up to
 //   5000 (split-K), split counts 1, the automatic one, 3 and 32, strided Q / out poisoned with NaN
-//   (the padding columns must stay NaN). Pages no row may read (spare, freed, and the slots past
-//   each context) hold 0xFF bytes, a NaN scale. Both sides read the same dequantized values (the
-//   F32 product scale * q), so ||out - ref|| / ||ref|| <= 1e-4 bounds F32 accumulation order
-//   only; an indexing, masking or scale error gives errors of order 1 (or NaN).
+//   (the padding columns must stay NaN); each split count fused twice and through the combine
+//   kernel, bitwise equal (attention_cuda_test_util.h). Pages no row may read (spare, freed, and
+//   the slots past each context) hold 0xFF bytes, a NaN scale. Both sides read the same dequantized
+//   values (the F32 product scale * q), so ||out - ref|| / ||ref|| <= 1e-4 bounds F32 accumulation
+//   order only; an indexing, masking or scale error gives errors of order 1 (or NaN).
 // - Host-side argument checks for Q8_0 (no device needed).
 #include <cuda_runtime_api.h>
 
@@ -34,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_cuda.h"
+#include "tests/gpu/attention_cuda_test_util.h"
 #include "tests/gpu/backend_test_util.h"
 
 namespace stepserve {
@@ -289,7 +291,6 @@ void CheckAttention(Backend& cuda, const Q8Case& c, uint32_t seed) {
                                                               batch.max_visible, sm_count);
   for (int64_t splits : {int64_t{1}, automatic, int64_t{3}, int64_t{32}}) {
     SCOPED_TRACE(absl::StrFormat("splits %d (automatic %d)", splits, automatic));
-    ASSERT_EQ(cudaMemset(dout.data(), 0xFF, q.size() * 4), cudaSuccess);  // NaN
     kernels::PagedAttentionCudaArgs a;
     a.q = static_cast<const float*>(dq.data());
     a.q_stride = stride;
@@ -309,10 +310,9 @@ void CheckAttention(Backend& cuda, const Q8Case& c, uint32_t seed) {
     absl::StatusOr<BackendBuffer> scratch = cuda.Allocate(std::max<int64_t>(a.scratch_bytes, 1));
     ASSERT_TRUE(scratch.ok());
     a.scratch = scratch->data();
-    ASSERT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kOk);
-    std::vector<float> got_padded(q.size());
-    ASSERT_EQ(cudaMemcpy(got_padded.data(), dout.data(), q.size() * 4, cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    // NaN-poisoned output; fused combine twice, then the combine kernel, bitwise equal.
+    const std::vector<float> got_padded = gpu_testing::RunFusedAndCombineKernel(a, q.size());
+    ASSERT_EQ(got_padded.size(), q.size());
     std::vector<float> got, ref;
     bool pad_untouched = true;
     for (int64_t r = 0; r < rows; ++r) {

@@ -1,0 +1,82 @@
+// Split-K checks shared by the paged-attention kernel tests (attention_cuda_test.cc,
+// attention_q8_cuda_test.cc): the fused combine (the last CTA per (row, KV head) combines) run
+// twice in a row and the two-kernel path must give the same bytes.
+#ifndef STEPSERVE_TESTS_GPU_ATTENTION_CUDA_TEST_UTIL_H_
+#define STEPSERVE_TESTS_GPU_ATTENTION_CUDA_TEST_UTIL_H_
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/attention/paged_attention_cuda.h"
+
+namespace stepserve::gpu_testing {
+
+// Sets the process-wide combine path for its lifetime (restored even when an assertion returns).
+class FusedCombineScope {
+ public:
+  explicit FusedCombineScope(bool fused)
+      : previous_(kernels::SetPagedAttentionCudaFusedCombine(fused)) {}
+  ~FusedCombineScope() { kernels::SetPagedAttentionCudaFusedCombine(previous_); }
+  FusedCombineScope(const FusedCombineScope&) = delete;
+  FusedCombineScope& operator=(const FusedCombineScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Runs PagedAttentionCuda(`a`) on the legacy default stream three times - fused combine, fused
+// again on the same counters (they must have been left at zero), the combine kernel - each with
+// `a.out` (`out_floats` floats) and `a.scratch` NaN-poisoned first, so a partial read before its
+// writer's fence, or stale, shows. Checks each run's combine-kernel launches (one only for the
+// last, and only when a.splits > 1), the three outputs bitwise equal and the counters zero at the
+// end. `a.split_arrivals` is set here (zeroed device counters). Returns the first run's output.
+inline std::vector<float> RunFusedAndCombineKernel(kernels::PagedAttentionCudaArgs a,
+                                                   size_t out_floats) {
+  std::vector<std::vector<float>> outs;
+  const int64_t count = std::max<int64_t>(
+      kernels::PagedAttentionCudaArrivalCount(a.n_rows, a.heads, a.kv.kv_heads), 1);
+  void* allocated = nullptr;
+  EXPECT_EQ(cudaMalloc(&allocated, count * sizeof(int32_t)), cudaSuccess);
+  if (allocated == nullptr) return {};
+  int32_t* arrivals = static_cast<int32_t*>(allocated);
+  EXPECT_EQ(cudaMemset(arrivals, 0, count * sizeof(int32_t)), cudaSuccess);
+  a.split_arrivals = arrivals;
+  a.split_arrival_count = count;
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(run < 2 ? "fused combine" : "combine kernel");
+    const bool fused = run < 2;
+    FusedCombineScope scope(fused);
+    EXPECT_EQ(cudaMemset(a.out, 0xFF, out_floats * sizeof(float)), cudaSuccess);  // NaN
+    if (a.splits > 1) {
+      EXPECT_EQ(cudaMemset(a.scratch, 0xFF, a.scratch_bytes), cudaSuccess);
+    }
+    const int64_t combines = kernels::PagedAttentionCudaCombineLaunches();
+    EXPECT_EQ(kernels::PagedAttentionCuda(a, nullptr), kernels::KernelStatus::kOk);
+    EXPECT_EQ(kernels::PagedAttentionCudaCombineLaunches() - combines,
+              a.splits > 1 && !fused ? 1 : 0);
+    std::vector<float> got(out_floats);
+    EXPECT_EQ(cudaMemcpy(got.data(), a.out, out_floats * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    if (!outs.empty()) {
+      EXPECT_EQ(std::memcmp(got.data(), outs[0].data(), out_floats * sizeof(float)), 0)
+          << "run " << run << " differs from the first fused run";
+    }
+    outs.push_back(std::move(got));
+  }
+  std::vector<int32_t> left(static_cast<size_t>(count), -1);
+  EXPECT_EQ(cudaMemcpy(left.data(), arrivals, count * sizeof(int32_t), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (int64_t i = 0; i < count; ++i) EXPECT_EQ(left[i], 0) << "arrival counter " << i;
+  cudaFree(arrivals);
+  return outs[0];
+}
+
+}  // namespace stepserve::gpu_testing
+
+#endif  // STEPSERVE_TESTS_GPU_ATTENTION_CUDA_TEST_UTIL_H_
