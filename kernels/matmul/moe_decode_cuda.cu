@@ -27,12 +27,14 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// Rows `wa` and `wb` (same type and length p.in) dotted with activation row 0, sharing its loads;
-// the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G, ...
-// with D steps of raw words of both rows in flight (AccumulateRows of gemv_q8x_cuda.cu, NR = 2).
+// Rows `wa` and `wb` (same type and length p.in) dotted with activation row x_row, sharing its
+// loads; the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G,
+// ... with D steps of raw words of both rows in flight (AccumulateRows of gemv_q8x_cuda.cu, NR =
+// 2).
 template <class P, int D>
 __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* wa,
-                                           const uint8_t* wb, int lane, float* sa, float* sb) {
+                                           const uint8_t* wb, int x_row, int lane, float* sa,
+                                           float* sb) {
   constexpr int kGroups = 32 / P::kLanes;
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
@@ -58,7 +60,7 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
           ra[k] = P::LoadRaw(wa + next * P::kBytes, c);
           rb[k] = P::LoadRaw(wb + next * P::kBytes, c);
         }
-        const typename P::X x = P::LoadX(p, 0, b, c);
+        const typename P::X x = P::LoadX(p, x_row, b, c);
         acc_a += P::Dot(va, x, c);
         acc_b += P::Dot(vb, x, c);
       }
@@ -68,9 +70,10 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
   *sb = WarpSum(acc_b);
 }
 
-// Grid (n_ff / kWarpsPerBlock, slots): warp (k, o) computes SwiGLU(gate_o . x, up_o . x) of
-// expert ids[k] (0 for an id outside [0, n_matrices), as the indexed GEMV's zero rows give), or
-// of the shared expert for k == routed, and
+// Grid (n_ff / kWarpsPerBlock, slots): slot k = t * per_token + j is token t's routed slot j (or
+// its shared expert for j == routed); warp (k, o) computes SwiGLU(gate_o . x_t, up_o . x_t) of
+// expert ids[t * routed + j] (0 for an id outside [0, n_matrices), as the indexed GEMV's zero rows
+// give) or of the shared expert, and
 // stores it; the warp that brings a 32-row block's arrival count to 32 then quantizes that block.
 // Ordering: each warp's value store is fenced before its arrival, and the last warp fences after
 // seeing the count and reads the block through L2 (ld.cg), so it sees all 32 values.
@@ -80,19 +83,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const GemvParams& p = a.p;
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  const int k = static_cast<int>(blockIdx.y);
+  const int k = static_cast<int>(blockIdx.y);  // slot: token t = k / per_token
+  const int per_token = a.routed + (a.shared_gate != nullptr ? 1 : 0);
+  const int t = k / per_token, j = k - t * per_token;
   if (o >= p.out) return;  // never with n_ff % 32 == 0 (the launch's grid is exact)
   // The router that writes the ids and the norm / quantizer that writes x's int8 form.
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   float gate = 0.f, up = 0.f;
-  const bool shared = k == a.routed;
+  const bool shared = j == a.routed;
   if (shared) {
     DotTwoRows<P, D>(p, a.shared_gate + o * a.shared_gate_row_bytes,
-                     a.shared_up + o * a.shared_up_row_bytes, lane, &gate, &up);
-  } else if (const int32_t id = p.matrix_ids[k]; id >= 0 && id < p.n_matrices) {
+                     a.shared_up + o * a.shared_up_row_bytes, t, lane, &gate, &up);
+  } else if (const int32_t id = p.matrix_ids[t * a.routed + j]; id >= 0 && id < p.n_matrices) {
     DotTwoRows<P, D>(p, p.w + id * p.w_matrix_bytes + o * p.w_row_bytes,
-                     a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, lane, &gate, &up);
+                     a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, t, lane, &gate, &up);
   }
   float* act_row = a.act + k * p.out;
   const int64_t block = o / 32;
@@ -117,8 +122,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (lane == 0) *counter = 0;  // the next launch starts from zero (kernel boundary orders it)
 }
 
-// Grid n_embd / kWarpsPerBlock: warp o adds sum_k weights[k] * (row o of expert ids[k]) . act_k
-// (+ the shared expert's row o . act_routed, weight 1) to y[o]. The row's (slot, block) items are
+// Grid (n_embd / kWarpsPerBlock, tokens): warp (o, t) adds sum_k weights[t][k] * (row o of expert
+// ids[t][k]) . act_{t,k} (+ the shared expert's row o . its act row of token t, weight 1) to
+// y[t][o]. The row's (slot, block) items are
 // spread over the lane groups (item i: slot i / nb, block i % nb), D items per group in flight;
 // experts with an id out of range contribute nothing (the unfused down GEMV writes zero rows for
 // them).
@@ -134,13 +140,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   AllowDependentLaunch();
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
-  const int items = (a.routed + (a.shared_down != nullptr ? 1 : 0)) * nb;
+  const int per_token = a.routed + (a.shared_down != nullptr ? 1 : 0);
+  const int items = per_token * nb;
+  const int t = static_cast<int>(blockIdx.y);  // token
+  const int32_t* ids = p.matrix_ids + t * a.routed;
+  const float* weights = a.weights + t * a.routed;
   // Item i's row block, or null for an expert id out of range.
   auto block_of = [&](int i, int* slot, int* b) -> const uint8_t* {
     *slot = i / nb;
     *b = i - *slot * nb;
     if (*slot == a.routed) return a.shared_down + o * a.shared_down_row_bytes + *b * P::kBytes;
-    const int32_t id = p.matrix_ids[*slot];
+    const int32_t id = ids[*slot];
     if (id < 0 || id >= p.n_matrices) return nullptr;
     return p.w + id * p.w_matrix_bytes + o * p.w_row_bytes + *b * P::kBytes;
   };
@@ -170,14 +180,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           }
         }
         if (valid) {
-          const float weight = slot < a.routed ? a.weights[slot] : 1.0f;  // shared: weight 1
-          acc += weight * P::Dot(w, P::LoadX(p, slot, b, c), c);
+          const float weight = slot < a.routed ? weights[slot] : 1.0f;  // shared: weight 1
+          acc += weight * P::Dot(w, P::LoadX(p, t * per_token + slot, b, c), c);
         }
       }
     }
   }
   acc = WarpSum(acc);
-  if (lane == 0) p.y[o] += acc;
+  if (lane == 0) p.y[t * p.y_stride + o] += acc;
 }
 
 template <class P>
@@ -196,7 +206,8 @@ inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 
 template <class P>
 cudaError_t LaunchDownTyped(const ExpertDownParams& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  const dim3 grid(static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                  static_cast<unsigned>(a.tokens));
   return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream,
                        a);
 }
@@ -211,8 +222,9 @@ bool ExpertDecodeFusedSupports(GgmlType type) {
 cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t slots,
                                cudaStream_t stream) {
   const bool shared = a.shared_gate != nullptr && a.shared_up != nullptr;
-  if (a.p.out % 32 != 0 || a.routed < 1 || slots != a.routed + (shared ? 1 : 0) || slots > 65535 ||
-      a.counters == nullptr) {
+  const int per_token = a.routed + (shared ? 1 : 0);
+  if (a.p.out % 32 != 0 || a.routed < 1 || slots < per_token || slots % per_token != 0 ||
+      slots > 65535 || a.counters == nullptr) {
     return cudaErrorInvalidValue;
   }
   switch (type) {
@@ -230,7 +242,7 @@ cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64
 }
 
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream) {
-  if (a.routed < 1) return cudaErrorInvalidValue;
+  if (a.routed < 1 || a.tokens < 1 || a.tokens > 65535) return cudaErrorInvalidValue;
   switch (type) {
     case GgmlType::kQ8_0:
       return LaunchDownTyped<PieceQ8_0>(a, stream);

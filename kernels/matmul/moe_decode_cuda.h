@@ -1,14 +1,17 @@
-// The one-token MoE expert FFN in two kernels (moe_decode_cuda.cu), internal to MoeGemvCuda
-// (moe_gemv_cuda.h), which otherwise runs gate GEMV, up GEMV, SwiGLU, down GEMV and the weighted
-// combine as five launches:
-//  - ExpertGateUp: one warp per (slot k, row o) dots row o of expert ids[k]'s gate and up
-//    matrices with x (sharing the activation loads), applies the clamped SwiGLU and stores the
-//    value; the warp that completes a 32-row block (an arrival counter per block) quantizes it as
-//    the down GEMV's int8 activations (q8_quantize.cuh, the quantizer's bytes).
-//  - ExpertDownCombine: one warp per output row o walks (slot k, block) items of all top_k
-//    experts' down rows and adds sum_k weights[k] * (row o of expert ids[k]) . act_k to y[o].
+// The MoE expert FFN of 1..kMoeGemvFusedMaxTokens tokens (moe_gemv_cuda.h) in two kernels
+// (moe_decode_cuda.cu), internal to MoeGemvCuda, which otherwise runs gate GEMV, up GEMV, SwiGLU,
+// down GEMV and the weighted combine as five launches (six with the grouping by expert):
+//  - ExpertGateUp: one warp per (slot, row o) - a slot is a token's routed expert or its shared
+//    expert - dots row o of the slot's gate and up matrices with the token's x (sharing the
+//    activation loads), applies the clamped SwiGLU and stores the value; the warp that completes
+//    a 32-row block (an arrival counter per block) quantizes it as the down GEMV's int8
+//    activations (q8_quantize.cuh, the quantizer's bytes).
+//  - ExpertDownCombine: one warp per (output row o, token t) walks the (slot, block) items of all
+//    the token's down rows and adds sum_k weights[t][k] * (row o of expert ids[t][k]) . act_{t,k}
+//    (+ the shared expert's, weight 1) to y[t][o].
 // Why: at batch 1 each of those launches is a few microseconds of fill and drain around ~5-15 us
-// of weight streaming (H200 ncu, docs/cuda-engine.md), 45 MoE layers a step.
+// of weight streaming (H200 ncu, docs/cuda-engine.md), 45 MoE layers a step. With a few tokens
+// the pairs are not grouped by expert: 4 tokens x 8 of 288 experts rarely share one.
 #ifndef STEPSERVE_KERNELS_MATMUL_MOE_DECODE_CUDA_H_
 #define STEPSERVE_KERNELS_MATMUL_MOE_DECODE_CUDA_H_
 
@@ -38,21 +41,22 @@ __device__ __forceinline__ float ExpertSwiGlu(float g, float u, float limit, boo
 bool ExpertDecodeFusedSupports(GgmlType type);
 
 struct ExpertGateUpParams {
-  // The gate matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids = the routed ids),
-  // in = n_embd, out = n_ff (a multiple of 32), xq / xd: x's int8 activations (one row) in the
-  // gate type's order, iq4nl.
+  // The gate matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids = the routed ids,
+  // [tokens][routed]), in = n_embd, out = n_ff (a multiple of 32), xq / xd: x's int8 activations
+  // (a row per token) in the gate type's order, iq4nl.
   GemvParams p;
   const uint8_t* up;
   int64_t up_row_bytes, up_matrix_bytes;
   float limit;
   bool clamp;
-  int routed;  // routed slots (top_k)
-  // Optional shared expert (gate and up of the gate type, its own clamp): slot `routed`.
+  int routed;  // routed slots per token (top_k)
+  // Optional shared expert (gate and up of the gate type, its own clamp): each token's slot
+  // `routed` (its weights are read once per token; the tokens' reads of them mostly hit L2).
   const uint8_t *shared_gate, *shared_up;
   int64_t shared_gate_row_bytes, shared_up_row_bytes;
   float shared_limit;
   bool shared_clamp;
-  // slots = routed, + 1 with the shared expert:
+  // slots = tokens * per_token, per_token = routed (+ 1 with the shared expert), token-major:
   float* act;           // [slots][n_ff]: SwiGLU values
   int8_t* act_q;        // [slots][n_ff] int8, then act_d: the down GEMV's activations
   float2* act_d;        // [slots][n_ff / 32]
@@ -63,13 +67,15 @@ cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64
                                cudaStream_t stream);
 
 struct ExpertDownParams {
-  // The down matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids), in = n_ff,
-  // out = n_embd, xq / xd: the slots' activation rows (ExpertGateUpParams::act_q / act_d), iq4nl;
-  // y: the token's output row, accumulated into.
+  // The down matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids [tokens][routed]),
+  // in = n_ff, out = n_embd, xq / xd: the slots' activation rows (ExpertGateUpParams::act_q /
+  // act_d), iq4nl; y / y_stride: the tokens' output rows, accumulated into.
   GemvParams p;
-  const float* weights;  // [routed]
+  const float* weights;  // [tokens][routed]
   int routed;
-  // Optional shared expert (slot `routed`, weight 1): its down matrix, of the down type.
+  int tokens;
+  // Optional shared expert (each token's slot `routed`, weight 1): its down matrix, of the down
+  // type.
   const uint8_t* shared_down;
   int64_t shared_down_row_bytes;
 };

@@ -25,7 +25,7 @@ std::atomic<bool>& DecodeFusedSetting() {
   return enabled;
 }
 
-// Whether one token may take the two-kernel path (moe_decode_cuda.h), types aside: on, n_ff in
+// Whether a few tokens may take the two-kernel path (moe_decode_cuda.h), types aside: on, n_ff in
 // whole 32-row blocks, and the GEMVs not forced through the streamed kernel.
 bool DecodeFusedApplies(int64_t n_ff) {
   return n_ff % 32 == 0 && DecodeFusedSetting().load(std::memory_order_relaxed) &&
@@ -34,6 +34,7 @@ bool DecodeFusedApplies(int64_t n_ff) {
 }
 
 // Expert rows of the one-token path: the routed slots, and the shared expert's.
+// Expert rows per token of the few-token path: the routed slots, and the shared expert's.
 int64_t DecodeSlots(const MoeGemvCudaArgs& a) { return a.top_k + (a.has_shared ? 1 : 0); }
 
 // Workspace layout: gate out, up out (then SwiGLU in place into gate out), down out, the
@@ -182,10 +183,12 @@ __global__ void CombineKernel(const float* down, const float* weights, int64_t t
 
 }  // namespace
 
-int64_t MoeGemvCudaCounterInts(int64_t top_k, int64_t n_ff) { return top_k * (n_ff / 32); }
+int64_t MoeGemvCudaCounterInts(int64_t tokens, int64_t slots_per_token, int64_t n_ff) {
+  return tokens * slots_per_token * (n_ff / 32);
+}
 
 bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff) {
-  return tokens == 1 && DecodeFusedApplies(n_ff) &&
+  return tokens >= 1 && tokens <= kMoeGemvFusedMaxTokens && DecodeFusedApplies(n_ff) &&
          gemv_internal::ExpertDecodeFusedSupports(gate_up) &&
          gemv_internal::ExpertDecodeFusedSupports(down);
 }
@@ -329,17 +332,17 @@ KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* ba
   return KernelStatus::kOk;
 }
 
-// One token, gate + up + SwiGLU + the down's quantization in one launch (moe_decode_cuda.h); x's
+// Few tokens, gate + up + SwiGLU + the down's quantization in one launch (moe_decode_cuda.h); x's
 // int8 activations from x_q8, else quantized into the scratch first.
 KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
                                cudaStream_t stream) {
   gemv_internal::ExpertGateUpParams e{};
   e.p = gemv_internal::BaseGemvParams(a.gate.type, a.gate.data, a.gate.row_bytes, a.n_embd, a.n_ff,
                                       a.x, a.x_stride, nullptr, 0);
-  e.p.rows = 1;
+  e.p.rows = static_cast<int>(a.tokens);  // x rows (for the quantizer)
   const auto* q8 = static_cast<const uint8_t*>(a.x_q8 != nullptr ? a.x_q8 : base + l.scratch);
   e.p.xq = reinterpret_cast<const int8_t*>(q8);
-  e.p.xd = reinterpret_cast<const float2*>(q8 + gemv_internal::Q8ScalesOffset(a.n_embd, 1));
+  e.p.xd = reinterpret_cast<const float2*>(q8 + gemv_internal::Q8ScalesOffset(a.n_embd, a.tokens));
   if (a.x_q8 == nullptr &&
       gemv_internal::LaunchQuantizeQ8(e.p, const_cast<int8_t*>(e.p.xq), const_cast<float2*>(e.p.xd),
                                       stream) != cudaSuccess) {
@@ -356,7 +359,7 @@ KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_
   e.clamp = a.limit > kSwiGluClampThreshold;
   e.act = reinterpret_cast<float*>(base + l.gate);
   e.act_q = DownQ8(l, base);
-  e.act_d = DownQ8Scales(l, base, a.n_ff, DecodeSlots(a));
+  e.act_d = DownQ8Scales(l, base, a.n_ff, a.tokens * DecodeSlots(a));
   e.act_pair_order = Q8ScratchPosition(a.down.type, 1) != 1;
   e.counters = a.counters;
   e.routed = static_cast<int>(a.top_k);
@@ -368,15 +371,16 @@ KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_
     e.shared_limit = a.shared_limit;
     e.shared_clamp = a.shared_limit > kSwiGluClampThreshold;
   }
-  if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, DecodeSlots(a), stream) != cudaSuccess) {
+  if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, a.tokens * DecodeSlots(a), stream) !=
+      cudaSuccess) {
     (void)cudaGetLastError();
     return KernelStatus::kInvalidArgument;
   }
   return KernelStatus::kOk;
 }
 
-// One token, the down projection of the top_k SwiGLU rows (already quantized) and the weighted
-// combine into y in one launch (with the shared expert's row, weight 1).
+// Few tokens, the down projection of the SwiGLU rows (already quantized) and the weighted combine
+// into y in one launch (with the shared expert's rows, weight 1).
 KernelStatus LaunchFusedDown(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
                              cudaStream_t stream) {
   gemv_internal::ExpertDownParams e{};
@@ -384,7 +388,8 @@ KernelStatus LaunchFusedDown(const MoeGemvCudaArgs& a, const Layout& l, uint8_t*
                                       nullptr, 0, a.y, a.y_stride);
   e.p.rows = 1;
   e.p.xq = DownQ8(l, base);
-  e.p.xd = DownQ8Scales(l, base, a.n_ff, DecodeSlots(a));
+  e.p.xd = DownQ8Scales(l, base, a.n_ff, a.tokens * DecodeSlots(a));
+  e.tokens = static_cast<int>(a.tokens);
   e.p.matrix_ids = a.ids;
   e.p.w_matrix_bytes = a.down.matrix_bytes;
   e.p.n_matrices = a.n_experts;
@@ -411,10 +416,17 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   float* gate = reinterpret_cast<float*>(base + l.gate);
   float* down = reinterpret_cast<float*>(base + l.down);
 
+  // Up to kMoeGemvFusedMaxTokens tokens: the two-kernel path where the types allow it
+  // (moe_decode_cuda.h); the down projection may stay a GEMV (a type it does not decode).
+  const bool decode_fused =
+      a.tokens <= kMoeGemvFusedMaxTokens && a.counters != nullptr && DecodeFusedApplies(a.n_ff);
+  const bool fused_gate_up = decode_fused && gemv_internal::ExpertDecodeFusedSupports(a.gate.type);
+  const bool fused_down = fused_gate_up && gemv_internal::ExpertDecodeFusedSupports(a.down.type);
+
   // Several tokens: group the (token, slot) pairs by expert so each expert's matrices stream
   // once per few of its pairs. One token: its top_k experts are distinct, nothing to share.
   Grouping grouping{};
-  grouping.grouped = a.tokens > 1;
+  grouping.grouped = a.tokens > 1 && !fused_down;
   grouping.slots = groups < a.n_experts + 1 ? groups : a.n_experts + 1;
   grouping.slot_matrix = reinterpret_cast<int32_t*>(base + l.slot_matrix);
   grouping.slot_begin = reinterpret_cast<int32_t*>(base + l.slot_begin);
@@ -427,9 +439,6 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
     if (cudaGetLastError() != cudaSuccess) return KernelStatus::kInvalidArgument;
   }
 
-  // One token: the two-kernel path where the types allow it (moe_decode_cuda.h).
-  const bool decode_fused = a.tokens == 1 && a.counters != nullptr && DecodeFusedApplies(a.n_ff);
-  const bool fused_gate_up = decode_fused && gemv_internal::ExpertDecodeFusedSupports(a.gate.type);
   const bool fuse_down =
       a.fuse_down_quantization && a.tokens <= kMoeGemvFusedDownMaxTokens && a.n_ff % 32 == 0;
   // Whether the down GEMV's int8 activations will be in Layout::down_q8 (its quantizer skipped).
@@ -442,9 +451,7 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
       return s;
     }
   }
-  if (decode_fused && down_q8_written && gemv_internal::ExpertDecodeFusedSupports(a.down.type)) {
-    return LaunchFusedDown(a, l, base, stream);
-  }
+  if (fused_down) return LaunchFusedDown(a, l, base, stream);
 
   GemvIndexedCudaArgs d;
   d.type = a.down.type;

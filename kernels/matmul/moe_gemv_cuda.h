@@ -5,13 +5,13 @@
 // Six launches (seven with several tokens), no host synchronisation, so a decode step stays
 // capturable in a CUDA graph: [group the (token, slot) pairs by expert ->] quantize x -> indexed
 // GEMV gate -> indexed GEMV up (same quantized x) -> SwiGLU + quantize of the T*k intermediate
-// rows -> indexed GEMV down -> weighted combine into y. One token with `counters` given: two
-// launches (moe_decode_cuda.h), plus x's quantizer unless x_q8 is given. At batch 1 each picked
-// expert matrix is streamed once, exactly the active-expert bytes (llama.cpp's MoE layer spends
-// ~138 us here, the bytes ~31 us); with several tokens the grouped GEMV streams each picked expert
-// once per four of the pairs that picked it instead of once per pair; with many tokens per expert
-// (a prefill, IQ4_XS experts) the grouped tensor-core GEMV decodes each expert tile once per 32 of
-// its pairs.
+// rows -> indexed GEMV down -> weighted combine into y. Up to kMoeGemvFusedMaxTokens tokens with
+// `counters` given: two launches (moe_decode_cuda.h), plus x's quantizer unless x_q8 is given. At
+// batch 1 each picked expert matrix is streamed once, exactly the active-expert bytes (llama.cpp's
+// MoE layer spends ~138 us here, the bytes ~31 us); with several tokens the grouped GEMV streams
+// each picked expert once per four of the pairs that picked it instead of once per pair; with many
+// tokens per expert (a prefill, IQ4_XS experts) the grouped tensor-core GEMV decodes each expert
+// tile once per 32 of its pairs.
 #ifndef STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 #define STEPSERVE_KERNELS_MATMUL_MOE_GEMV_CUDA_H_
 
@@ -56,17 +56,20 @@ struct MoeGemvCudaArgs {
   // its quantizer), which then does not run: up to kMoeGemvFusedDownMaxTokens tokens, n_ff a
   // multiple of 32 (else ignored). The backend sets it with its fused quantization.
   bool fuse_down_quantization = false;
-  // Optional: MoeGemvCudaCounterInts(top_k, n_ff) device ints, zero before the first call (every
-  // call leaves them zero). With them one token takes the two-kernel path (moe_decode_cuda.h:
-  // gate + up + SwiGLU + the down's quantization in one launch, down + combine in another) where
-  // the types allow it (IQ4_XS, Q4_K, Q5_K, Q8_0; n_ff a multiple of 32) and
-  // SetMoeGemvCudaDecodeFused / STEPSERVE_MOE_DECODE_FUSED has not turned it off.
+  // Optional: MoeGemvCudaCounterInts(tokens, top_k (+ 1 with the shared expert), n_ff) device
+  // ints, zero before the first call (every call leaves them zero). With them up to
+  // kMoeGemvFusedMaxTokens tokens take the two-kernel path (moe_decode_cuda.h: gate + up + SwiGLU
+  // + the down's quantization in one launch, down + combine in another) where the types allow it
+  // (IQ4_XS, Q4_K, Q5_K, Q8_0; n_ff a multiple of 32) and SetMoeGemvCudaDecodeFused /
+  // STEPSERVE_MOE_DECODE_FUSED has not turned it off (a down type it does not decode, Q6_K, keeps
+  // its GEMV and combine).
   int32_t* counters = nullptr;
-  // Optional shared expert (always on, weight 1, its own clamp; spec 4.6), for one token through
-  // the two-kernel path only (MoeGemvCudaTakesShared; counters required): y also gets
-  // SharedDown(SwiGLU_shared_limit(SharedGate x, SharedUp x)). Gate / up of the gate type, down of
-  // the down type, n_ff wide (matrix_bytes unused). The workspace and counters are then sized for
-  // top_k + 1 slots (MoeGemvCudaWorkspaceBytes(1, top_k + 1, ...), MoeGemvCudaCounterInts).
+  // Optional shared expert (always on, weight 1, its own clamp; spec 4.6), through the two-kernel
+  // path only (MoeGemvCudaTakesShared; counters required): y[t] also gets
+  // SharedDown(SwiGLU_shared_limit(SharedGate x[t], SharedUp x[t])). Gate / up of the gate type,
+  // down of the down type, n_ff wide (matrix_bytes unused). The workspace and counters are then
+  // sized for top_k + 1 slots per token (MoeGemvCudaWorkspaceBytes(tokens, top_k + 1, ...),
+  // MoeGemvCudaCounterInts(tokens, top_k + 1, n_ff)).
   bool has_shared = false;
   ExpertMatrixCuda shared_gate, shared_up, shared_down;
   float shared_limit = 0.0f;
@@ -74,17 +77,20 @@ struct MoeGemvCudaArgs {
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
 inline constexpr int64_t kMoeGemvFusedDownMaxTokens = 16;
+// Tokens the two-kernel path (moe_decode_cuda.h) takes: decode batches and MTP verification of a
+// few tokens, where (token, slot) pairs rarely share an expert.
+inline constexpr int64_t kMoeGemvFusedMaxTokens = 4;
 // More tokens (a prefill chunk) when every expert matrix is IQ4_XS: the grouped tensor-core GEMV
 // (gemv_mma_cuda.cu) then runs each expert's pairs in chunks of 32. Bounded by the 65535 groups
 // (token, slot pairs) of the indexed GEMV.
 inline constexpr int64_t kMoeGemvMaxPairsMany = 65535;
 inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 
-int64_t MoeGemvCudaCounterInts(int64_t top_k, int64_t n_ff);
-// Whether MoeGemvCuda takes a shared expert for these types and sizes (one token, the two-kernel
-// path on, types it decodes, n_ff a multiple of 32).
+int64_t MoeGemvCudaCounterInts(int64_t tokens, int64_t slots_per_token, int64_t n_ff);
+// Whether MoeGemvCuda takes a shared expert for these types and sizes (1..kMoeGemvFusedMaxTokens
+// tokens, the two-kernel path on, types it decodes, n_ff a multiple of 32).
 bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff);
-// The one-token two-kernel path: on unless STEPSERVE_MOE_DECODE_FUSED=0 at the first use; returns
+// The few-token two-kernel path: on unless STEPSERVE_MOE_DECODE_FUSED=0 at the first use; returns
 // the previous setting.
 bool SetMoeGemvCudaDecodeFused(bool enabled);
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);

@@ -257,7 +257,8 @@ INSTANTIATE_TEST_SUITE_P(
 // SwiGLU and int8 steps are the same arithmetic, only the down combine sums in another order, so
 // the two agree to float rounding. Twice in a row (the counters must come back to zero), and with
 // ids out of range (zero contribution, as the five-launch path gives).
-using DecodeParam = std::tuple<GgmlType, GgmlType, int64_t, int64_t, float>;  // + n_embd, n_ff
+// + n_embd, n_ff, limit, tokens
+using DecodeParam = std::tuple<GgmlType, GgmlType, int64_t, int64_t, float, int64_t>;
 
 struct DecodeFusedScope {
   bool was;
@@ -269,23 +270,27 @@ class MoeGemvCudaDecodeTest : public ::testing::TestWithParam<DecodeParam> {};
 
 TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible; GPU test skipped";
-  const auto [gu_type, down_type, d, ff, limit] = GetParam();
+  const auto [gu_type, down_type, d, ff, limit, T] = GetParam();
   const int64_t E = 16, K = 8;
   Experts gate(gu_type, d, ff, E, 21), up(gu_type, d, ff, E, 22), down(down_type, ff, d, E, 23);
-  std::mt19937 rng(static_cast<uint32_t>(d + ff));
-  std::vector<int32_t> ids(E);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  ids.resize(K);
-  std::vector<float> weights(K);
+  std::mt19937 rng(static_cast<uint32_t>(d + ff + T));
+  std::vector<int32_t> ids(T * K);  // distinct per token; tokens share some experts
+  std::vector<int32_t> pool(E);
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::copy(pool.begin(), pool.begin() + K, ids.begin() + t * K);
+  }
+  std::vector<float> weights(T * K);
   for (float& w : weights) w = std::uniform_real_distribution<float>(0.05f, 0.6f)(rng);
-  const std::vector<float> x = testing::RandomVector(d + 8, 300 + d);
-  const std::vector<float> y0 = testing::RandomVector(d, 400 + d, 0.1f);
+  const int64_t x_stride = d + 8, n = T * d;
+  const std::vector<float> x = testing::RandomVector(T * x_stride, 300 + d);
+  const std::vector<float> y0 = testing::RandomVector(n, 400 + d, 0.1f);
   std::vector<float> ref = y0;
   MoeExpertsArgs r;
   r.x = x.data();
-  r.x_stride = d + 8;
-  r.rows = 1;
+  r.x_stride = x_stride;
+  r.rows = T;
   r.n_embd = d;
   r.n_ff = ff;
   r.n_experts = E;
@@ -301,10 +306,10 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
 
   auto dx = ToDevice(x), dw = ToDevice(weights);
-  // Sized for K + 1 slots: the shared expert's run below takes one more.
-  const int64_t ws = MoeGemvCudaWorkspaceBytes(1, K + 1, d, ff);
+  // Sized for K + 1 slots per token: the shared expert's run below takes one more.
+  const int64_t ws = MoeGemvCudaWorkspaceBytes(T, K + 1, d, ff);
   DeviceBuffer workspace(static_cast<size_t>(ws));
-  const int64_t n_counters = MoeGemvCudaCounterInts(K + 1, ff);
+  const int64_t n_counters = MoeGemvCudaCounterInts(T, K + 1, ff);
   DeviceBuffer counters(static_cast<size_t>(n_counters * 4));
   ASSERT_EQ(cudaMemset(counters.ptr, 0, n_counters * 4), cudaSuccess);
   // y after MoeGemvCuda on `a` from y_in (a's y, workspace and counters set here), the workspace
@@ -318,19 +323,19 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
     a.counters = static_cast<int32_t*>(counters.ptr);
     EXPECT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<float> y(d);
-    EXPECT_EQ(cudaMemcpy(y.data(), dy->ptr, d * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<float> y(n);
+    EXPECT_EQ(cudaMemcpy(y.data(), dy->ptr, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     return y;
   };
   auto minus_y0 = [&](std::vector<float> y) {
-    for (int64_t i = 0; i < d; ++i) y[i] -= y0[i];
+    for (int64_t i = 0; i < n; ++i) y[i] -= y0[i];
     return y;
   };
   // y - y0 for the routed experts with `call_ids`, through the two-kernel path or not.
   auto run = [&](bool fused, const std::vector<int32_t>& call_ids) {
     const DecodeFusedScope scope(fused);
     auto dids = ToDevice(call_ids);
-    return minus_y0(call(DeviceArgs(gate, up, down, *dx, d + 8, 1, *dids, *dw, K, limit), y0));
+    return minus_y0(call(DeviceArgs(gate, up, down, *dx, x_stride, T, *dids, *dw, K, limit), y0));
   };
   auto counters_zero = [&] {
     std::vector<int32_t> c(n_counters);
@@ -338,8 +343,8 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
               cudaSuccess);
     return std::all_of(c.begin(), c.end(), [](int32_t v) { return v == 0; });
   };
-  std::vector<float> ref_delta(d);
-  for (int64_t i = 0; i < d; ++i) ref_delta[i] = ref[i] - y0[i];
+  std::vector<float> ref_delta(n);
+  for (int64_t i = 0; i < n; ++i) ref_delta[i] = ref[i] - y0[i];
   const std::vector<float> fused = run(true, ids);
   EXPECT_TRUE(counters_zero());
   const std::vector<float> again = run(true, ids);
@@ -348,26 +353,28 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   const double vs_five = testing::RelError(fused, five);
   EXPECT_LT(err, kMaxRelError);
   EXPECT_LT(vs_five, 1e-5);
-  EXPECT_EQ(std::memcmp(fused.data(), again.data(), d * 4), 0) << "second call differs";
+  EXPECT_EQ(std::memcmp(fused.data(), again.data(), n * 4), 0) << "second call differs";
   // Two ids out of range: no contribution from those slots, in both paths.
   std::vector<int32_t> bad = ids;
   bad[1] = -1;
-  bad[K - 2] = static_cast<int32_t>(E + 3);
+  bad[T * K - 2] = static_cast<int32_t>(E + 3);
   const double bad_vs_five = testing::RelError(run(true, bad), run(false, bad));
   EXPECT_LT(bad_vs_five, 1e-5);
   EXPECT_TRUE(counters_zero());
-  std::printf("moe_decode %s/%s d=%ld ff=%ld rel_error=%.3g vs_five_launch=%.3g bad_ids=%.3g\n",
-              std::string(GgmlTypeName(gu_type)).c_str(),
-              std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(d),
-              static_cast<long>(ff), err, vs_five, bad_vs_five);
+  std::printf(
+      "moe_decode %s/%s d=%ld ff=%ld tokens=%ld rel_error=%.3g vs_five_launch=%.3g "
+      "bad_ids=%.3g\n",
+      std::string(GgmlTypeName(gu_type)).c_str(), std::string(GgmlTypeName(down_type)).c_str(),
+      static_cast<long>(d), static_cast<long>(ff), static_cast<long>(T), err, vs_five, bad_vs_five);
 
-  // The shared expert as one more slot (another clamp than the routed one), against the
-  // reference of the routed experts plus the shared one as a one-matrix expert set, and against
-  // the routed call followed by the shared expert as a routed expert of its own (id 0, weight 1).
+  // The shared expert as one more slot per token (another clamp than the routed one), against
+  // the reference of the routed experts plus the shared one as a one-matrix expert set, and
+  // against the routed call followed by the shared expert as a routed expert of its own (id 0,
+  // weight 1).
   Experts sg(gu_type, d, ff, 1, 31), su(gu_type, d, ff, 1, 32), sd(down_type, ff, d, 1, 33);
   const float shared_limit = limit > 0.0f ? 0.0f : 16.0f;
   auto dids = ToDevice(ids);
-  MoeGemvCudaArgs with_shared = DeviceArgs(gate, up, down, *dx, d + 8, 1, *dids, *dw, K, limit);
+  MoeGemvCudaArgs with_shared = DeviceArgs(gate, up, down, *dx, x_stride, T, *dids, *dw, K, limit);
   with_shared.has_shared = true;
   with_shared.shared_gate = sg.DeviceMatrix();
   with_shared.shared_up = su.DeviceMatrix();
@@ -377,49 +384,51 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   with_shared.workspace_bytes = ws;
   with_shared.counters = static_cast<int32_t*>(counters.ptr);
   with_shared.y = static_cast<float*>(dx->ptr);  // validation only; `call` sets the real one
-  if (!MoeGemvCudaTakesShared(gu_type, down_type, 1, ff)) {
+  if (!MoeGemvCudaTakesShared(gu_type, down_type, T, ff)) {
     EXPECT_EQ(ValidateMoeGemvCuda(with_shared), KernelStatus::kInvalidArgument);
     return;
   }
-  const std::vector<int32_t> zero_id = {0};
-  const std::vector<float> unit_weight = {1.0f};
+  const std::vector<int32_t> zero_ids(T, 0);
+  const std::vector<float> unit_weights(T, 1.0f);
   r.n_experts = 1;
-  r.ids = zero_id.data();
-  r.weights = unit_weight.data();
+  r.ids = zero_ids.data();
+  r.weights = unit_weights.data();
   r.top_k = 1;
   r.gate = sg.HostMatrix();
   r.up = su.HostMatrix();
   r.down = sd.HostMatrix();
   r.limit = shared_limit;
   ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);  // ref += the shared expert
-  for (int64_t i = 0; i < d; ++i) ref_delta[i] = ref[i] - y0[i];
+  for (int64_t i = 0; i < n; ++i) ref_delta[i] = ref[i] - y0[i];
   const std::vector<float> got = minus_y0(call(with_shared, y0));
   EXPECT_TRUE(counters_zero());
-  auto d_zero = ToDevice(zero_id), d_unit = ToDevice(unit_weight);
+  auto d_zero = ToDevice(zero_ids), d_unit = ToDevice(unit_weights);
   std::vector<float> routed_y = fused;  // y after the routed call
-  for (int64_t i = 0; i < d; ++i) routed_y[i] += y0[i];
+  for (int64_t i = 0; i < n; ++i) routed_y[i] += y0[i];
   const std::vector<float> two_calls = minus_y0(
-      call(DeviceArgs(sg, su, sd, *dx, d + 8, 1, *d_zero, *d_unit, 1, shared_limit), routed_y));
+      call(DeviceArgs(sg, su, sd, *dx, x_stride, T, *d_zero, *d_unit, 1, shared_limit), routed_y));
   const double shared_err = testing::RelError(got, ref_delta);
   const double vs_two_calls = testing::RelError(got, two_calls);
   EXPECT_LT(shared_err, kMaxRelError);
   EXPECT_LT(vs_two_calls, 1e-5);
-  std::printf("moe_decode shared %s/%s d=%ld ff=%ld rel_error=%.3g vs_two_calls=%.3g\n",
+  std::printf("moe_decode shared %s/%s d=%ld ff=%ld tokens=%ld rel_error=%.3g vs_two_calls=%.3g\n",
               std::string(GgmlTypeName(gu_type)).c_str(),
               std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(d),
-              static_cast<long>(ff), shared_err, vs_two_calls);
+              static_cast<long>(ff), static_cast<long>(T), shared_err, vs_two_calls);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     TypesAndShapes, MoeGemvCudaDecodeTest,
-    ::testing::Values(DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 7.0f},
-                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 0.0f},
-                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 0.0f},
-                      DecodeParam{GgmlType::kQ5_K, GgmlType::kQ5_K, 512, 256, 7.0f},
-                      DecodeParam{GgmlType::kQ8_0, GgmlType::kQ8_0, 544, 96, 0.5f},
+    ::testing::Values(DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 7.0f, 1},
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 0.0f, 4},
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 0.0f, 1},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 0.0f, 1},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 7.0f, 3},
+                      DecodeParam{GgmlType::kQ5_K, GgmlType::kQ5_K, 512, 256, 7.0f, 2},
+                      DecodeParam{GgmlType::kQ8_0, GgmlType::kQ8_0, 544, 96, 0.5f, 1},
                       // Q6_K down: gate/up fused, the down GEMV (streamed) reads their int8 rows.
-                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f},
-                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f}));
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f, 1},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 3}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;

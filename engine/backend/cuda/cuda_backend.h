@@ -91,8 +91,9 @@ class CudaBackend final : public Backend {
   absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                           std::span<const int32_t> ids, std::span<const float> weights,
                           int64_t top_k, const TensorView& y) override;
-  // One token (fast mode) whose shared expert has the routed experts' types: MoeGemvCuda's
-  // two-kernel path with the shared expert as one more slot (kernels/matmul/moe_decode_cuda.h).
+  // Up to kMoeGemvFusedMaxTokens tokens (fast mode) whose shared expert has the routed experts'
+  // types: MoeGemvCuda's two-kernel path with the shared expert as one more slot per token
+  // (kernels/matmul/moe_decode_cuda.h).
   absl::StatusOr<bool> MoeExpertsWithShared(const TensorView& x, const ExpertWeights& experts,
                                             const SharedExpertWeights& shared,
                                             std::span<const int32_t> ids,

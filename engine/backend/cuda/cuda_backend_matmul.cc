@@ -253,10 +253,10 @@ absl::Status CudaBackend::MoeExpertsOnDevice(const TensorView& x, const ExpertWe
   ASSIGN_OR_RETURN(a.workspace,
                    EnsureScratch(s.moe_gemv_workspace, static_cast<size_t>(a.workspace_bytes),
                                  "MoeExperts workspace"));
-  // One token takes MoeGemvCuda's two-kernel path, whose counters must start at zero; every
+  // A few tokens take MoeGemvCuda's two-kernel path, whose counters must start at zero; every
   // call leaves them zero, so only a new allocation needs the memset.
-  const int64_t counters = kernels::MoeGemvCudaCounterInts(slots, a.n_ff);
-  if (a.tokens == 1 && counters > 0) {
+  const int64_t counters = kernels::MoeGemvCudaCounterInts(a.tokens, slots, a.n_ff);
+  if (a.tokens <= kernels::kMoeGemvFusedMaxTokens && counters > 0) {
     const bool fresh = s.moe_counters.bytes < static_cast<size_t>(counters) * sizeof(int32_t) ||
                        s.moe_counters.data == nullptr;
     ASSIGN_OR_RETURN(void* data, EnsureScratch(s.moe_counters, counters * sizeof(int32_t),
@@ -279,8 +279,8 @@ absl::StatusOr<bool> CudaBackend::MoeExpertsWithShared(const TensorView& x, cons
   const auto same_shape = [](const WeightView& w, int64_t in, int64_t out) {
     return w.ne[0] == in && w.ne[1] == out && w.ne[2] == 1;
   };
-  if (exact_activations_ || x.rows() != 1 || e.up.type != e.gate.type ||
-      !kernels::MoeGemvCudaSupports(e.gate.type, e.down.type) ||
+  if (exact_activations_ || x.rows() < 1 || x.rows() > kernels::kMoeGemvFusedMaxTokens ||
+      e.up.type != e.gate.type || !kernels::MoeGemvCudaSupports(e.gate.type, e.down.type) ||
       !kernels::MoeGemvCudaTakesShared(e.gate.type, e.down.type, x.rows(), n_ff) ||
       shared.gate.type != e.gate.type || shared.up.type != e.gate.type ||
       shared.down.type != e.down.type || !same_shape(shared.gate, x.cols(), n_ff) ||
