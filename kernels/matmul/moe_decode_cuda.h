@@ -10,8 +10,9 @@
 //    the token's down rows and adds sum_k weights[t][k] * (row o of expert ids[t][k]) . act_{t,k}
 //    (+ the shared expert's, weight 1) to y[t][o].
 // Why: at batch 1 each of those launches is a few microseconds of fill and drain around ~5-15 us
-// of weight streaming (H200 ncu, docs/cuda-engine.md), 45 MoE layers a step. With a few tokens
-// the pairs are not grouped by expert: 4 tokens x 8 of 288 experts rarely share one.
+// of weight streaming (H200 ncu, docs/cuda-engine.md), 45 MoE layers a step. The (token, slot)
+// pairs are not grouped by expert, so every pair's matrices are decoded once for that pair: a win
+// at 1-2 tokens only (kMoeGemvFusedMaxTokens says what was measured).
 #ifndef STEPSERVE_KERNELS_MATMUL_MOE_DECODE_CUDA_H_
 #define STEPSERVE_KERNELS_MATMUL_MOE_DECODE_CUDA_H_
 

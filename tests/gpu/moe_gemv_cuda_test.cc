@@ -420,15 +420,17 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
 INSTANTIATE_TEST_SUITE_P(
     TypesAndShapes, MoeGemvCudaDecodeTest,
     ::testing::Values(DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 7.0f, 1},
-                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 0.0f, 4},
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 0.0f, 2},
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 0.0f, 1},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 0.0f, 1},
-                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 7.0f, 3},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 7.0f, 2},
                       DecodeParam{GgmlType::kQ5_K, GgmlType::kQ5_K, 512, 256, 7.0f, 2},
                       DecodeParam{GgmlType::kQ8_0, GgmlType::kQ8_0, 544, 96, 0.5f, 1},
+                      // Past kMoeGemvFusedMaxTokens: the grouped GEMVs, a shared expert refused.
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 7.0f, 3},
                       // Q6_K down: gate/up fused, the down GEMV (streamed) reads their int8 rows.
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f, 1},
-                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 3}));
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 2}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;
