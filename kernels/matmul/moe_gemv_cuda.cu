@@ -17,20 +17,23 @@ namespace {
 
 int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
-std::atomic<bool>& DecodeFusedSetting() {
-  static std::atomic<bool> enabled{[] {
-    const char* v = std::getenv("STEPSERVE_MOE_DECODE_FUSED");
-    return v == nullptr || v[0] != '0';
-  }()};
-  return enabled;
+int64_t ClampFusedTokens(int64_t tokens) {
+  return tokens < 0 ? 0 : (tokens > kMoeGemvFusedMaxTokens ? kMoeGemvFusedMaxTokens : tokens);
 }
 
-// Whether a few tokens may take the two-kernel path (moe_decode_cuda.h), types aside: on, n_ff in
+std::atomic<int64_t>& DecodeFusedTokensSetting() {
+  static std::atomic<int64_t> tokens{[] {
+    const char* v = std::getenv("STEPSERVE_MOE_DECODE_FUSED");
+    return v == nullptr || v[0] == '\0' ? int64_t{2} : ClampFusedTokens(std::atoll(v));
+  }()};
+  return tokens;
+}
+
+// Whether the two-kernel path (moe_decode_cuda.h) may run, types and token count aside: n_ff in
 // whole 32-row blocks, and the GEMVs not forced through the streamed kernel.
 bool DecodeFusedApplies(int64_t n_ff) {
-  return n_ff % 32 == 0 && DecodeFusedSetting().load(std::memory_order_relaxed) &&
-         gemv_internal::GemvStreamModeSetting().load(std::memory_order_relaxed) !=
-             static_cast<int>(GemvStreamMode::kAlways);
+  return n_ff % 32 == 0 && gemv_internal::GemvStreamModeSetting().load(std::memory_order_relaxed) !=
+                               static_cast<int>(GemvStreamMode::kAlways);
 }
 
 // Expert rows of the one-token path: the routed slots, and the shared expert's.
@@ -188,12 +191,19 @@ int64_t MoeGemvCudaCounterInts(int64_t tokens, int64_t slots_per_token, int64_t 
 }
 
 bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff) {
-  return tokens >= 1 && tokens <= kMoeGemvFusedMaxTokens && DecodeFusedApplies(n_ff) &&
+  return tokens >= 1 && tokens <= kMoeGemvFusedSharedMaxTokens &&
+         tokens <= MoeGemvCudaDecodeFusedTokens() && DecodeFusedApplies(n_ff) &&
          gemv_internal::ExpertDecodeFusedSupports(gate_up) &&
          gemv_internal::ExpertDecodeFusedSupports(down);
 }
 
-bool SetMoeGemvCudaDecodeFused(bool enabled) { return DecodeFusedSetting().exchange(enabled); }
+int64_t MoeGemvCudaDecodeFusedTokens() {
+  return DecodeFusedTokensSetting().load(std::memory_order_relaxed);
+}
+
+int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens) {
+  return DecodeFusedTokensSetting().exchange(ClampFusedTokens(tokens));
+}
 
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
   if (tokens <= 0 || top_k <= 0 || n_embd <= 0 || n_ff <= 0) return 0;
@@ -416,10 +426,10 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   float* gate = reinterpret_cast<float*>(base + l.gate);
   float* down = reinterpret_cast<float*>(base + l.down);
 
-  // Up to kMoeGemvFusedMaxTokens tokens: the two-kernel path where the types allow it
+  // Up to MoeGemvCudaDecodeFusedTokens() tokens: the two-kernel path where the types allow it
   // (moe_decode_cuda.h); the down projection may stay a GEMV (a type it does not decode).
-  const bool decode_fused =
-      a.tokens <= kMoeGemvFusedMaxTokens && a.counters != nullptr && DecodeFusedApplies(a.n_ff);
+  const bool decode_fused = a.tokens <= MoeGemvCudaDecodeFusedTokens() && a.counters != nullptr &&
+                            DecodeFusedApplies(a.n_ff);
   const bool fused_gate_up = decode_fused && gemv_internal::ExpertDecodeFusedSupports(a.gate.type);
   const bool fused_down = fused_gate_up && gemv_internal::ExpertDecodeFusedSupports(a.down.type);
 

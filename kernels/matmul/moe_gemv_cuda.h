@@ -5,7 +5,7 @@
 // Six launches (seven with several tokens), no host synchronisation, so a decode step stays
 // capturable in a CUDA graph: [group the (token, slot) pairs by expert ->] quantize x -> indexed
 // GEMV gate -> indexed GEMV up (same quantized x) -> SwiGLU + quantize of the T*k intermediate
-// rows -> indexed GEMV down -> weighted combine into y. Up to kMoeGemvFusedMaxTokens tokens with
+// rows -> indexed GEMV down -> weighted combine into y. Up to MoeGemvCudaDecodeFusedTokens() with
 // `counters` given: two launches (moe_decode_cuda.h), plus x's quantizer unless x_q8 is given. At
 // batch 1 each picked expert matrix is streamed once, exactly the active-expert bytes (llama.cpp's
 // MoE layer spends ~138 us here, the bytes ~31 us); with several tokens the grouped GEMV streams
@@ -58,11 +58,10 @@ struct MoeGemvCudaArgs {
   bool fuse_down_quantization = false;
   // Optional: MoeGemvCudaCounterInts(tokens, top_k (+ 1 with the shared expert), n_ff) device
   // ints, zero before the first call (every call leaves them zero). With them up to
-  // kMoeGemvFusedMaxTokens tokens take the two-kernel path (moe_decode_cuda.h: gate + up + SwiGLU
-  // + the down's quantization in one launch, down + combine in another) where the types allow it
-  // (IQ4_XS, Q4_K, Q5_K, Q8_0; n_ff a multiple of 32) and SetMoeGemvCudaDecodeFused /
-  // STEPSERVE_MOE_DECODE_FUSED has not turned it off (a down type it does not decode, Q6_K, keeps
-  // its GEMV and combine).
+  // MoeGemvCudaDecodeFusedTokens() tokens take the two-kernel path (moe_decode_cuda.h: gate + up +
+  // SwiGLU + the down's quantization in one launch, down + combine in another) where the types
+  // allow it (IQ4_XS, Q4_K, Q5_K, Q8_0; n_ff a multiple of 32); a down type it does not decode
+  // (Q6_K) keeps its GEMV and combine.
   int32_t* counters = nullptr;
   // Optional shared expert (always on, weight 1, its own clamp; spec 4.6), through the two-kernel
   // path only (MoeGemvCudaTakesShared; counters required): y[t] also gets
@@ -77,11 +76,19 @@ struct MoeGemvCudaArgs {
 
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
 inline constexpr int64_t kMoeGemvFusedDownMaxTokens = 16;
-// Tokens the two-kernel path (moe_decode_cuda.h) takes. It streams and decodes every (token,
-// slot)'s matrices - the shared expert's once per token - where the grouped GEMVs decode a matrix
-// once for all the tokens that use it: measured on the H200 (45 layers IQ4_XS, session 11) it wins
-// at 1 and 2 tokens (5.98 -> 5.68 ms, 7.97 -> 7.87 ms) and loses at 4 (11.41 -> 12.07 ms).
-inline constexpr int64_t kMoeGemvFusedMaxTokens = 2;
+// The most tokens the two-kernel path (moe_decode_cuda.h) takes (counters and workspace are sized
+// for it); how many it takes is MoeGemvCudaDecodeFusedTokens(). It streams and decodes every
+// (token, slot)'s matrices - the shared expert's once per token - where the grouped GEMVs decode a
+// matrix once for all the tokens that use it: measured on the H200 (45 layers IQ4_XS, session 11)
+// with the shared expert it wins at 1 and 2 tokens (5.98 -> 5.68 ms, 7.97 -> 7.87 ms) and loses
+// at 4 (11.41 -> 12.07 ms), so the shared expert joins up to kMoeGemvFusedSharedMaxTokens only.
+inline constexpr int64_t kMoeGemvFusedMaxTokens = 4;
+inline constexpr int64_t kMoeGemvFusedSharedMaxTokens = 2;
+// Tokens up to which the two-kernel path runs: STEPSERVE_MOE_DECODE_FUSED (0 = never, up to
+// kMoeGemvFusedMaxTokens; default 2, the counts measured faster) at the first use, or what
+// SetMoeGemvCudaDecodeFusedTokens set (returns the previous value; clamped to 0..4).
+int64_t MoeGemvCudaDecodeFusedTokens();
+int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens);
 // More tokens (a prefill chunk) when every expert matrix is IQ4_XS: the grouped tensor-core GEMV
 // (gemv_mma_cuda.cu) then runs each expert's pairs in chunks of 32. Bounded by the 65535 groups
 // (token, slot pairs) of the indexed GEMV.
@@ -89,12 +96,10 @@ inline constexpr int64_t kMoeGemvMaxPairsMany = 65535;
 inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 
 int64_t MoeGemvCudaCounterInts(int64_t tokens, int64_t slots_per_token, int64_t n_ff);
-// Whether MoeGemvCuda takes a shared expert for these types and sizes (1..kMoeGemvFusedMaxTokens
-// tokens, the two-kernel path on, types it decodes, n_ff a multiple of 32).
+// Whether MoeGemvCuda takes a shared expert for these types and sizes (1 up to
+// kMoeGemvFusedSharedMaxTokens and MoeGemvCudaDecodeFusedTokens() tokens, types the two-kernel
+// path decodes, n_ff a multiple of 32).
 bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff);
-// The few-token two-kernel path: on unless STEPSERVE_MOE_DECODE_FUSED=0 at the first use; returns
-// the previous setting.
-bool SetMoeGemvCudaDecodeFused(bool enabled);
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);
 bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);
 // Whether MoeGemvCuda takes more than kMoeGemvMaxTokens tokens for these types (tokens * top_k

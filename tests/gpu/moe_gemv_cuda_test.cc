@@ -253,17 +253,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, kSkewedTokens, 0.0f}));
 
 // One token through MoeGemvCuda's two-kernel path (moe_decode_cuda.h; counters given) against
-// the reference and against the five-launch path (SetMoeGemvCudaDecodeFused(false)): the gate, up,
-// SwiGLU and int8 steps are the same arithmetic, only the down combine sums in another order, so
-// the two agree to float rounding. Twice in a row (the counters must come back to zero), and with
-// ids out of range (zero contribution, as the five-launch path gives).
+// the reference and against the five-launch path (SetMoeGemvCudaDecodeFusedTokens(0)): the gate,
+// up, SwiGLU and int8 steps are the same arithmetic, only the down combine sums in another order,
+// so the two agree to float rounding. Twice in a row (the counters must come back to zero), and
+// with ids out of range (zero contribution, as the five-launch path gives).
 // + n_embd, n_ff, limit, tokens
 using DecodeParam = std::tuple<GgmlType, GgmlType, int64_t, int64_t, float, int64_t>;
 
+// Up to how many tokens the two-kernel path runs, for a scope.
 struct DecodeFusedScope {
-  bool was;
-  explicit DecodeFusedScope(bool enabled) : was(SetMoeGemvCudaDecodeFused(enabled)) {}
-  ~DecodeFusedScope() { SetMoeGemvCudaDecodeFused(was); }
+  int64_t was;
+  explicit DecodeFusedScope(int64_t tokens) : was(SetMoeGemvCudaDecodeFusedTokens(tokens)) {}
+  ~DecodeFusedScope() { SetMoeGemvCudaDecodeFusedTokens(was); }
 };
 
 class MoeGemvCudaDecodeTest : public ::testing::TestWithParam<DecodeParam> {};
@@ -333,7 +334,7 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   };
   // y - y0 for the routed experts with `call_ids`, through the two-kernel path or not.
   auto run = [&](bool fused, const std::vector<int32_t>& call_ids) {
-    const DecodeFusedScope scope(fused);
+    const DecodeFusedScope scope(fused ? kMoeGemvFusedMaxTokens : 0);
     auto dids = ToDevice(call_ids);
     return minus_y0(call(DeviceArgs(gate, up, down, *dx, x_stride, T, *dids, *dw, K, limit), y0));
   };
@@ -421,13 +422,13 @@ INSTANTIATE_TEST_SUITE_P(
     TypesAndShapes, MoeGemvCudaDecodeTest,
     ::testing::Values(DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 7.0f, 1},
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 0.0f, 2},
+                      // Past kMoeGemvFusedSharedMaxTokens: routed only, a shared expert refused.
+                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 0.0f, 4},
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 0.0f, 1},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 0.0f, 1},
-                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 7.0f, 2},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 7.0f, 3},
                       DecodeParam{GgmlType::kQ5_K, GgmlType::kQ5_K, 512, 256, 7.0f, 2},
                       DecodeParam{GgmlType::kQ8_0, GgmlType::kQ8_0, 544, 96, 0.5f, 1},
-                      // Past kMoeGemvFusedMaxTokens: the grouped GEMVs, a shared expert refused.
-                      DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 7.0f, 3},
                       // Q6_K down: gate/up fused, the down GEMV (streamed) reads their int8 rows.
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f, 1},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 2}));
