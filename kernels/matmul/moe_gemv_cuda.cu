@@ -1,5 +1,6 @@
 // MoeGemvCuda: orchestration of the indexed GEMVs (matmul_cuda.h) plus two small kernels, the
-// clamped SwiGLU over the T*k intermediate rows and the weighted combine into y.
+// clamped SwiGLU over the T*k intermediate rows and the weighted combine into y - or, for a few
+// tokens, of the two kernels of moe_decode_cuda.h.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -36,7 +37,6 @@ bool DecodeFusedApplies(int64_t n_ff) {
                                static_cast<int>(GemvStreamMode::kAlways);
 }
 
-// Expert rows of the one-token path: the routed slots, and the shared expert's.
 // Expert rows per token of the few-token path: the routed slots, and the shared expert's.
 int64_t DecodeSlots(const MoeGemvCudaArgs& a) { return a.top_k + (a.has_shared ? 1 : 0); }
 
