@@ -1,4 +1,4 @@
-// The one-token MoE expert kernels (moe_decode_cuda.h): gate + up + SwiGLU + the down GEMV's
+// The few-token MoE expert kernels (moe_decode_cuda.h): gate + up + SwiGLU + the down GEMV's
 // quantization in one launch, down + weighted combine in another. The per-type block decoders
 // are the warp-per-row GEMV's (gemv_q8x_pieces.cuh), so a gate or up dot product is the indexed
 // GEMV's, lane by lane and block by block, and the SwiGLU values and their int8 form are the
@@ -29,8 +29,8 @@ __device__ __forceinline__ float WarpSum(float v) {
 
 // Rows `wa` and `wb` (same type and length p.in) dotted with activation row x_row, sharing its
 // loads; the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G,
-// ... with D steps of raw words of both rows in flight (AccumulateRows of gemv_q8x_cuda.cu, NR =
-// 2).
+// ... with D steps of raw words of both rows in flight (gemv_q8x_cuda.cu's AccumulateRows with
+// two rows).
 template <class P, int D>
 __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* wa,
                                            const uint8_t* wb, int x_row, int lane, float* sa,
@@ -72,9 +72,9 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
 
 // Grid (n_ff / kWarpsPerBlock, slots): slot k = t * per_token + j is token t's routed slot j (or
 // its shared expert for j == routed); warp (k, o) computes SwiGLU(gate_o . x_t, up_o . x_t) of
-// expert ids[t * routed + j] (0 for an id outside [0, n_matrices), as the indexed GEMV's zero rows
-// give) or of the shared expert, and
-// stores it; the warp that brings a 32-row block's arrival count to 32 then quantizes that block.
+// expert ids[t * routed + j] or of the shared expert (0 for an id outside [0, n_matrices), as the
+// indexed GEMV's zero rows give) and stores it; the warp that brings a 32-row block's arrival
+// count to 32 then quantizes that block.
 // Ordering: each warp's value store is fenced before its arrival, and the last warp fences after
 // seeing the count and reads the block through L2 (ld.cg), so it sees all 32 values.
 template <class P, int D>
@@ -124,10 +124,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // Grid (n_embd / kWarpsPerBlock, tokens): warp (o, t) adds sum_k weights[t][k] * (row o of expert
 // ids[t][k]) . act_{t,k} (+ the shared expert's row o . its act row of token t, weight 1) to
-// y[t][o]. The row's (slot, block) items are
-// spread over the lane groups (item i: slot i / nb, block i % nb), D items per group in flight;
-// experts with an id out of range contribute nothing (the unfused down GEMV writes zero rows for
-// them).
+// y[t][o]. The row's (slot, block) items are spread over the lane groups (item i: slot i / nb,
+// block i % nb), D items per group in flight; experts with an id out of range contribute nothing
+// (the unfused down GEMV writes zero rows for them).
 template <class P, int D>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertDownCombineKernel(const __grid_constant__ ExpertDownParams a) {
