@@ -3,7 +3,10 @@
 # and stepserve from the bundled Debian packages (docs/cuda-host.md), run every GPU test, compare
 # a real-shape synthetic file on CUDA against the CPU backend, then benchmark whole-model decode
 # and prefill. Logs go to $OUT (or ./out-h200).
-# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|mixes|ab|gemv|rows|prefill|q4k] [BUILD_DIR]
+# Usage: bash bench/gpu/run-model-h200.sh [tests|bench|all|quick|mixes|ab|gemv|rows|prefill|q4k] [BUILD_DIR]
+#   quick: the GPU tests in QUICK_TESTS (default: the MoE, attention, step-graph and model tests),
+#   then 45-layer decode at batch 1, 2, 4, 16, 64 and prefill 2048 / 4096, then the AB_RUNS (if
+#   set) at AB_BATCHES - one device call after a change to the decode path (session 11's call 4).
 #   ab: batch 1 and 64 (AB_BATCHES) decode with the defaults, with the one-row GEMV never
 #   streamed (STEPSERVE_GEMV_STREAM=0; default auto), with every kernel in plain stream order
 #   (STEPSERVE_PDL=0), without the tensor-core GEMV (STEPSERVE_GEMV_MMA=0), and without fused
@@ -38,6 +41,13 @@ extra=(stepserve)
 [[ $what != tests ]] && extra+=(bench_model bench_row_kernels bench_gemv)
 [[ $what == gemv ]] && targets=(gemv_stream_cuda_test gemv_cuda_test moe_gemv_cuda_test) extra=(bench_gemv)
 [[ $what == rows ]] && targets=(gemv_cuda_test) extra=(bench_gemv bench_model)
+if [[ $what == quick ]]; then
+  targets=()
+  for t in ${QUICK_TESTS:-moe_gemv_cuda_test moe_cuda_test attention_cuda_test step_graph_cuda_test model_cuda_test}; do
+    grep -q "NAME $t " tests/gpu/CMakeLists.txt && targets+=("$t")
+  done
+  extra=(stepserve bench_model)
+fi
 if [[ $what == prefill || $what == q4k ]]; then
   targets=()
   for t in moe_gemv_cuda_test moe_cuda_test attention_cuda_test prefill_attention_cuda_test; do
@@ -54,7 +64,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,memo
   --format=csv,noheader
 models=/tmp/stepserve-models
 mkdir -p "$models"
-if [[ $what == tests || $what == all ]]; then
+if [[ $what == tests || $what == all || $what == quick ]]; then
   for t in "${targets[@]}"; do
     [[ $t == model_cuda_test ]] && continue
     timeout 300 "$build/tests/gpu/$t" >"$out/$t.log" 2>&1
@@ -84,7 +94,15 @@ if [[ $what == bench || $what == all ]]; then
   cat "$out/bench-iq4xs.jsonl" | grep -v '"layer"'
   tail -5 "$out/bench-iq4xs.err"
 fi
-if [[ $what == ab ]]; then
+if [[ $what == quick ]]; then
+  timeout 300 "$build/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 45 \
+    --recipe iq4_xs --batches 1,2,4,16,64 --prefill 2048,4096 --layer-times=false \
+    >"$out/bench-iq4xs.jsonl" 2>"$out/bench-iq4xs.err"
+  echo "bench iq4_xs rc=$?"
+  grep -v '"layer"' "$out/bench-iq4xs.jsonl"
+  tail -3 "$out/bench-iq4xs.err"
+fi
+if [[ $what == ab || ( $what == quick && -n ${AB_RUNS:-} ) ]]; then
   # AB_RUNS (';'-separated) overrides the list; an empty entry is the defaults.
   IFS=';' read -r -a runs <<<"${AB_RUNS:-;STEPSERVE_GEMV_STREAM=0;STEPSERVE_PDL=0;STEPSERVE_GEMV_MMA=0;--fuse-projections=false --logit-top-k 0}"
   for run in "${runs[@]}"; do
