@@ -70,26 +70,123 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
   *sb = WarpSum(acc_b);
 }
 
-// Grid (n_ff / kWarpsPerBlock, slots): slot k = t * per_token + j is token t's routed slot j (or
-// its shared expert for j == routed); warp (k, o) computes SwiGLU(gate_o . x_t, up_o . x_t) of
-// expert ids[t * routed + j] or of the shared expert (0 for an id outside [0, n_matrices), as the
-// indexed GEMV's zero rows give) and stores it; the warp that brings a 32-row block's arrival
-// count to 32 then quantizes that block.
-// Ordering: each warp's value store is fenced before its arrival, and the last warp fences after
-// seeing the count and reads the block through L2 (ld.cg), so it sees all 32 values.
-template <class P, int D>
+// DotTwoRows against activation rows 0 .. n_rows - 1 (n_rows <= R) at once: the rows' weights are
+// decoded once per block for all of them (one raw step in flight: R accumulator pairs fit the
+// 64-register budget with little room).
+template <class P, int R>
+__device__ __forceinline__ void DotTwoRowsAllTokens(const GemvParams& p, const uint8_t* wa,
+                                                    const uint8_t* wb, int n_rows, int lane,
+                                                    float (&sa)[R], float (&sb)[R]) {
+  constexpr int kGroups = 32 / P::kLanes;
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int nb = static_cast<int>(p.in / P::kElems);
+  float acc_a[R], acc_b[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = 0.f;
+  typename P::Raw ra, rb;
+  if (g < nb) {
+    ra = P::LoadRaw(wa + g * P::kBytes, c);
+    rb = P::LoadRaw(wb + g * P::kBytes, c);
+  }
+  for (int b = g; b < nb; b += kGroups) {
+    const typename P::W va = P::Decode(ra, b, c, p);
+    const typename P::W vb = P::Decode(rb, b, c, p);
+    if (b + kGroups < nb) {
+      ra = P::LoadRaw(wa + (b + kGroups) * P::kBytes, c);
+      rb = P::LoadRaw(wb + (b + kGroups) * P::kBytes, c);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < n_rows) {
+        const typename P::X x = P::LoadX(p, r, b, c);
+        acc_a[r] += P::Dot(va, x, c);
+        acc_b[r] += P::Dot(vb, x, c);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    sa[r] = WarpSum(acc_a[r]);
+    sb[r] = WarpSum(acc_b[r]);
+  }
+}
+
+// Lane 0 of the warp stores SwiGLU value `v` at row o of act row `k`; the warp that brings the
+// 32-row block's arrival count to 32 then quantizes that block as the down GEMV's int8 activations
+// and resets the count (every launch leaves the counters zero). Ordering: the value store is
+// fenced before the arrival, and the last warp fences after seeing the count and reads the block
+// through L2 (ld.cg), so it sees all 32 values.
+__device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& a, int64_t k,
+                                                      int64_t o, int lane, float v) {
+  const int64_t n = a.p.out;
+  float* act_row = a.act + k * n;
+  const int64_t block = o / 32;
+  int32_t* counter = a.counters + k * (n / 32) + block;
+  int arrived = 0;
+  if (lane == 0) {
+    act_row[o] = v;
+    __threadfence();
+    arrived = atomicAdd(counter, 1);
+  }
+  if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != 31) return;
+  __threadfence();
+  if (lane < 8) {
+    const int64_t col = 32 * block + 4 * lane;
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(act_row + col));
+    const unsigned mask = 0xFFu;  // lanes 0..7 (threadIdx.x & 24 == 0 in every warp)
+    const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(x, mask);
+    q8_quantize::StoreQ8Four(q, col, a.act_q + k * n, a.act_d + k * (n / 32), a.act_pair_order,
+                             mask);
+  }
+  if (lane == 0) *counter = 0;  // the next launch starts from zero (kernel boundary orders it)
+}
+
+// Grid (n_ff / kWarpsPerBlock, slots): warp (k, o) computes SwiGLU(gate_o . x_t, up_o . x_t) of
+// grid row k's expert - ids[t * routed + j] (0 for an id outside [0, n_matrices), as the indexed
+// GEMV's zero rows give) or the shared expert - and stores it in act row t * per_token + j
+// (StoreAndQuantizeBlock). Grid rows by kMode: kOneToken and kPerToken one per act row
+// (k = t * per_token + j, the shared expert at j == routed, one warp per token); kSharedOnce the
+// tokens' routed slots (k = t * routed + j), then one row whose warps decode the shared expert's
+// rows once for all the tokens (kMaxSharedTokens at most). kOneToken is kPerToken with t = 0 known
+// at compile time (the activation row addressing stays out of the loop's registers: 20 bytes of
+// spill for IQ4_XS against 88 with a run-time row).
+constexpr int kMaxSharedTokens = 4;
+enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce };
+
+template <class P, int D, int kMode>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
   const GemvParams& p = a.p;
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  const int k = static_cast<int>(blockIdx.y);  // slot: token t = k / per_token
+  const int k = static_cast<int>(blockIdx.y);
   const int per_token = a.routed + (a.shared_gate != nullptr ? 1 : 0);
-  const int t = k / per_token, j = k - t * per_token;
   if (o >= p.out) return;  // never with n_ff % 32 == 0 (the launch's grid is exact)
   // The router that writes the ids and the norm / quantizer that writes x's int8 form.
   WaitForPrimaryGrid();
   AllowDependentLaunch();
+  if constexpr (kMode == kSharedOnce) {
+    if (k == a.tokens * a.routed) {
+      float gate[kMaxSharedTokens], up[kMaxSharedTokens];
+      DotTwoRowsAllTokens<P, kMaxSharedTokens>(p, a.shared_gate + o * a.shared_gate_row_bytes,
+                                               a.shared_up + o * a.shared_up_row_bytes, a.tokens,
+                                               lane, gate, up);
+#pragma unroll
+      for (int t = 0; t < kMaxSharedTokens; ++t) {
+        if (t < a.tokens) {
+          StoreAndQuantizeBlock(a, t * per_token + a.routed, o, lane,
+                                ExpertSwiGlu(gate[t], up[t], a.shared_limit, a.shared_clamp));
+        }
+      }
+      return;
+    }
+  }
+  int t = 0, j = k;
+  if constexpr (kMode != kOneToken) {
+    const int slots_per_row = kMode == kSharedOnce ? a.routed : per_token;
+    t = k / slots_per_row;
+    j = k - t * slots_per_row;
+  }
   float gate = 0.f, up = 0.f;
   const bool shared = j == a.routed;
   if (shared) {
@@ -99,39 +196,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     DotTwoRows<P, D>(p, p.w + id * p.w_matrix_bytes + o * p.w_row_bytes,
                      a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, t, lane, &gate, &up);
   }
-  float* act_row = a.act + k * p.out;
-  const int64_t block = o / 32;
-  int32_t* counter = a.counters + k * (p.out / 32) + block;
-  int arrived = 0;
-  if (lane == 0) {
-    act_row[o] = shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
-                        : ExpertSwiGlu(gate, up, a.limit, a.clamp);
-    __threadfence();
-    arrived = atomicAdd(counter, 1);
-  }
-  if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != 31) return;
-  __threadfence();
-  if (lane < 8) {
-    const int64_t col = 32 * block + 4 * lane;
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(act_row + col));
-    const unsigned mask = 0xFFu;  // lanes 0..7 (threadIdx.x & 24 == 0 in every warp)
-    const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(v, mask);
-    q8_quantize::StoreQ8Four(q, col, a.act_q + k * p.out, a.act_d + k * (p.out / 32),
-                             a.act_pair_order, mask);
-  }
-  if (lane == 0) *counter = 0;  // the next launch starts from zero (kernel boundary orders it)
+  StoreAndQuantizeBlock(a, t * per_token + j, o, lane,
+                        shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
+                               : ExpertSwiGlu(gate, up, a.limit, a.clamp));
 }
 
 // Grid (n_embd / kWarpsPerBlock, tokens): warp (o, t) adds sum_k weights[t][k] * (row o of expert
 // ids[t][k]) . act_{t,k} (+ the shared expert's row o . its act row of token t, weight 1) to
 // y[t][o]. The row's (slot, block) items are spread over the lane groups (item i: slot i / nb,
 // block i % nb), D items per group in flight; experts with an id out of range contribute nothing
-// (the unfused down GEMV writes zero rows for them).
-template <class P, int D>
+// (the unfused down GEMV writes zero rows for them). kSharedOnce: grid y 1, warp o takes every
+// token's routed items (slot s: token s / routed) and decodes the shared expert's row o once for
+// all of them.
+template <class P, int D, bool kSharedOnce>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertDownCombineKernel(const __grid_constant__ ExpertDownParams a) {
   const GemvParams& p = a.p;
   constexpr int kGroups = 32 / P::kLanes;
+  constexpr int kAcc = kSharedOnce ? kMaxSharedTokens : 1;  // tokens per warp
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (o >= p.out) return;
@@ -140,15 +222,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
   const int per_token = a.routed + (a.shared_down != nullptr ? 1 : 0);
-  const int items = per_token * nb;
-  const int t = static_cast<int>(blockIdx.y);  // token
-  const int32_t* ids = p.matrix_ids + t * a.routed;
-  const float* weights = a.weights + t * a.routed;
+  const int t0 = kSharedOnce ? 0 : static_cast<int>(blockIdx.y);  // the warp's first token
+  const int n_tok = kSharedOnce ? a.tokens : 1;
+  const int shared_slot = n_tok * a.routed;  // the warp's slots: routed ones, then the shared one
+  const int items = (shared_slot + (a.shared_down != nullptr ? 1 : 0)) * nb;
+  const int32_t* ids = p.matrix_ids + t0 * a.routed;
+  const float* weights = a.weights + t0 * a.routed;
   // Item i's row block, or null for an expert id out of range.
   auto block_of = [&](int i, int* slot, int* b) -> const uint8_t* {
     *slot = i / nb;
     *b = i - *slot * nb;
-    if (*slot == a.routed) return a.shared_down + o * a.shared_down_row_bytes + *b * P::kBytes;
+    if (*slot == shared_slot) {
+      return a.shared_down + o * a.shared_down_row_bytes + *b * P::kBytes;
+    }
     const int32_t id = ids[*slot];
     if (id < 0 || id >= p.n_matrices) return nullptr;
     return p.w + id * p.w_matrix_bytes + o * p.w_row_bytes + *b * P::kBytes;
@@ -162,7 +248,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (const uint8_t* blk = block_of(i, &slot, &b)) ring[k] = P::LoadRaw(blk, c);
     }
   }
-  float acc = 0.f;
+  float acc[kAcc];
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) acc[r] = 0.f;
   for (int i0 = g; i0 < items; i0 += D * kGroups) {
 #pragma unroll
     for (int k = 0; k < D; ++k) {
@@ -178,24 +266,66 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             ring[k] = P::LoadRaw(blk, c);
           }
         }
-        if (valid) {
+        if constexpr (kSharedOnce) {
+          if (slot == shared_slot) {  // weight 1, every token's shared act row
+#pragma unroll
+            for (int r = 0; r < kAcc; ++r) {
+              if (r < n_tok) acc[r] += P::Dot(w, P::LoadX(p, r * per_token + a.routed, b, c), c);
+            }
+          } else if (valid) {
+            const int tok = slot / a.routed, j = slot - tok * a.routed;
+            const float v = weights[slot] * P::Dot(w, P::LoadX(p, tok * per_token + j, b, c), c);
+#pragma unroll
+            for (int r = 0; r < kAcc; ++r) {
+              if (r == tok) acc[r] += v;
+            }
+          }
+        } else if (valid) {
           const float weight = slot < a.routed ? weights[slot] : 1.0f;  // shared: weight 1
-          acc += weight * P::Dot(w, P::LoadX(p, t * per_token + slot, b, c), c);
+          acc[0] += weight * P::Dot(w, P::LoadX(p, t0 * per_token + slot, b, c), c);
         }
       }
     }
   }
-  acc = WarpSum(acc);
-  if (lane == 0) p.y[t * p.y_stride + o] += acc;
+#pragma unroll
+  for (int r = 0; r < kAcc; ++r) {
+    if (r < n_tok) {
+      const float sum = WarpSum(acc[r]);
+      if (lane == 0) p.y[(t0 + r) * p.y_stride + o] += sum;
+    }
+  }
+}
+
+// The shared expert decoded once for all tokens from this many tokens (below: once per token, the
+// path measured at 1-2 tokens in session 11).
+constexpr int kSharedOnceMinTokens = 3;
+
+bool SharedOnce(const ExpertGateUpParams& a) {
+  return a.shared_gate != nullptr && a.tokens >= kSharedOnceMinTokens;
+}
+
+// Grid rows of ExpertGateUpKernel: one per act row, or with the shared expert decoded once the
+// routed slots and one shared row.
+int64_t GateUpGridRows(const ExpertGateUpParams& a) {
+  const bool shared = a.shared_gate != nullptr;
+  return SharedOnce(a) ? int64_t{a.tokens} * a.routed + 1
+                       : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
 template <class P>
-cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, int64_t slots, cudaStream_t stream) {
+cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) {
   // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
   // registers) at the one-row kernel's.
   constexpr int D = P::kDepth1 / 2 > 0 ? P::kDepth1 / 2 : 1;
-  const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock), static_cast<unsigned>(slots));
-  return LaunchWithPdl(ExpertGateUpKernel<P, D>, grid, dim3(kThreads), 0, stream, a);
+  const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock),
+                  static_cast<unsigned>(GateUpGridRows(a)));
+  if (SharedOnce(a)) {
+    return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
+  }
+  if (a.tokens == 1) {
+    return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken>, grid, dim3(kThreads), 0, stream, a);
+  }
+  return LaunchWithPdl(ExpertGateUpKernel<P, D, kPerToken>, grid, dim3(kThreads), 0, stream, a);
 }
 
 // Items in flight per lane group in the down kernel: one less than the one-row GEMV's depth for
@@ -205,10 +335,13 @@ inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 
 template <class P>
 cudaError_t LaunchDownTyped(const ExpertDownParams& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                  static_cast<unsigned>(a.tokens));
-  return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream,
-                       a);
+  const unsigned x = static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  if (a.shared_down != nullptr && a.tokens >= kSharedOnceMinTokens) {
+    return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, true>, dim3(x), dim3(kThreads),
+                         0, stream, a);
+  }
+  return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, false>,
+                       dim3(x, static_cast<unsigned>(a.tokens)), dim3(kThreads), 0, stream, a);
 }
 
 }  // namespace
@@ -218,30 +351,28 @@ bool ExpertDecodeFusedSupports(GgmlType type) {
          type == GgmlType::kIQ4_XS;
 }
 
-cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t slots,
-                               cudaStream_t stream) {
-  const bool shared = a.shared_gate != nullptr && a.shared_up != nullptr;
-  const int per_token = a.routed + (shared ? 1 : 0);
-  if (a.p.out % 32 != 0 || a.routed < 1 || slots < per_token || slots % per_token != 0 ||
-      slots > 65535 || a.counters == nullptr) {
+cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, cudaStream_t stream) {
+  if (a.p.out % 32 != 0 || a.routed < 1 || a.tokens < 1 || a.tokens > kMaxSharedTokens ||
+      (a.shared_gate == nullptr) != (a.shared_up == nullptr) || GateUpGridRows(a) > 65535 ||
+      a.counters == nullptr) {
     return cudaErrorInvalidValue;
   }
   switch (type) {
     case GgmlType::kQ8_0:
-      return LaunchGateUpTyped<PieceQ8_0>(a, slots, stream);
+      return LaunchGateUpTyped<PieceQ8_0>(a, stream);
     case GgmlType::kQ4_K:
-      return LaunchGateUpTyped<PieceQ4_K>(a, slots, stream);
+      return LaunchGateUpTyped<PieceQ4_K>(a, stream);
     case GgmlType::kQ5_K:
-      return LaunchGateUpTyped<PieceQ5_K>(a, slots, stream);
+      return LaunchGateUpTyped<PieceQ5_K>(a, stream);
     case GgmlType::kIQ4_XS:
-      return LaunchGateUpTyped<PieceIQ4_XS>(a, slots, stream);
+      return LaunchGateUpTyped<PieceIQ4_XS>(a, stream);
     default:
       return cudaErrorNotSupported;
   }
 }
 
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream) {
-  if (a.routed < 1 || a.tokens < 1 || a.tokens > 65535) return cudaErrorInvalidValue;
+  if (a.routed < 1 || a.tokens < 1 || a.tokens > kMaxSharedTokens) return cudaErrorInvalidValue;
   switch (type) {
     case GgmlType::kQ8_0:
       return LaunchDownTyped<PieceQ8_0>(a, stream);

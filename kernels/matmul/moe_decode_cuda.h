@@ -51,6 +51,7 @@ struct ExpertGateUpParams {
   float limit;
   bool clamp;
   int routed;  // routed slots per token (top_k)
+  int tokens;  // 1..4
   // Optional shared expert (gate and up of the gate type, its own clamp): each token's slot
   // `routed` (its weights are read once per token; the tokens' reads of them mostly hit L2).
   const uint8_t *shared_gate, *shared_up;
@@ -64,8 +65,9 @@ struct ExpertGateUpParams {
   bool act_pair_order;  // the down type's order (Q8ScratchPosition)
   int32_t* counters;    // [slots][n_ff / 32], zero on entry; every launch leaves them zero
 };
-cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, int64_t slots,
-                               cudaStream_t stream);
+// From 3 tokens the shared expert's rows are decoded once for all the tokens (one warp per row),
+// below once per token.
+cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, cudaStream_t stream);
 
 struct ExpertDownParams {
   // The down matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids [tokens][routed]),

@@ -191,8 +191,7 @@ int64_t MoeGemvCudaCounterInts(int64_t tokens, int64_t slots_per_token, int64_t 
 }
 
 bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff) {
-  return tokens >= 1 && tokens <= kMoeGemvFusedSharedMaxTokens &&
-         tokens <= MoeGemvCudaDecodeFusedTokens() && DecodeFusedApplies(n_ff) &&
+  return tokens >= 1 && tokens <= MoeGemvCudaDecodeFusedTokens() && DecodeFusedApplies(n_ff) &&
          gemv_internal::ExpertDecodeFusedSupports(gate_up) &&
          gemv_internal::ExpertDecodeFusedSupports(down);
 }
@@ -381,8 +380,8 @@ KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_
     e.shared_limit = a.shared_limit;
     e.shared_clamp = a.shared_limit > kSwiGluClampThreshold;
   }
-  if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, a.tokens * DecodeSlots(a), stream) !=
-      cudaSuccess) {
+  e.tokens = static_cast<int>(a.tokens);
+  if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, stream) != cudaSuccess) {
     (void)cudaGetLastError();
     return KernelStatus::kInvalidArgument;
   }

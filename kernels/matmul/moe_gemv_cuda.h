@@ -77,13 +77,14 @@ struct MoeGemvCudaArgs {
 inline constexpr int64_t kMoeGemvMaxTokens = 64;
 inline constexpr int64_t kMoeGemvFusedDownMaxTokens = 16;
 // The most tokens the two-kernel path (moe_decode_cuda.h) takes (counters and workspace are sized
-// for it); how many it takes is MoeGemvCudaDecodeFusedTokens(). It streams and decodes every
-// (token, slot)'s matrices - the shared expert's once per token - where the grouped GEMVs decode a
-// matrix once for all the tokens that use it: measured on the H200 (45 layers IQ4_XS, session 11)
-// with the shared expert it wins at 1 and 2 tokens (5.98 -> 5.68 ms, 7.97 -> 7.87 ms) and loses
-// at 4 (11.41 -> 12.07 ms), so the shared expert joins up to kMoeGemvFusedSharedMaxTokens only.
+// for it); how many it takes is MoeGemvCudaDecodeFusedTokens(). Its routed experts stream and
+// decode every (token, slot)'s matrices where the grouped GEMVs decode a matrix once for all the
+// tokens that use it (few share one at 2-4 tokens); the shared expert is decoded once per token at
+// 1-2 tokens and once for all tokens from 3. Measured on the H200 (45 layers IQ4_XS, session 11,
+// the shared expert then decoded per token at any count): 1 and 2 tokens faster (5.98 -> 5.68 ms,
+// 7.97 -> 7.87 ms), 4 tokens slower (11.41 -> 12.07 ms) - hence the default limit of 2 until the
+// decode-once form is measured.
 inline constexpr int64_t kMoeGemvFusedMaxTokens = 4;
-inline constexpr int64_t kMoeGemvFusedSharedMaxTokens = 2;
 // Tokens up to which the two-kernel path runs: STEPSERVE_MOE_DECODE_FUSED (0 = never, up to
 // kMoeGemvFusedMaxTokens; default 2, the counts measured faster) at the first use, or what
 // SetMoeGemvCudaDecodeFusedTokens set (returns the previous value; clamped to 0..4).
@@ -97,8 +98,7 @@ inline constexpr int64_t kMoeGemvMaxExperts = 4000;
 
 int64_t MoeGemvCudaCounterInts(int64_t tokens, int64_t slots_per_token, int64_t n_ff);
 // Whether MoeGemvCuda takes a shared expert for these types and sizes (1 up to
-// kMoeGemvFusedSharedMaxTokens and MoeGemvCudaDecodeFusedTokens() tokens, types the two-kernel
-// path decodes, n_ff a multiple of 32).
+// MoeGemvCudaDecodeFusedTokens() tokens, types the two-kernel path decodes, n_ff a multiple of 32).
 bool MoeGemvCudaTakesShared(GgmlType gate_up, GgmlType down, int64_t tokens, int64_t n_ff);
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff);
 bool MoeGemvCudaSupports(GgmlType gate_up, GgmlType down);

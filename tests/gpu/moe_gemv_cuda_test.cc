@@ -368,13 +368,15 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
       std::string(GgmlTypeName(gu_type)).c_str(), std::string(GgmlTypeName(down_type)).c_str(),
       static_cast<long>(d), static_cast<long>(ff), static_cast<long>(T), err, vs_five, bad_vs_five);
 
-  // The shared expert as one more slot per token (another clamp than the routed one), against
+  // The shared expert as one more slot per token (from 3 tokens decoded once for all of them;
+  // another clamp than the routed one), against
   // the reference of the routed experts plus the shared one as a one-matrix expert set, and
   // against the routed call followed by the shared expert as a routed expert of its own (id 0,
   // weight 1).
   Experts sg(gu_type, d, ff, 1, 31), su(gu_type, d, ff, 1, 32), sd(down_type, ff, d, 1, 33);
   const float shared_limit = limit > 0.0f ? 0.0f : 16.0f;
   auto dids = ToDevice(ids);
+  const DecodeFusedScope all_tokens(kMoeGemvFusedMaxTokens);  // 3-4 tokens too
   MoeGemvCudaArgs with_shared = DeviceArgs(gate, up, down, *dx, x_stride, T, *dids, *dw, K, limit);
   with_shared.has_shared = true;
   with_shared.shared_gate = sg.DeviceMatrix();
@@ -422,7 +424,7 @@ INSTANTIATE_TEST_SUITE_P(
     TypesAndShapes, MoeGemvCudaDecodeTest,
     ::testing::Values(DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 7.0f, 1},
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 0.0f, 2},
-                      // Past kMoeGemvFusedSharedMaxTokens: routed only, a shared expert refused.
+                      // 3-4 tokens: the shared expert's rows decoded once for all tokens.
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 4096, 1280, 0.0f, 4},
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, 768, 256, 0.0f, 1},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 0.0f, 1},
