@@ -76,6 +76,31 @@ std::unique_ptr<DeviceBuffer> ToDevice(const std::vector<T>& v) {
   return d;
 }
 
+// MoeExpertsRef's arguments over the host copies, adding into `y` (rows of n_embd floats);
+// n_embd, n_ff and n_experts from the gate matrices.
+MoeExpertsArgs HostArgs(const Experts& gate, const Experts& up, const Experts& down,
+                        const std::vector<float>& x, int64_t x_stride, int64_t tokens,
+                        const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                        int64_t top_k, float limit, std::vector<float>* y) {
+  MoeExpertsArgs r;
+  r.x = x.data();
+  r.x_stride = x_stride;
+  r.rows = tokens;
+  r.n_embd = gate.in;
+  r.n_ff = gate.out;
+  r.n_experts = gate.n;
+  r.ids = ids.data();
+  r.weights = weights.data();
+  r.top_k = top_k;
+  r.gate = gate.HostMatrix();
+  r.up = up.HostMatrix();
+  r.down = down.HostMatrix();
+  r.limit = limit;
+  r.y = y->data();
+  r.y_stride = gate.in;
+  return r;
+}
+
 // MoeGemvCuda's arguments over device copies (y, workspace and counters left to the caller);
 // n_embd, n_ff and n_experts from the gate matrices.
 MoeGemvCudaArgs DeviceArgs(const Experts& gate, const Experts& up, const Experts& down,
@@ -153,23 +178,9 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   std::vector<float> y0 = testing::RandomVector(tokens * d, 200 + tokens, 0.1f);
 
   std::vector<float> ref = y0;
-  MoeExpertsArgs r;
-  r.x = x.data();
-  r.x_stride = x_stride;
-  r.rows = tokens;
-  r.n_embd = d;
-  r.n_ff = ff;
-  r.n_experts = E;
-  r.ids = ids.data();
-  r.weights = weights.data();
-  r.top_k = K;
-  r.gate = gate.HostMatrix();
-  r.up = up.HostMatrix();
-  r.down = down.HostMatrix();
-  r.limit = limit;
-  r.y = ref.data();
-  r.y_stride = d;
-  ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
+  ASSERT_EQ(
+      MoeExpertsRef(HostArgs(gate, up, down, x, x_stride, tokens, ids, weights, K, limit, &ref)),
+      KernelStatus::kOk);
 
   // IQ4_XS projections also run through the grouped GEMM (SetGroupedGemmCuda), in its F16 form
   // (the default) and its int8 form (SetGroupedGemmF16Cuda kOff): past kMoeGemvMaxTokens where
@@ -288,23 +299,8 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   const std::vector<float> x = testing::RandomVector(T * x_stride, 300 + d);
   const std::vector<float> y0 = testing::RandomVector(n, 400 + d, 0.1f);
   std::vector<float> ref = y0;
-  MoeExpertsArgs r;
-  r.x = x.data();
-  r.x_stride = x_stride;
-  r.rows = T;
-  r.n_embd = d;
-  r.n_ff = ff;
-  r.n_experts = E;
-  r.ids = ids.data();
-  r.weights = weights.data();
-  r.top_k = K;
-  r.gate = gate.HostMatrix();
-  r.up = up.HostMatrix();
-  r.down = down.HostMatrix();
-  r.limit = limit;
-  r.y = ref.data();
-  r.y_stride = d;
-  ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);
+  ASSERT_EQ(MoeExpertsRef(HostArgs(gate, up, down, x, x_stride, T, ids, weights, K, limit, &ref)),
+            KernelStatus::kOk);
 
   auto dx = ToDevice(x), dw = ToDevice(weights);
   // Sized for K + 1 slots per token: the shared expert's run below takes one more.
@@ -393,15 +389,9 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   }
   const std::vector<int32_t> zero_ids(T, 0);
   const std::vector<float> unit_weights(T, 1.0f);
-  r.n_experts = 1;
-  r.ids = zero_ids.data();
-  r.weights = unit_weights.data();
-  r.top_k = 1;
-  r.gate = sg.HostMatrix();
-  r.up = su.HostMatrix();
-  r.down = sd.HostMatrix();
-  r.limit = shared_limit;
-  ASSERT_EQ(MoeExpertsRef(r), KernelStatus::kOk);  // ref += the shared expert
+  ASSERT_EQ(MoeExpertsRef(HostArgs(sg, su, sd, x, x_stride, T, zero_ids, unit_weights, 1,
+                                   shared_limit, &ref)),
+            KernelStatus::kOk);  // ref += the shared expert
   for (int64_t i = 0; i < n; ++i) ref_delta[i] = ref[i] - y0[i];
   const std::vector<float> got = minus_y0(call(with_shared, y0));
   EXPECT_TRUE(counters_zero());
