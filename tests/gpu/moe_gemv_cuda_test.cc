@@ -503,5 +503,56 @@ TEST(MoeGemvCudaValidateTest, ManyTokensForQ6KDownInTheAllModeOnly) {
   EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
 }
 
+// The two-kernel path's token limit and when a shared expert is taken (host logic, no device).
+TEST(MoeGemvCudaValidateTest, DecodeTokenLimitAndSharedExpert) {
+  const DecodeFusedScope scope(2);  // the default, whatever the environment says
+  EXPECT_EQ(SetMoeGemvCudaDecodeFusedTokens(-1), 2);
+  EXPECT_EQ(MoeGemvCudaDecodeFusedTokens(), 0);  // clamped
+  SetMoeGemvCudaDecodeFusedTokens(9);
+  EXPECT_EQ(MoeGemvCudaDecodeFusedTokens(), kMoeGemvFusedMaxTokens);
+  SetMoeGemvCudaDecodeFusedTokens(2);
+  constexpr GgmlType kIq4 = GgmlType::kIQ4_XS;
+  EXPECT_TRUE(MoeGemvCudaTakesShared(kIq4, kIq4, 1, 1280));
+  EXPECT_TRUE(MoeGemvCudaTakesShared(kIq4, kIq4, 2, 1280));
+  EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 3, 1280));  // past the limit
+  EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 1, 1296));  // n_ff not in 32-row blocks
+  EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, GgmlType::kQ6_K, 1, 1280));  // down not decoded
+  EXPECT_TRUE(MoeGemvCudaTakesShared(GgmlType::kQ4_K, GgmlType::kQ5_K, 1, 1280));
+  {
+    const DecodeFusedScope off(0);
+    EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 1, 1280));
+  }
+  {
+    const DecodeFusedScope four(4);
+    EXPECT_TRUE(MoeGemvCudaTakesShared(kIq4, kIq4, 4, 1280));
+    EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 5, 1280));
+  }
+  EXPECT_EQ(MoeGemvCudaCounterInts(2, 9, 1280), 2 * 9 * 40);
+
+  // Validation of a shared expert: types as the routed experts', counters, the token limit, a
+  // workspace for top_k + 1 slots per token.
+  MoeGemvCudaArgs a = ValidationArgs(kIq4, kIq4, 1);
+  static int32_t counters[1];
+  a.has_shared = true;
+  a.shared_gate = a.shared_up = a.shared_down =
+      ExpertMatrixCuda{kIq4, reinterpret_cast<void*>(uintptr_t{256}), 144, 0};
+  a.counters = counters;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kOk);
+  a.shared_down.type = GgmlType::kQ4_K;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kUnsupportedType);
+  a.shared_down.type = kIq4;
+  a.counters = nullptr;
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
+  a.counters = counters;
+  a.shared_up.row_bytes = 136;  // not a multiple of 16
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
+  a.shared_up.row_bytes = 144;
+  a.tokens = 3;  // past the limit of 2
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
+  a.tokens = 1;
+  a.workspace_bytes = MoeGemvCudaWorkspaceBytes(1, a.top_k, a.n_embd, a.n_ff);  // no extra slot
+  EXPECT_EQ(ValidateMoeGemvCuda(a), KernelStatus::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace stepserve::kernels
