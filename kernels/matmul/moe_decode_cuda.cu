@@ -300,9 +300,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // path measured at 1-2 tokens in session 11).
 constexpr int kSharedOnceMinTokens = 3;
 
-bool SharedOnce(const ExpertGateUpParams& a) {
-  return a.shared_gate != nullptr && a.tokens >= kSharedOnceMinTokens;
+// The one predicate both launchers use: with a shared expert, from kSharedOnceMinTokens tokens.
+bool SharedOnce(const void* shared_matrix, int tokens) {
+  return shared_matrix != nullptr && tokens >= kSharedOnceMinTokens;
 }
+bool SharedOnce(const ExpertGateUpParams& a) { return SharedOnce(a.shared_gate, a.tokens); }
 
 // Grid rows of ExpertGateUpKernel: one per act row, or with the shared expert decoded once the
 // routed slots and one shared row.
@@ -336,12 +338,29 @@ inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 template <class P>
 cudaError_t LaunchDownTyped(const ExpertDownParams& a, cudaStream_t stream) {
   const unsigned x = static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (a.shared_down != nullptr && a.tokens >= kSharedOnceMinTokens) {
+  if (SharedOnce(a.shared_down, a.tokens)) {
     return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, true>, dim3(x), dim3(kThreads),
                          0, stream, a);
   }
   return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, false>,
                        dim3(x, static_cast<unsigned>(a.tokens)), dim3(kThreads), 0, stream, a);
+}
+
+// launch(P{}) for the piece decoding `type`: the types of ExpertDecodeFusedSupports.
+template <class Launch>
+cudaError_t DispatchPiece(GgmlType type, Launch launch) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return launch(PieceQ8_0{});
+    case GgmlType::kQ4_K:
+      return launch(PieceQ4_K{});
+    case GgmlType::kQ5_K:
+      return launch(PieceQ5_K{});
+    case GgmlType::kIQ4_XS:
+      return launch(PieceIQ4_XS{});
+    default:
+      return cudaErrorNotSupported;
+  }
 }
 
 }  // namespace
@@ -357,34 +376,14 @@ cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, cudaS
       a.counters == nullptr) {
     return cudaErrorInvalidValue;
   }
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return LaunchGateUpTyped<PieceQ8_0>(a, stream);
-    case GgmlType::kQ4_K:
-      return LaunchGateUpTyped<PieceQ4_K>(a, stream);
-    case GgmlType::kQ5_K:
-      return LaunchGateUpTyped<PieceQ5_K>(a, stream);
-    case GgmlType::kIQ4_XS:
-      return LaunchGateUpTyped<PieceIQ4_XS>(a, stream);
-    default:
-      return cudaErrorNotSupported;
-  }
+  return DispatchPiece(type,
+                       [&](auto piece) { return LaunchGateUpTyped<decltype(piece)>(a, stream); });
 }
 
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream) {
   if (a.routed < 1 || a.tokens < 1 || a.tokens > kMaxSharedTokens) return cudaErrorInvalidValue;
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return LaunchDownTyped<PieceQ8_0>(a, stream);
-    case GgmlType::kQ4_K:
-      return LaunchDownTyped<PieceQ4_K>(a, stream);
-    case GgmlType::kQ5_K:
-      return LaunchDownTyped<PieceQ5_K>(a, stream);
-    case GgmlType::kIQ4_XS:
-      return LaunchDownTyped<PieceIQ4_XS>(a, stream);
-    default:
-      return cudaErrorNotSupported;
-  }
+  return DispatchPiece(type,
+                       [&](auto piece) { return LaunchDownTyped<decltype(piece)>(a, stream); });
 }
 
 }  // namespace stepserve::kernels::gemv_internal
