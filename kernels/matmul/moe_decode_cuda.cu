@@ -228,25 +228,45 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int items = (shared_slot + (a.shared_down != nullptr ? 1 : 0)) * nb;
   const int32_t* ids = p.matrix_ids + t0 * a.routed;
   const float* weights = a.weights + t0 * a.routed;
-  // Item i's row block, or null for an expert id out of range.
-  auto block_of = [&](int i, int* slot, int* b) -> const uint8_t* {
-    *slot = i / nb;
-    *b = i - *slot * nb;
-    if (*slot == shared_slot) {
-      return a.shared_down + o * a.shared_down_row_bytes + *b * P::kBytes;
-    }
-    const int32_t id = ids[*slot];
-    if (id < 0 || id >= p.n_matrices) return nullptr;
-    return p.w + id * p.w_matrix_bytes + o * p.w_row_bytes + *b * P::kBytes;
+  // Lane group g takes items g, g + kGroups, ... (item i: slot i / nb, block i % nb). Cursors
+  // advance by kGroups items as (step_slots, step_b) with one carry, so the loop divides by the
+  // run-time nb once per warp instead of twice per item (~20 instructions each).
+  struct Cursor {
+    int i, slot, b;
   };
+  const int step_slots = kGroups / nb, step_b = kGroups - step_slots * nb;
+  auto advance = [&](Cursor& cur) {
+    cur.i += kGroups;
+    cur.slot += step_slots;
+    cur.b += step_b;
+    if (cur.b >= nb) {
+      cur.b -= nb;
+      ++cur.slot;
+    }
+  };
+  // The cursor's row block, or null for an expert id out of range.
+  auto row_block = [&](const Cursor& cur) -> const uint8_t* {
+    if (cur.slot == shared_slot) {
+      return a.shared_down + o * a.shared_down_row_bytes + cur.b * P::kBytes;
+    }
+    const int32_t id = ids[cur.slot];
+    if (id < 0 || id >= p.n_matrices) return nullptr;
+    return p.w + id * p.w_matrix_bytes + o * p.w_row_bytes + cur.b * P::kBytes;
+  };
+  const Cursor first{g, g / nb, g - (g / nb) * nb};
+  Cursor load = first, use = first;
   typename P::Raw ring[D];
+  bool loaded[D];  // the ring slot holds a block (false: an expert id out of range)
 #pragma unroll
   for (int k = 0; k < D; ++k) {
-    const int i = g + k * kGroups;
-    int slot, b;
-    if (i < items) {
-      if (const uint8_t* blk = block_of(i, &slot, &b)) ring[k] = P::LoadRaw(blk, c);
+    loaded[k] = false;
+    if (load.i < items) {
+      if (const uint8_t* blk = row_block(load)) {
+        ring[k] = P::LoadRaw(blk, c);
+        loaded[k] = true;
+      }
     }
+    advance(load);
   }
   float acc[kAcc];
 #pragma unroll
@@ -254,18 +274,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int i0 = g; i0 < items; i0 += D * kGroups) {
 #pragma unroll
     for (int k = 0; k < D; ++k) {
-      const int i = i0 + k * kGroups;
-      if (i < items) {
-        int slot, b;
-        const bool valid = block_of(i, &slot, &b) != nullptr;
+      if (use.i < items) {  // use.i == i0 + k * kGroups
+        const bool valid = loaded[k];
+        const int slot = use.slot, b = use.b;
         const typename P::W w = P::Decode(ring[k], b, c, p);
-        const int next = i + D * kGroups;
-        if (next < items) {
-          int next_slot, next_b;
-          if (const uint8_t* blk = block_of(next, &next_slot, &next_b)) {
+        loaded[k] = false;
+        if (load.i < items) {
+          if (const uint8_t* blk = row_block(load)) {
             ring[k] = P::LoadRaw(blk, c);
+            loaded[k] = true;
           }
         }
+        advance(load);
         if constexpr (kSharedOnce) {
           if (slot == shared_slot) {  // weight 1, every token's shared act row
 #pragma unroll
@@ -284,6 +304,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           const float weight = slot < a.routed ? weights[slot] : 1.0f;  // shared: weight 1
           acc[0] += weight * P::Dot(w, P::LoadX(p, t0 * per_token + slot, b, c), c);
         }
+        advance(use);
       }
     }
   }
