@@ -5,7 +5,6 @@
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
@@ -28,14 +27,13 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// Rows `wa` and `wb` (same type and length p.in) dotted with the activation row load_x(b, c)
-// returns (block b, lane c of its group), sharing its loads; the warp-reduced sums in every lane.
-// Lane group g = lane / kLanes walks blocks g, g + G,
+// Rows `wa` and `wb` (same type and length p.in) dotted with activation row x_row, sharing its
+// loads; the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G,
 // ... with D steps of raw words of both rows in flight (gemv_q8x_cuda.cu's AccumulateRows with
 // two rows).
-template <class P, int D, class LoadX>
+template <class P, int D>
 __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* wa,
-                                           const uint8_t* wb, LoadX load_x, int lane, float* sa,
+                                           const uint8_t* wb, int x_row, int lane, float* sa,
                                            float* sb) {
   constexpr int kGroups = 32 / P::kLanes;
   const int g = lane / P::kLanes, c = lane % P::kLanes;
@@ -62,7 +60,7 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
           ra[k] = P::LoadRaw(wa + next * P::kBytes, c);
           rb[k] = P::LoadRaw(wb + next * P::kBytes, c);
         }
-        const typename P::X x = load_x(b, c);
+        const typename P::X x = P::LoadX(p, x_row, b, c);
         acc_a += P::Dot(va, x, c);
         acc_b += P::Dot(vb, x, c);
       }
@@ -153,26 +151,7 @@ __device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& 
 // at compile time (the activation row addressing stays out of the loop's registers: 20 bytes of
 // spill for IQ4_XS against 88 with a run-time row).
 constexpr int kMaxSharedTokens = 4;
-enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce, kOneTokenStaged };
-
-// kOneTokenStaged (IQ4_XS, one token, STEPSERVE_GEMV_ACT_SMEM=1 while it is measured): the CTA
-// first copies the token's int8 activations and scales into shared memory (dynamic, StagedBytes)
-// as the staged one-row GEMV does (gemv_onerow_smem_cuda.cu: the 16-byte halves of each 32-value
-// piece in two arrays, then the scales), and the dot products read them from there.
-size_t StagedBytes(int64_t in) { return static_cast<size_t>(in + in / 32 * 4); }
-
-__device__ __forceinline__ void StageActivations(const GemvParams& p, uint4* staged) {
-  const int pieces = static_cast<int>(p.in / 32);
-  auto* scales = reinterpret_cast<float*>(staged + 2 * pieces);
-  const auto* xq = reinterpret_cast<const uint4*>(p.xq);
-  for (int i = static_cast<int>(threadIdx.x); i < 2 * pieces; i += kThreads) {
-    staged[(i & 1) * pieces + (i >> 1)] = __ldg(xq + i);
-  }
-  for (int i = static_cast<int>(threadIdx.x); i < pieces; i += kThreads) {
-    scales[i] = __ldg(&p.xd[i].x);
-  }
-  __syncthreads();
-}
+enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce };
 
 template <class P, int D, int kMode>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
@@ -186,8 +165,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // The router that writes the ids and the norm / quantizer that writes x's int8 form.
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  extern __shared__ uint4 staged[];
-  if constexpr (kMode == kOneTokenStaged) StageActivations(p, staged);
   if constexpr (kMode == kSharedOnce) {
     if (k == a.tokens * a.routed) {
       float gate[kMaxSharedTokens], up[kMaxSharedTokens];
@@ -205,31 +182,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
   int t = 0, j = k;
-  if constexpr (kMode == kPerToken || kMode == kSharedOnce) {
+  if constexpr (kMode != kOneToken) {
     const int slots_per_row = kMode == kSharedOnce ? a.routed : per_token;
     t = k / slots_per_row;
     j = k - t * slots_per_row;
   }
-  auto load_x = [&](int b, int c) {
-    if constexpr (kMode == kOneTokenStaged) {
-      const int pieces = static_cast<int>(p.in / 32), at = b * (P::kElems / 32) + c;
-      typename P::X x;
-      x.a = staged[at];
-      x.b = staged[pieces + at];
-      x.d = reinterpret_cast<const float*>(staged + 2 * pieces)[at];
-      return x;
-    } else {
-      return P::LoadX(p, t, b, c);
-    }
-  };
   float gate = 0.f, up = 0.f;
   const bool shared = j == a.routed;
   if (shared) {
     DotTwoRows<P, D>(p, a.shared_gate + o * a.shared_gate_row_bytes,
-                     a.shared_up + o * a.shared_up_row_bytes, load_x, lane, &gate, &up);
+                     a.shared_up + o * a.shared_up_row_bytes, t, lane, &gate, &up);
   } else if (const int32_t id = p.matrix_ids[t * a.routed + j]; id >= 0 && id < p.n_matrices) {
     DotTwoRows<P, D>(p, p.w + id * p.w_matrix_bytes + o * p.w_row_bytes,
-                     a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, load_x, lane, &gate, &up);
+                     a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, t, lane, &gate, &up);
   }
   StoreAndQuantizeBlock(a, t * per_token + j, o, lane,
                         shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
@@ -381,13 +346,6 @@ cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) 
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
   }
   if (a.tokens == 1) {
-    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
-      if (GemvActivationsSmemSetting().load(std::memory_order_relaxed) == 1 &&
-          StagedBytes(a.p.in) <= 48 * 1024 && reinterpret_cast<uintptr_t>(a.p.xq) % 16 == 0) {
-        return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneTokenStaged>, grid, dim3(kThreads),
-                             StagedBytes(a.p.in), stream, a);
-      }
-    }
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken>, grid, dim3(kThreads), 0, stream, a);
   }
   return LaunchWithPdl(ExpertGateUpKernel<P, D, kPerToken>, grid, dim3(kThreads), 0, stream, a);
