@@ -87,14 +87,6 @@ cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t grou
 // whatever SetGemvCudaStreamMode set.
 std::atomic<int>& GemvStreamModeSetting();
 
-// The one-row IQ4_XS GEMV with its activations staged in shared memory (gemv_onerow_smem_cuda.cu;
-// plain mode, p.rows == 1), taken instead of GemvIq4XsOneRowKernel when
-// GemvActivationsSmemSetting() is 1 (STEPSERVE_GEMV_ACT_SMEM at the first use; default 0 while it
-// is measured). cudaErrorNotSupported, with nothing launched, where it does not apply.
-std::atomic<int>& GemvActivationsSmemSetting();
-cudaError_t LaunchGemvIq4XsOneRowSmem(const GemvParams& p, bool overlap_previous,
-                                      cudaStream_t stream);
-
 // 2..kGemvMmaMaxRows activation rows of IQ4_XS (plain mode, p.x_pair_order) through the
 // tensor-core kernel (gemv_mma_cuda.cu); cudaErrorNotSupported, with nothing launched, for
 // anything else: the caller then takes the dp4a kernels. LaunchGemvQ8x takes it from

@@ -388,10 +388,6 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   }
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (p.rows == 1) {
-      if (GemvActivationsSmemSetting().load(std::memory_order_relaxed) == 1) {
-        const cudaError_t err = LaunchGemvIq4XsOneRowSmem(p, overlap_previous, stream);
-        if (err != cudaErrorNotSupported) return err;
-      }
       return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous, stream);
     }
   }

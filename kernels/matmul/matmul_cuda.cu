@@ -244,10 +244,6 @@ GroupedGemmMode SetGroupedGemmCuda(GroupedGemmMode mode) {
       gemv_internal::GroupedGemmSetting().exchange(static_cast<int>(mode)));
 }
 
-bool SetGemvCudaActivationsSmem(bool on) {
-  return gemv_internal::GemvActivationsSmemSetting().exchange(on ? 1 : 0) == 1;
-}
-
 GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode) {
   return static_cast<GemvStreamMode>(
       gemv_internal::GemvStreamModeSetting().exchange(static_cast<int>(mode)));

@@ -68,11 +68,6 @@ enum class GemvStreamMode : int { kNever = 0, kAuto = 1, kAlways = 2 };
 inline constexpr int64_t kGemvStreamAutoBytes = int64_t{64} << 20;
 GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode);
 
-// Whether the one-row IQ4_XS GEMV stages its int8 activations in shared memory
-// (gemv_onerow_smem_cuda.cu; same results bit for bit): STEPSERVE_GEMV_ACT_SMEM=1 at the first
-// GEMV, default off while it is measured. Returns the previous setting.
-bool SetGemvCudaActivationsSmem(bool on);
-
 // Grouped mode (GemvIndexedCuda with grouping) on IQ4_XS through the grouped tensor-core GEMM
 // (64 weight rows x 32 groups per CTA) instead of the grouped tensor-core GEMV (many groups per
 // matrix: a prefill's MoE) or the dp4a grouped GEMV (few). kManyGroups by default (measured on

@@ -4,9 +4,7 @@
 // (SetGemvCudaStreamMode), which computes the same per-lane sums (in another order on short
 // rows). Shapes
 // make each CTA take more units than its ring has stages (the barrier phases wrap) and end in a
-// partial stage; the indexed (MoE) mode mixes valid and out-of-range matrix ids. Also the one-row
-// IQ4_XS kernel with its activations staged in shared memory (SetGemvCudaActivationsSmem): the
-// same bits as the warp-per-row kernel it replaces.
+// partial stage; the indexed (MoE) mode mixes valid and out-of-range matrix ids.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -237,66 +235,6 @@ TEST(GemvStreamIndexedTest, MixedIdsMatchCpuAndWarpRows) {
     std::printf("[ rel ] indexed %s streamed vs f32 %.3g, vs warp-per-row %.3g\n",
                 std::string(GgmlTypeName(type)).c_str(), vs_f32, vs_warp);
   }
-}
-
-// The one-row IQ4_XS GEMV with staged activations against the CPU and, bit for bit, against the
-// warp-per-row kernel (the same per-lane sums in the same order). {5, 2048}: 8 blocks per row (the
-// shortest row that is not "short") and a CTA with three rows past `out` (they only copy); {12289,
-// 12288}: the o projection's width; {1283, 46080}: more staged bytes than the kernel takes (48
-// KiB), so the warp-per-row kernel runs.
-TEST(GemvActivationsSmemTest, OneRowIq4XsMatchesCpuAndWarpRowsBitwise) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  const GgmlType type = GgmlType::kIQ4_XS;
-  const GemvStreamMode was_mode = SetGemvCudaStreamMode(GemvStreamMode::kNever);
-  for (const Shape shape :
-       {Shape{5, 2048}, Shape{33, 4096}, Shape{12289, 12288}, Shape{1283, 46080}}) {
-    const auto [out, in] = shape;
-    std::random_device rd;
-    const uint64_t seed = (uint64_t{rd()} << 32) | rd();
-    SCOPED_TRACE("seed " + std::to_string(seed) + " out " + std::to_string(out) + " in " +
-                 std::to_string(in));
-    const std::vector<uint8_t> w = RandomMatrices(type, 1, out, in, seed);
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    std::vector<float> x(in);
-    for (float& v : x) v = normal(rng);
-    const std::vector<double> ref = RefProduct(type, w.data(), out, in, x.data());
-    const int64_t y_stride = out + 5, scratch_bytes = GemvCudaScratchBytes(in, 1);
-    DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(y_stride * 4), ds(scratch_bytes);
-    ASSERT_TRUE(dw.ptr && dx.ptr && dy.ptr && ds.ptr);
-    ASSERT_EQ(cudaMemcpy(dw.ptr, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dx.ptr, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    const GemvCudaArgs args{.type = type,
-                            .w = dw.ptr,
-                            .w_row_bytes = PaddedRowBytes(type, in),
-                            .in = in,
-                            .out = out,
-                            .x = static_cast<float*>(dx.ptr),
-                            .x_stride = in,
-                            .rows = 1,
-                            .y = static_cast<float*>(dy.ptr),
-                            .y_stride = y_stride,
-                            .scratch = ds.ptr,
-                            .scratch_bytes = scratch_bytes};
-    std::vector<double> staged, warp_rows;
-    const bool was_smem = SetGemvCudaActivationsSmem(true);
-    RunPoisoned([&] { return GemvCuda(args, nullptr); }, dy.ptr, 1, out, y_stride, &staged);
-    SetGemvCudaActivationsSmem(false);
-    if (!HasFatalFailure()) {
-      RunPoisoned([&] { return GemvCuda(args, nullptr); }, dy.ptr, 1, out, y_stride, &warp_rows);
-    }
-    SetGemvCudaActivationsSmem(was_smem);
-    if (HasFatalFailure()) break;
-    const double vs_f32 = RelError(staged, ref);
-    EXPECT_LE(vs_f32, kMaxRelErrorVsF32);
-    int64_t differ = 0;
-    for (int64_t o = 0; o < out; ++o) differ += staged[o] != warp_rows[o];
-    EXPECT_EQ(differ, 0) << "outputs not bit-equal to the warp-per-row kernel's";
-    std::printf("[ rel ] staged activations out %lld in %lld vs f32 %.3g, %lld of %lld differ\n",
-                static_cast<long long>(out), static_cast<long long>(in), vs_f32,
-                static_cast<long long>(differ), static_cast<long long>(out));
-  }
-  SetGemvCudaStreamMode(was_mode);
 }
 
 }  // namespace
