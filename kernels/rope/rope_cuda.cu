@@ -5,6 +5,7 @@
 
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
+#include "kernels/rope/qk_norm_rope.cuh"
 #include "kernels/rope/rope_cuda.h"
 
 namespace stepserve::kernels {
@@ -13,7 +14,6 @@ namespace {
 using cuda_reduce::kWarpSize;
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kMaxHeadDim = static_cast<int>(kQkNormRopeCudaMaxHeadDim);
 
 struct QkNormRopeParams {
   QkNormRopeCudaArgs a;
@@ -23,70 +23,29 @@ struct QkNormRopeParams {
 // Grid: x = token, y = a chunk of kWarpsPerBlock heads (q heads first, then k heads), so a lone
 // decode token of 96 + 8 heads still spreads over 13 blocks instead of one block looping over
 // them. Each block builds its token's cos/sin table (cheap: n_rot/2 entries), then each warp
-// normalises and rotates one head, holding its elements in registers between the two passes.
+// normalises and rotates one head (qk_norm_rope.cuh).
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     QkNormRopeKernel(QkNormRopeParams params) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  __shared__ float cos_table[kMaxHeadDim / 2];
-  __shared__ float sin_table[kMaxHeadDim / 2];
-  __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
+  __shared__ float cos_table[qk_norm_rope::kMaxHeadDim / 2];
+  __shared__ float sin_table[qk_norm_rope::kMaxHeadDim / 2];
+  __shared__ float staged[kWarpsPerBlock][qk_norm_rope::kMaxHeadDim];
   const QkNormRopeCudaArgs& a = params.a;
   const int64_t t = blockIdx.x;
-  const int dh = static_cast<int>(a.head_dim);
-  const int half = static_cast<int>(a.n_rot / 2);
-
-  // Angle table for this token. theta_j = p * tau^j is the same running product the CPU kernel
-  // forms (j multiplications in order), so the angle is bit-identical before cos/sin.
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    float theta = static_cast<float>(a.positions[t]);
-    for (int i = 0; i < j; ++i) theta *= params.tau;
-    const float phi = a.freq_factors != nullptr ? theta / a.freq_factors[j] : theta;
-    cos_table[j] = cosf(phi);
-    sin_table[j] = sinf(phi);
-  }
+  const int64_t dh = a.head_dim;
+  qk_norm_rope::BuildAngles(a, params.tau, t, cos_table, sin_table);
   __syncthreads();
 
-  constexpr int kPerLane = kMaxHeadDim / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  float* head = staged[warp];
   const int64_t heads = a.q_heads + a.k_heads;
   for (int64_t h = int64_t{blockIdx.y} * kWarpsPerBlock + warp; h < heads;
        h += int64_t{gridDim.y} * kWarpsPerBlock) {
     const bool is_q = h < a.q_heads;
     float* x = is_q ? a.q + t * a.q_stride + h * dh : a.k + t * a.k_stride + (h - a.q_heads) * dh;
-    const float* weight = is_q ? a.q_norm : a.k_norm;
-    float values[kPerLane];
-    float sum_sq = 0.0f;
-#pragma unroll
-    for (int m = 0; m < kPerLane; ++m) {
-      const int i = lane + m * kWarpSize;
-      values[m] = i < dh ? x[i] : 0.0f;
-      sum_sq += values[m] * values[m];
-    }
-    sum_sq = cuda_reduce::WarpSum(sum_sq);
-    const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + a.eps);
-#pragma unroll
-    for (int m = 0; m < kPerLane; ++m) {
-      const int i = lane + m * kWarpSize;
-      if (i < dh) head[i] = values[m] * inv * weight[i];
-    }
-    __syncwarp();
-#pragma unroll
-    for (int m = 0; m < kPerLane; ++m) {
-      const int i = lane + m * kWarpSize;
-      if (i >= dh) break;
-      float out = head[i];
-      if (i < half) {
-        out = head[i] * cos_table[i] - head[i + half] * sin_table[i];
-      } else if (i < 2 * half) {
-        const int j = i - half;
-        out = head[j] * sin_table[j] + head[i] * cos_table[j];
-      }
-      x[i] = out;
-    }
-    __syncwarp();  // every lane has read `head` before the next head overwrites it
+    float rotated[qk_norm_rope::kPerLane];
+    qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, cos_table, sin_table, staged[warp],
+                               rotated);
   }
 }
 

@@ -1,0 +1,80 @@
+// Device pieces of the fused q/k norm + RoPE (rope_cuda.h), shared by its own kernel and the one
+// that also appends K and V to the cache (kernels/attention/kv_append_rope_cuda.cu), so both do
+// the same float operations in the same order.
+#ifndef STEPSERVE_KERNELS_ROPE_QK_NORM_ROPE_CUH_
+#define STEPSERVE_KERNELS_ROPE_QK_NORM_ROPE_CUH_
+
+#include <cstdint>
+
+#include "kernels/common/cuda_reduce.cuh"
+#include "kernels/rope/rope_cuda.h"
+
+namespace stepserve::kernels::qk_norm_rope {
+
+inline constexpr int kMaxHeadDim = static_cast<int>(kQkNormRopeCudaMaxHeadDim);
+inline constexpr int kPerLane = kMaxHeadDim / cuda_reduce::kWarpSize;  // head elements per lane
+
+// The cos / sin table of token t (n_rot / 2 entries), built by the whole block; the caller
+// synchronises before reading it. theta_j = p * tau^j is the running product the CPU kernel forms
+// (j multiplications in order), so the angle is bit-identical before cos/sin.
+__device__ __forceinline__ void BuildAngles(const QkNormRopeCudaArgs& a, float tau, int64_t t,
+                                            float* cos_table, float* sin_table) {
+  const int half = static_cast<int>(a.n_rot / 2);
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    float theta = static_cast<float>(a.positions[t]);
+    for (int i = 0; i < j; ++i) theta *= tau;
+    const float phi = a.freq_factors != nullptr ? theta / a.freq_factors[j] : theta;
+    cos_table[j] = cosf(phi);
+    sin_table[j] = sinf(phi);
+  }
+}
+
+// One warp: head x (head_dim floats) <- RMSNorm(x; weight), then the first n_rot dims rotated, in
+// place; out[m] is element lane + 32 m of the result (m < kPerLane, elements past head_dim 0).
+// `staged` (head_dim floats of shared memory, the warp's own) holds the normalised head so the
+// rotation can pair dims j and j + n_rot / 2.
+__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
+                                             const float* weight, const float* cos_table,
+                                             const float* sin_table, float* staged,
+                                             float (&out)[kPerLane]) {
+  constexpr int kWarp = cuda_reduce::kWarpSize;
+  const int lane = threadIdx.x % kWarp;
+  const int dh = static_cast<int>(a.head_dim);
+  const int half = static_cast<int>(a.n_rot / 2);
+  float values[kPerLane];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * kWarp;
+    values[m] = i < dh ? x[i] : 0.0f;
+    sum_sq += values[m] * values[m];
+  }
+  sum_sq = cuda_reduce::WarpSum(sum_sq);
+  const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + a.eps);
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * kWarp;
+    if (i < dh) staged[i] = values[m] * inv * weight[i];
+  }
+  __syncwarp();
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * kWarp;
+    out[m] = 0.0f;
+    if (i >= dh) continue;
+    float r = staged[i];
+    if (i < half) {
+      r = staged[i] * cos_table[i] - staged[i + half] * sin_table[i];
+    } else if (i < 2 * half) {
+      const int j = i - half;
+      r = staged[j] * sin_table[j] + staged[i] * cos_table[j];
+    }
+    x[i] = r;
+    out[m] = r;
+  }
+  __syncwarp();  // every lane has read `staged` before the warp's next head overwrites it
+}
+
+}  // namespace stepserve::kernels::qk_norm_rope
+
+#endif  // STEPSERVE_KERNELS_ROPE_QK_NORM_ROPE_CUH_
