@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention/kv_append_store.cuh"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
@@ -17,8 +18,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-__device__ __forceinline__ void Store(float* dst, float x) { *dst = x; }
-__device__ __forceinline__ void Store(__half* dst, float x) { *dst = __float2half_rn(x); }
+using kv_append::Store;
 
 template <typename KvT>
 __global__ void __launch_bounds__(kThreads)
@@ -58,25 +58,13 @@ __global__ void __launch_bounds__(kThreads)
     const int blk = is_k ? b : b - row_blocks;
     const float x = (is_k ? k + t * k_stride : v + t * v_stride)[blk * kKvQ8BlockElems + lane];
     uint8_t* dst = (is_k ? k_cache : v_cache) + (slot * row_blocks + blk) * kKvQ8BlockBytes;
-    // QuantQ8_0 step by step. Its amax starts at 0 and fmax skips NaN; fmaxf(0, |x|) per lane
-    // keeps NaN out of the reduction the same way. The explicit _rn intrinsics pin IEEE division
-    // and an unfused product whatever nvcc's flags.
-    const float amax = cuda_reduce::WarpMax(fmaxf(0.0f, fabsf(x)));
-    const __half d16 = __float2half_rn(__fdiv_rn(amax, 127.0f));
-    // Divides by the stored (rounded) scale, as the CPU does.
-    const float d = __half2float(d16);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    // rintf rounds half to even like std::nearbyint in the default rounding mode; fmaxf(-127, NaN)
-    // is -127 as std::fmax is.
-    const float q = fminf(127.0f, fmaxf(-127.0f, rintf(__fmul_rn(x, id))));
-    dst[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
-    if (lane == 0) *reinterpret_cast<uint16_t*>(dst) = __half_as_ushort(d16);  // 2-byte aligned
+    kv_append::StoreQ8Block(dst, x, lane);
   }
 }
 
 }  // namespace
 
-KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
+KernelStatus ValidateKvAppendCuda(const KvAppendArgs& a) {
   const PagedKv& kv = a.kv;
   if (KernelStatus s = ValidatePagedKvCuda(kv); s != KernelStatus::kOk) return s;
   if (a.tokens < 0 || a.k == nullptr || a.v == nullptr || a.slots == nullptr) {
@@ -93,7 +81,14 @@ KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
     if (width / kKvQ8BlockElems > 0x3FFFFFFF) return KernelStatus::kTooLarge;
   }
   if (a.tokens > 0x7FFFFFFF) return KernelStatus::kTooLarge;
+  return KernelStatus::kOk;
+}
+
+KernelStatus KvAppendCuda(const KvAppendArgs& a, cudaStream_t stream) {
+  if (KernelStatus s = ValidateKvAppendCuda(a); s != KernelStatus::kOk) return s;
   if (a.tokens == 0) return KernelStatus::kOk;
+  const PagedKv& kv = a.kv;
+  const int64_t width = kv.kv_heads * kv.head_dim;
   const int64_t total_slots = kv.num_blocks * kv.block_size;
   const unsigned grid = static_cast<unsigned>(a.tokens);
   if (kv.dtype == KvDtype::kQ8_0) {

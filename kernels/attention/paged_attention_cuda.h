@@ -185,6 +185,8 @@ int64_t PrefillAttentionCudaLaunches();
 // aligned) quantize each 32-value block with the operations of engine/quant's Q8_0 quantizer, so
 // the bytes equal KvAppendCpu's for the same inputs.
 KernelStatus KvAppendCuda(const KvAppendArgs& args, cudaStream_t stream);
+// KvAppendCuda's host-side checks (pointers set, strides, the cache's geometry and alignment).
+KernelStatus ValidateKvAppendCuda(const KvAppendArgs& args);
 
 }  // namespace stepserve::kernels
 
