@@ -9,6 +9,7 @@
 //   RETURN_IF_ERROR(ops->Matmul(a, wq, q));                        // q: [H*Dh, T]; also k, v, g
 //   RETURN_IF_ERROR(ops->QkNormRope(q, k, rope_params, positions));  // in place
 //   RETURN_IF_ERROR(ops->AppendKv(k, v, batch, cache));            // before Attention
+//   (or both in one: ops->QkNormRopeAppendKv(q, k, v, rope_params, batch, cache))
 //   RETURN_IF_ERROR(ops->Attention(q, batch, cache, {.window = W, .scale = kappa}, o));
 //   RETURN_IF_ERROR(ops->HeadGate(o, g, Dh));                      // in place
 //   RETURN_IF_ERROR(ops->Matmul(o, wo, attn_out));
@@ -292,6 +293,16 @@ class Backend {
   // Writes k, v rows ([G*Dh, T]) at their positions into the sequences' pages.
   virtual absl::Status AppendKv(const TensorView& k, const TensorView& v,
                                 const AttentionBatch& batch, const KvCacheView& cache) = 0;
+  // QkNormRope(q, k, params, batch.positions) then AppendKv(k, v, batch, cache), which a backend
+  // may do in one pass (the same q, k and cache contents). By default the two ops.
+  virtual absl::Status QkNormRopeAppendKv(const TensorView& q, const TensorView& k,
+                                          const TensorView& v, const QkNormRopeParams& params,
+                                          const AttentionBatch& batch, const KvCacheView& cache) {
+    if (absl::Status status = QkNormRope(q, k, params, batch.positions); !status.ok()) {
+      return status;
+    }
+    return AppendKv(k, v, batch, cache);
+  }
   // out: [H*Dh, T] = softmax(q k^T * scale) v over each row's visible cached positions.
   virtual absl::Status Attention(const TensorView& q, const AttentionBatch& batch,
                                  const KvCacheView& cache, const AttentionParams& params,

@@ -239,10 +239,9 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   rope.n_rot = l.n_rot;
   rope.base = l.rope_base;
   if (l.use_rope_freqs && !rope_freqs_.empty()) rope.freq_factors = rope_freqs_;
-  RETURN_IF_ERROR(ops.QkNormRope(q, k, rope, rows.positions));
   AttentionBatch batch{rows.positions, l.is_swa ? rows.swa_seqs : rows.full_seqs};
   const KvCacheView cache = kv.layer(il);
-  RETURN_IF_ERROR(ops.AppendKv(k, v, batch, cache));
+  RETURN_IF_ERROR(ops.QkNormRopeAppendKv(q, k, v, rope, batch, cache));
   TensorView o = rows.Mat(rows.o, int64_t{l.n_head} * l.head_dim_v, n);
   AttentionParams params{.window = l.is_swa ? hparams_.sliding_window : 0,
                          .scale = 1.0f / std::sqrt(static_cast<float>(l.head_dim_k))};

@@ -21,14 +21,17 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "kernels/attention/paged_attention.h"
 #include "kernels/common/kernel_status.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
+#include "kernels/rope/rope_cuda.h"
 
 namespace stepserve {
 
@@ -77,6 +80,11 @@ class CudaBackend final : public Backend {
                           std::span<const int32_t> positions) override;
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
                         const KvCacheView& cache) override;
+  // One kernel (kernels/attention/kv_append_rope_cuda.h) where the shapes line up and
+  // STEPSERVE_ROPE_APPEND is not 0; else QkNormRope and AppendKv.
+  absl::Status QkNormRopeAppendKv(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const QkNormRopeParams& params, const AttentionBatch& batch,
+                                  const KvCacheView& cache) override;
   absl::Status Attention(const TensorView& q, const AttentionBatch& batch, const KvCacheView& cache,
                          const AttentionParams& params, const TensorView& out) override;
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
@@ -199,6 +207,16 @@ class CudaBackend final : public Backend {
                                   std::span<const int32_t> ids, std::span<const float> weights,
                                   int64_t top_k, const TensorView& y,
                                   const SharedExpertWeights* shared = nullptr);
+
+  // The checked kernel arguments of QkNormRope / AppendKv with their batch inputs staged on the
+  // device (nothing staged when there are no tokens); the ops launch them.
+  absl::StatusOr<kernels::QkNormRopeCudaArgs> QkNormRopeArgs(const TensorView& q,
+                                                             const TensorView& k,
+                                                             const QkNormRopeParams& p,
+                                                             std::span<const int32_t> positions);
+  absl::StatusOr<kernels::KvAppendArgs> AppendKvArgs(const TensorView& k, const TensorView& v,
+                                                     const AttentionBatch& batch,
+                                                     const KvCacheView& cache);
 
   // Runs cudaStreamSynchronize / cudaEventSynchronize and adds the wait to host_blocked_seconds_.
   cudaError_t TimedWait(cudaStream_t stream, cudaEvent_t event);

@@ -1,4 +1,5 @@
-// CudaBackend ops: AppendKv, Attention (kernels in kernels/attention/paged_attention_cuda.h).
+// CudaBackend ops: AppendKv, QkNormRopeAppendKv, Attention (kernels in
+// kernels/attention/paged_attention_cuda.h and kv_append_rope_cuda.h).
 //
 // Shape checks are shared with the CPU backend (op_checks.h). The batch description (positions,
 // sequences, block tables) is host memory: it is validated on the host, flattened (slots for
@@ -17,6 +18,7 @@
 // STEPSERVE_ATTN_FUSED_COMBINE=1 or kernels::SetPagedAttentionCudaFusedCombine(true), else (the
 // default) in a kernel of its own.
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
+#include "kernels/attention/kv_append_rope_cuda.h"
 #include "kernels/attention/paged_attention_cuda.h"
 
 namespace stepserve {
@@ -31,6 +34,15 @@ namespace {
 
 // Shorter runs (decode rows, tiny chunks) would leave most of a 64-row tile's MMA rows idle.
 constexpr int64_t kPrefillMinRows = 16;
+
+// QkNormRopeAppendKv in one kernel unless STEPSERVE_ROPE_APPEND=0 (read once).
+bool RopeAppendFused() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_ROPE_APPEND");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -50,9 +62,10 @@ struct CudaBackend::AttentionState {
   Scratch prefill_tiles_upload;
 };
 
-absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
-                                   const AttentionBatch& batch, const KvCacheView& cache) {
-  ForgetPrequantized();
+absl::StatusOr<kernels::KvAppendArgs> CudaBackend::AppendKvArgs(const TensorView& k,
+                                                                const TensorView& v,
+                                                                const AttentionBatch& batch,
+                                                                const KvCacheView& cache) {
   if (!attention_) attention_ = std::make_shared<AttentionState>();
   AttentionState& state = *attention_;
   ASSIGN_OR_RETURN(kernels::KvAppendArgs a, AppendKvOpArgs(k, v, batch, cache, &state.slots));
@@ -60,7 +73,7 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
   if (kernels::KernelStatus s = kernels::ValidateKvAppend(a); s != kernels::KernelStatus::kOk) {
     return KernelResult(s, "AppendKv");
   }
-  if (a.tokens == 0) return absl::OkStatus();
+  if (a.tokens == 0) return a;
   const void* device_slots = nullptr;
   if (recording_step()) {
     const int list = StepSeqList(batch.seqs);
@@ -91,7 +104,34 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
                                    state.slots.size() * sizeof(int64_t), "AppendKv slots"));
   }
   a.slots = static_cast<const int64_t*>(device_slots);
+  return a;
+}
+
+absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
+                                   const AttentionBatch& batch, const KvCacheView& cache) {
+  ForgetPrequantized();
+  ASSIGN_OR_RETURN(const kernels::KvAppendArgs a, AppendKvArgs(k, v, batch, cache));
+  if (a.tokens == 0) return absl::OkStatus();
   return KernelResult(kernels::KvAppendCuda(a, stream()), "AppendKv");
+}
+
+absl::Status CudaBackend::QkNormRopeAppendKv(const TensorView& q, const TensorView& k,
+                                             const TensorView& v, const QkNormRopeParams& params,
+                                             const AttentionBatch& batch,
+                                             const KvCacheView& cache) {
+  ForgetPrequantized();
+  ASSIGN_OR_RETURN(const kernels::QkNormRopeCudaArgs rope,
+                   QkNormRopeArgs(q, k, params, batch.positions));
+  ASSIGN_OR_RETURN(const kernels::KvAppendArgs append, AppendKvArgs(k, v, batch, cache));
+  if (RopeAppendFused() && rope.tokens > 0 && kernels::QkNormRopeAppendCudaApplies(rope, append)) {
+    return KernelResult(kernels::QkNormRopeAppendCuda(rope, append, stream()),
+                        "QkNormRopeAppendKv");
+  }
+  if (rope.tokens > 0) {
+    RETURN_IF_ERROR(KernelResult(kernels::QkNormRopeCuda(rope, stream()), "QkNormRope"));
+  }
+  if (append.tokens == 0) return absl::OkStatus();
+  return KernelResult(kernels::KvAppendCuda(append, stream()), "AppendKv");
 }
 
 absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& batch,

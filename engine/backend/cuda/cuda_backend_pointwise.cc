@@ -100,10 +100,9 @@ absl::Status CudaBackend::RmsNorm(const TensorView& x, const WeightView& weight,
   return KernelResult(kernels::RmsNormCuda(a, stream()), "RmsNorm");
 }
 
-absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
-                                     const QkNormRopeParams& p,
-                                     std::span<const int32_t> positions) {
-  ForgetPrequantized();
+absl::StatusOr<kernels::QkNormRopeCudaArgs> CudaBackend::QkNormRopeArgs(
+    const TensorView& q, const TensorView& k, const QkNormRopeParams& p,
+    std::span<const int32_t> positions) {
   const int64_t tokens = static_cast<int64_t>(positions.size());
   RETURN_IF_ERROR(CheckQkNormRope(q, k, p, tokens));
   for (const int32_t position : positions) {
@@ -133,7 +132,7 @@ absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
   if (KernelStatus s = kernels::ValidateQkNormRopeCuda(a); s != KernelStatus::kOk) {
     return KernelResult(s, "QkNormRope");
   }
-  if (tokens == 0) return absl::OkStatus();
+  if (tokens == 0) return a;
   if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
   void* staged = nullptr;
   if (recording_step()) {
@@ -148,6 +147,15 @@ absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
                                            positions.size_bytes(), "QkNormRope positions"));
   }
   a.positions = static_cast<const int32_t*>(staged);
+  return a;
+}
+
+absl::Status CudaBackend::QkNormRope(const TensorView& q, const TensorView& k,
+                                     const QkNormRopeParams& p,
+                                     std::span<const int32_t> positions) {
+  ForgetPrequantized();
+  ASSIGN_OR_RETURN(const kernels::QkNormRopeCudaArgs a, QkNormRopeArgs(q, k, p, positions));
+  if (a.tokens == 0) return absl::OkStatus();
   return KernelResult(kernels::QkNormRopeCuda(a, stream()), "QkNormRope");
 }
 
