@@ -35,11 +35,13 @@ namespace {
 // Shorter runs (decode rows, tiny chunks) would leave most of a 64-row tile's MMA rows idle.
 constexpr int64_t kPrefillMinRows = 16;
 
-// QkNormRopeAppendKv in one kernel unless STEPSERVE_ROPE_APPEND=0 (read once).
+// QkNormRopeAppendKv in one kernel with STEPSERVE_ROPE_APPEND=1 (read once). Off by default
+// until the kernel has passed rope_append_cuda_test and a model A/B on a device (written in
+// session 12, whose device time ran out first).
 bool RopeAppendFused() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_ROPE_APPEND");
-    return v == nullptr || v[0] != '0';
+    return v != nullptr && v[0] == '1';
   }();
   return on;
 }
