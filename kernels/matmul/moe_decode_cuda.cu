@@ -257,17 +257,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   Cursor load = first, use = first;
   typename P::Raw ring[D];
   bool loaded[D];  // the ring slot holds a block (false: an expert id out of range)
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    loaded[k] = false;
+  // The next item's block into a ring slot, then the load cursor one item on.
+  auto load_next = [&](typename P::Raw& raw, bool& holds) {
+    holds = false;
     if (load.i < items) {
       if (const uint8_t* blk = row_block(load)) {
-        ring[k] = P::LoadRaw(blk, c);
-        loaded[k] = true;
+        raw = P::LoadRaw(blk, c);
+        holds = true;
       }
     }
     advance(load);
-  }
+  };
+#pragma unroll
+  for (int k = 0; k < D; ++k) load_next(ring[k], loaded[k]);
   float acc[kAcc];
 #pragma unroll
   for (int r = 0; r < kAcc; ++r) acc[r] = 0.f;
@@ -278,14 +280,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const bool valid = loaded[k];
         const int slot = use.slot, b = use.b;
         const typename P::W w = P::Decode(ring[k], b, c, p);
-        loaded[k] = false;
-        if (load.i < items) {
-          if (const uint8_t* blk = row_block(load)) {
-            ring[k] = P::LoadRaw(blk, c);
-            loaded[k] = true;
-          }
-        }
-        advance(load);
+        load_next(ring[k], loaded[k]);
         if constexpr (kSharedOnce) {
           if (slot == shared_slot) {  // weight 1, every token's shared act row
 #pragma unroll
