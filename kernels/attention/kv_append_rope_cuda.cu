@@ -63,13 +63,11 @@ template <KvDtype kDtype>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) QkNormRopeAppendKernel(Params params) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  __shared__ float cos_table[qk_norm_rope::kMaxHeadDim / 2];
-  __shared__ float sin_table[qk_norm_rope::kMaxHeadDim / 2];
-  __shared__ float staged[kWarpsPerBlock][qk_norm_rope::kMaxHeadDim];
+  __shared__ qk_norm_rope::SharedTables<kWarpsPerBlock> shared;
   const QkNormRopeCudaArgs& a = params.a;
   const int64_t t = blockIdx.x;
   const int64_t dh = a.head_dim;
-  qk_norm_rope::BuildAngles(a, params.tau, t, cos_table, sin_table);
+  qk_norm_rope::BuildAngles(a, params.tau, t, shared.cos, shared.sin);
   __syncthreads();
   const int64_t slot = params.slots[t];
   const bool cache = slot >= 0 && slot < params.total_slots;
@@ -82,8 +80,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) QkNormRopeAppendKer
     if (h < qk_heads) {
       const bool is_q = h < a.q_heads;
       float* x = is_q ? a.q + t * a.q_stride + h * dh : a.k + t * a.k_stride + (h - a.q_heads) * dh;
-      qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, cos_table, sin_table,
-                                 staged[warp], values);
+      qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, shared.cos, shared.sin,
+                                 shared.staged[warp], values);
       if (!is_q && cache) {
         CacheHead<kDtype>(params.k_cache, slot, h - a.q_heads, dh, a.k_heads, values);
       }

@@ -14,6 +14,14 @@ namespace stepserve::kernels::qk_norm_rope {
 inline constexpr int kMaxHeadDim = static_cast<int>(kQkNormRopeCudaMaxHeadDim);
 inline constexpr int kPerLane = kMaxHeadDim / cuda_reduce::kWarpSize;  // head elements per lane
 
+// A block's shared memory: the token's angle table and one staged head per warp.
+template <int kWarps>
+struct SharedTables {
+  float cos[kMaxHeadDim / 2];
+  float sin[kMaxHeadDim / 2];
+  float staged[kWarps][kMaxHeadDim];
+};
+
 // The cos / sin table of token t (n_rot / 2 entries), built by the whole block; the caller
 // synchronises before reading it. theta_j = p * tau^j is the running product the CPU kernel forms
 // (j multiplications in order), so the angle is bit-identical before cos/sin.

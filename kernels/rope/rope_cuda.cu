@@ -28,13 +28,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     QkNormRopeKernel(QkNormRopeParams params) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  __shared__ float cos_table[qk_norm_rope::kMaxHeadDim / 2];
-  __shared__ float sin_table[qk_norm_rope::kMaxHeadDim / 2];
-  __shared__ float staged[kWarpsPerBlock][qk_norm_rope::kMaxHeadDim];
+  __shared__ qk_norm_rope::SharedTables<kWarpsPerBlock> shared;
   const QkNormRopeCudaArgs& a = params.a;
   const int64_t t = blockIdx.x;
   const int64_t dh = a.head_dim;
-  qk_norm_rope::BuildAngles(a, params.tau, t, cos_table, sin_table);
+  qk_norm_rope::BuildAngles(a, params.tau, t, shared.cos, shared.sin);
   __syncthreads();
 
   const int warp = threadIdx.x / kWarpSize;
@@ -44,8 +42,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     const bool is_q = h < a.q_heads;
     float* x = is_q ? a.q + t * a.q_stride + h * dh : a.k + t * a.k_stride + (h - a.q_heads) * dh;
     float rotated[qk_norm_rope::kPerLane];
-    qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, cos_table, sin_table, staged[warp],
-                               rotated);
+    qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, shared.cos, shared.sin,
+                               shared.staged[warp], rotated);
   }
 }
 
