@@ -304,4 +304,3 @@ int main(int argc, char** argv) {
   std::printf("%d failures\n", fails);
   return fails != 0;
 }
-#include "validate_emu.inc"

@@ -43,15 +43,3 @@ src = src.replace('\n}  // namespace\n\nbool PrefillAttentionCudaSupports',
                   '\nuint8_t* EmuSmem() { return reinterpret_cast<uint8_t*>(smem4); }\n}  // namespace\n\nbool PrefillAttentionCudaSupports', 1)
 assert 'EmuSmem' in src
 open(os.path.join(out, 'kernel_emu.inc'), 'w').write(src)
-pa = open(os.path.join(root, 'kernels/attention/paged_attention_cuda.cu')).read()
-i = pa.index('KernelStatus ValidatePagedAttentionCudaArgs(')
-j = pa.index('{', i); depth = 0; k = j
-while True:
-    if pa[k] == '{': depth += 1
-    elif pa[k] == '}':
-        depth -= 1
-        if depth == 0: break
-    k += 1
-fn = pa[i:k + 1]
-open(os.path.join(out, 'validate_emu.inc'), 'w').write(
-    'namespace stepserve::kernels {\nnamespace { constexpr int kHeadsPerCta = 16; }\n' + fn + '\n}\n')
