@@ -2,15 +2,16 @@
 
 #include <functional>
 
-EmuDim threadIdx, blockIdx;
+EmuDim threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
 uint8_t* smem_base = nullptr;
 size_t smem_bytes = 0;
 bool copy_at_issue = false;
+int threads = 128;
 
 namespace {
-enum class Op { kNone, kShfl, kMin, kMax, kLdm, kLdmT, kMma, kBar, kDone };
+enum class Op { kNone, kShfl, kMin, kMax, kLdm, kLdmT, kMma, kWarpSync, kBar, kDone };
 struct Lane {
   ucontext_t ctx;
   std::vector<char> stack;
@@ -26,7 +27,7 @@ struct Lane {
   std::vector<std::pair<void*, const void*>> open;
   std::deque<std::vector<std::pair<void*, const void*>>> groups;
 };
-Lane lanes[kThreads];
+Lane lanes[kMaxThreads];
 ucontext_t sched;
 int cur = -1;
 std::function<void()> entry;
@@ -130,6 +131,8 @@ void RunWarpOp(int w) {
       }
       break;
     }
+    case Op::kWarpSync:
+      break;  // every lane has arrived: release them
     default:
       Fail("not a warp op");
   }
@@ -203,13 +206,17 @@ int ReduceMax(int v) {
   return lanes[cur].i;
 }
 void SyncThreads() { Block(Op::kBar); }
+void SyncWarp() { Block(Op::kWarpSync); }
 
 // Runs one CTA of `kernel` to completion.
 void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t order_seed) {
+  if (threads % 32 != 0 || threads < 32 || threads > kMaxThreads) Fail("CTA size");
   entry = std::move(kernel);
+  blockDim.x = static_cast<unsigned>(threads);
+  blockDim.y = blockDim.z = 1;
   blockIdx.x = bx;
   blockIdx.y = by;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < threads; ++t) {
     Lane& l = lanes[t];
     l.stack.resize(1 << 18);
     l.op = Op::kNone;
@@ -225,10 +232,10 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t ord
   for (;;) {
     // Run every runnable lane until it blocks (in a varying order).
     bool ran = false;
-    const int start = static_cast<int>((rng = rng * 1664525u + 1013904223u) >> 25) % kThreads;
+    const int start = static_cast<int>((rng = rng * 1664525u + 1013904223u) >> 25) % threads;
     const bool reverse = (rng >> 7) & 1;
-    for (int k = 0; k < kThreads; ++k) {
-      const int t = reverse ? (start - k + kThreads) % kThreads : (start + k) % kThreads;
+    for (int k = 0; k < threads; ++k) {
+      const int t = reverse ? (start - k + threads) % threads : (start + k) % threads;
       if (lanes[t].op != Op::kNone) continue;
       cur = t;
       threadIdx.x = t;
@@ -237,7 +244,7 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t ord
     }
     if (ran) continue;
     bool progressed = false;
-    for (int w = 0; w < kThreads / 32; ++w) {
+    for (int w = 0; w < threads / 32; ++w) {
       bool all = true;
       for (int t = 0; t < 32; ++t) {
         const Op op = lanes[32 * w + t].op;
@@ -264,14 +271,14 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t ord
     }
     if (progressed) continue;
     int done = 0, bar = 0;
-    for (int t = 0; t < kThreads; ++t) {
+    for (int t = 0; t < threads; ++t) {
       done += lanes[t].op == Op::kDone;
       bar += lanes[t].op == Op::kBar;
     }
-    if (done == kThreads) break;
-    if (bar > 0 && bar + done == kThreads) {
+    if (done == threads) break;
+    if (bar > 0 && bar + done == threads) {
       if (done > 0) Fail("__syncthreads with exited threads");
-      for (int t = 0; t < kThreads; ++t) lanes[t].op = Op::kNone;
+      for (int t = 0; t < threads; ++t) lanes[t].op = Op::kNone;
       continue;
     }
     Fail("deadlock: warp collective with lanes at a barrier or exited");

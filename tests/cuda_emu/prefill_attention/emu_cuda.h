@@ -1,6 +1,7 @@
-// Host emulation of the CUDA features prefill_attention_cuda.cu uses: 128 "threads" as ucontext
-// coroutines in one OS thread; warp collectives (shfl, redux, ldmatrix, mma) and __syncthreads
-// execute once every participant has arrived. Verification harness only.
+// Host emulation of the CUDA features prefill_attention_cuda.cu (and the q/k norm + RoPE + KV
+// append kernels, tests/cuda_emu/rope_append) use: a CTA's "threads" (emu::threads, up to 256) as
+// ucontext coroutines in one OS thread; warp collectives (shfl, redux, ldmatrix, mma, __syncwarp)
+// and __syncthreads execute once every participant has arrived. Verification harness only.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -26,10 +27,11 @@ inline int min(int a, int b) { return a < b ? a : b; }
 struct EmuDim {
   unsigned x = 0, y = 0, z = 0;
 };
-extern EmuDim threadIdx, blockIdx;
+extern EmuDim threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
-constexpr int kThreads = 128;
+constexpr int kMaxThreads = 256;
+extern int threads;  // of the CTA RunCta runs (a multiple of 32, up to kMaxThreads; default 128)
 extern uint8_t* smem_base;
 extern size_t smem_bytes;
 extern bool copy_at_issue;  // cp.async performed at issue (early) or at the wait (late)
@@ -44,10 +46,12 @@ float ShflXor(float v, int mask);
 int ReduceMin(int v);
 int ReduceMax(int v);
 void SyncThreads();
+void SyncWarp();
 }  // namespace emu
 
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu::ShflXor(v, m); }
 inline int __reduce_min_sync(unsigned, int v) { return emu::ReduceMin(v); }
 inline int __reduce_max_sync(unsigned, int v) { return emu::ReduceMax(v); }
 inline void __syncthreads() { emu::SyncThreads(); }
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { emu::SyncWarp(); }
 inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset(p); }
