@@ -239,41 +239,56 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
 // come from the grouping kernel, which may still run when this one starts: read after the wait.
-template <class P, int R, int NR, int D, bool kShort>
+// kRowLoop (opt-in while measured, STEPSERVE_GROUPED_ROW_CTAS): fewer CTAs per slot, each warp
+// taking output rows o0, o0 + the grid's rows, ...; otherwise one warp per kRows rows.
+template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false>
 __global__ void __launch_bounds__(kThreads)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
   const int lane = threadIdx.x & 31;
-  const int64_t o0 =
+  const int64_t first =
       (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kRows;
-  if (o0 >= p.out) return;
+  if (first >= p.out) return;
   const int slot = static_cast<int>(blockIdx.y);
   WaitForPrimaryGrid();  // the grouping kernel that writes the slot arrays may still run
   AllowDependentLaunch();
   const int32_t id = p.slot_matrix[slot];
   if (id == kSlotUnused) return;
   const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
-  if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
-    for (int i = begin; i < end; ++i) {
-      if (lane < kRows && o0 + lane < p.out) {
-        p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
-      }
+  // Output rows o0 .. o0 + kRows - 1 of every group of the slot, then the warp's next rows.
+  auto for_each_row_block = [&](auto&& rows) {
+    if constexpr (kRowLoop) {
+      const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * kRows;
+      for (int64_t o0 = first; o0 < p.out; o0 += stride) rows(o0);
+    } else {
+      rows(first);
     }
+  };
+  if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
+    for_each_row_block([&](int64_t o0) {
+      for (int i = begin; i < end; ++i) {
+        if (lane < kRows && o0 + lane < p.out) {
+          p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
+        }
+      }
+    });
     return;
   }
   const uint8_t* w = p.w + id * p.w_matrix_bytes;
-  for (int c0 = begin; c0 < end; c0 += R) {
-    const int n_rows = end - c0 < R ? end - c0 : R;
-    int x_rows[R];
-    int64_t y_rows[R];
+  for_each_row_block([&](int64_t o0) {
+    for (int c0 = begin; c0 < end; c0 += R) {
+      const int n_rows = end - c0 < R ? end - c0 : R;
+      int x_rows[R];
+      int64_t y_rows[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
-      x_rows[r] = group / p.x_group_div;
-      y_rows[r] = group;
+      for (int r = 0; r < R; ++r) {
+        const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
+        x_rows[r] = group / p.x_group_div;
+        y_rows[r] = group;
+      }
+      DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
     }
-    DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
-  }
+  });
 }
 
 // The one-row IQ4_XS GEMV (the batch-1 decode's kernel for most IQ4_XS matrices): the per-lane
@@ -354,12 +369,14 @@ __global__ void __launch_bounds__(256)
 
 // Launches `kernel` with one warp per kRows output rows (grid x) and `grid_y` grid rows,
 // optionally with programmatic stream serialization (see LaunchGemvQ8x).
+// max_blocks_x > 0 caps grid x (a kernel whose warps loop over rows, GemvQ8GroupedKernel).
 template <int kRows>
 cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int64_t grid_y,
-                           bool overlap_previous, cudaStream_t stream) {
+                           bool overlap_previous, cudaStream_t stream, int64_t max_blocks_x = 0) {
   const int64_t warps = (p.out + kRows - 1) / kRows;
-  const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                  static_cast<unsigned>(grid_y));
+  int64_t blocks_x = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (max_blocks_x > 0 && blocks_x > max_blocks_x) blocks_x = max_blocks_x;
+  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(grid_y));
   return LaunchOverlapping(overlap_previous || PdlEnabled(), kernel, grid, dim3(kThreads), 0,
                            stream, p);
 }
@@ -441,9 +458,24 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   // more blocks in flight) measured slower on the H200: batch 16 / 64 decode 450.9 / 709.4 vs
   // 514.9 / 827.0 tok/s (bench/gpu/results-h200-ab-v5.txt).
   constexpr int kR = 4, kNR = 2, kD = 2;
+  // CTAs per slot (0: one warp per row pair, the measured default). Fewer, longer-lived warps are
+  // the experiment of docs/cuda-engine.md (v11): ~46k CTAs of 4 warps per projection at 64 streams.
+  static const int64_t max_blocks = [] {
+    const char* v = std::getenv("STEPSERVE_GROUPED_ROW_CTAS");
+    return v == nullptr ? int64_t{0} : static_cast<int64_t>(std::atoll(v));
+  }();
   if (IsShortRow<P>(p.in)) {
-    return LaunchWarpRows<kShortRowsPerWarp<P>>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p,
-                                                slots, overlap_previous, stream);
+    constexpr int kShortRows = kShortRowsPerWarp<P>;
+    if (max_blocks > 0) {
+      return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, true>, p,
+                                        slots, overlap_previous, stream, max_blocks);
+    }
+    return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
+                                      overlap_previous, stream);
+  }
+  if (max_blocks > 0) {
+    return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, true>, p, slots,
+                               overlap_previous, stream, max_blocks);
   }
   return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots, overlap_previous,
                              stream);
