@@ -20,21 +20,23 @@
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/rope/rope_cuda.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/gpu/rope_append_case.h"
 
 namespace stepserve::kernels {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::kRopeAppendCases;
+using testing::MakeRopeAppendInputs;
+using testing::RopeAppendArgs;
+using testing::RopeAppendCase;
+using testing::RopeAppendInputs;
+using testing::RopeAppendPointers;
 
 int CudaDevices() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
-
-struct Case {
-  int64_t q_heads, k_heads, head_dim, n_rot, tokens;
-  bool freq_factors;
-};
 
 std::vector<uint8_t> Download(const void* ptr, size_t bytes) {
   std::vector<uint8_t> host(bytes);
@@ -42,94 +44,62 @@ std::vector<uint8_t> Download(const void* ptr, size_t bytes) {
   return host;
 }
 
-// Device copies of the inputs for one run: q, k, v rows (padded strides), the caches poisoned.
+template <class T>
+void Upload(DeviceBuffer& dst, const std::vector<T>& src) {
+  ASSERT_TRUE(dst.ptr != nullptr);
+  ASSERT_EQ(cudaMemcpy(dst.ptr, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+
+// One run's device copies of the inputs (q and k are rewritten in place), the pages poisoned.
 struct Run {
   DeviceBuffer q, k, v, k_cache, v_cache;
-  Run(size_t q_bytes, size_t kv_bytes, size_t cache_bytes)
-      : q(q_bytes), k(kv_bytes), v(kv_bytes), k_cache(cache_bytes), v_cache(cache_bytes) {}
+  Run(const RopeAppendInputs& in, size_t cache_bytes)
+      : q(in.q.size() * 4),
+        k(in.k.size() * 4),
+        v(in.v.size() * 4),
+        k_cache(cache_bytes),
+        v_cache(cache_bytes) {}
 };
 
-void CheckCase(const Case& c, KvDtype dtype) {
-  const std::string what = "heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.k_heads) +
-                           " dh " + std::to_string(c.head_dim) + " n_rot " +
-                           std::to_string(c.n_rot) + " tokens " + std::to_string(c.tokens) +
-                           " dtype " + std::to_string(static_cast<int>(dtype));
-  SCOPED_TRACE(what);
+void CheckCase(const RopeAppendCase& c, KvDtype dtype) {
+  SCOPED_TRACE("heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.k_heads) + " dh " +
+               std::to_string(c.head_dim) + " n_rot " + std::to_string(c.n_rot) + " tokens " +
+               std::to_string(c.tokens) + " dtype " + std::to_string(static_cast<int>(dtype)));
   std::random_device rd;
   const uint32_t seed = rd();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  const int64_t dh = c.head_dim, T = c.tokens;
-  const int64_t q_stride = c.q_heads * dh + 3, kv_stride = c.k_heads * dh + 5;
-  const int64_t block_size = 4, num_blocks = 6, total_slots = block_size * num_blocks;
-  auto random = [&](int64_t n, float scale) {
-    std::vector<float> v(n);
-    for (float& x : v) x = scale * normal(rng);
-    return v;
-  };
-  const std::vector<float> q = random(T * q_stride, 2.f), k = random(T * kv_stride, 2.f),
-                           v = random(T * kv_stride, 1.f);
-  const std::vector<float> q_norm = random(dh, 1.f), k_norm = random(dh, 1.f);
-  std::vector<float> freq(c.n_rot / 2);
-  for (float& f : freq) f = 1.f + std::abs(normal(rng));
-  std::vector<int32_t> positions(T);
-  for (int32_t& p : positions) p = std::uniform_int_distribution<int32_t>(0, 70000)(rng);
-  std::vector<int64_t> slots(total_slots);
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng);
-  slots.resize(T);
-  if (T > 1) slots[1] = -1;  // a row of no sequence: computed, not cached
-
-  const size_t cache_bytes =
-      static_cast<size_t>(total_slots * c.k_heads * KvVectorBytes(dtype, dh));
+  const RopeAppendInputs in = MakeRopeAppendInputs(c, seed);
+  const size_t cache_bytes = in.cache_bytes(dtype);
   ASSERT_GT(cache_bytes, 0u);
-  DeviceBuffer d_qn(dh * 4), d_kn(dh * 4), d_freq(freq.size() * 4), d_pos(T * 4), d_slots(T * 8);
-  ASSERT_EQ(cudaMemcpy(d_qn.ptr, q_norm.data(), dh * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_kn.ptr, k_norm.data(), dh * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_freq.ptr, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice),
-            cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_pos.ptr, positions.data(), T * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_slots.ptr, slots.data(), T * 8, cudaMemcpyHostToDevice), cudaSuccess);
-
+  DeviceBuffer q_norm(in.q_norm.size() * 4), k_norm(in.k_norm.size() * 4), freq(in.freq.size() * 4),
+      positions(in.positions.size() * 4), slots(in.slots.size() * 8);
+  ASSERT_NO_FATAL_FAILURE(Upload(q_norm, in.q_norm));
+  ASSERT_NO_FATAL_FAILURE(Upload(k_norm, in.k_norm));
+  ASSERT_NO_FATAL_FAILURE(Upload(freq, in.freq));
+  ASSERT_NO_FATAL_FAILURE(Upload(positions, in.positions));
+  ASSERT_NO_FATAL_FAILURE(Upload(slots, in.slots));
   auto prepare = [&](Run& r, QkNormRopeCudaArgs* rope, KvAppendArgs* append) {
-    ASSERT_TRUE(r.q.ptr && r.k.ptr && r.v.ptr && r.k_cache.ptr && r.v_cache.ptr);
-    ASSERT_EQ(cudaMemcpy(r.q.ptr, q.data(), q.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(r.k.ptr, k.data(), k.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(r.v.ptr, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(Upload(r.q, in.q));
+    ASSERT_NO_FATAL_FAILURE(Upload(r.k, in.k));
+    ASSERT_NO_FATAL_FAILURE(Upload(r.v, in.v));
+    ASSERT_TRUE(r.k_cache.ptr && r.v_cache.ptr);
     ASSERT_EQ(cudaMemset(r.k_cache.ptr, 0xA5, cache_bytes), cudaSuccess);
     ASSERT_EQ(cudaMemset(r.v_cache.ptr, 0xA5, cache_bytes), cudaSuccess);
-    rope->q = static_cast<float*>(r.q.ptr);
-    rope->q_stride = q_stride;
-    rope->q_heads = c.q_heads;
-    rope->q_norm = static_cast<const float*>(d_qn.ptr);
-    rope->k = static_cast<float*>(r.k.ptr);
-    rope->k_stride = kv_stride;
-    rope->k_heads = c.k_heads;
-    rope->k_norm = static_cast<const float*>(d_kn.ptr);
-    rope->tokens = T;
-    rope->head_dim = dh;
-    rope->eps = 1e-5f;
-    rope->positions = static_cast<const int32_t*>(d_pos.ptr);
-    rope->n_rot = c.n_rot;
-    rope->base = 10000.f;
-    rope->freq_factors = c.freq_factors ? static_cast<const float*>(d_freq.ptr) : nullptr;
-    append->k = static_cast<const float*>(r.k.ptr);
-    append->k_stride = kv_stride;
-    append->v = static_cast<const float*>(r.v.ptr);
-    append->v_stride = kv_stride;
-    append->tokens = T;
-    append->slots = static_cast<const int64_t*>(d_slots.ptr);
-    append->kv = PagedKv{.k = r.k_cache.ptr,
-                         .v = r.v_cache.ptr,
-                         .dtype = dtype,
-                         .num_blocks = num_blocks,
-                         .block_size = block_size,
-                         .kv_heads = c.k_heads,
-                         .head_dim = dh};
+    RopeAppendArgs(in, dtype,
+                   RopeAppendPointers{.q = static_cast<float*>(r.q.ptr),
+                                      .k = static_cast<float*>(r.k.ptr),
+                                      .v = static_cast<const float*>(r.v.ptr),
+                                      .k_cache = r.k_cache.ptr,
+                                      .v_cache = r.v_cache.ptr,
+                                      .q_norm = static_cast<const float*>(q_norm.ptr),
+                                      .k_norm = static_cast<const float*>(k_norm.ptr),
+                                      .freq = static_cast<const float*>(freq.ptr),
+                                      .positions = static_cast<const int32_t*>(positions.ptr),
+                                      .slots = static_cast<const int64_t*>(slots.ptr)},
+                   rope, append);
   };
-  const size_t q_bytes = q.size() * 4, kv_bytes = k.size() * 4;
-  Run two(q_bytes, kv_bytes, cache_bytes), fused(q_bytes, kv_bytes, cache_bytes);
+  Run two(in, cache_bytes), fused(in, cache_bytes);
   QkNormRopeCudaArgs rope_two, rope_fused;
   KvAppendArgs append_two, append_fused;
   ASSERT_NO_FATAL_FAILURE(prepare(two, &rope_two, &append_two));
@@ -140,6 +110,7 @@ void CheckCase(const Case& c, KvDtype dtype) {
   ASSERT_EQ(QkNormRopeAppendCuda(rope_fused, append_fused, nullptr), KernelStatus::kOk);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
+  const size_t q_bytes = in.q.size() * 4, kv_bytes = in.k.size() * 4;
   EXPECT_EQ(Download(two.q.ptr, q_bytes), Download(fused.q.ptr, q_bytes)) << "q";
   EXPECT_EQ(Download(two.k.ptr, kv_bytes), Download(fused.k.ptr, kv_bytes)) << "k";
   const std::vector<uint8_t> k_two = Download(two.k_cache.ptr, cache_bytes);
@@ -147,9 +118,9 @@ void CheckCase(const Case& c, KvDtype dtype) {
   EXPECT_EQ(k_two, Download(fused.k_cache.ptr, cache_bytes)) << "K cache";
   EXPECT_EQ(v_two, Download(fused.v_cache.ptr, cache_bytes)) << "V cache";
   // Not a comparison of two untouched caches: every cached row changed, the rest did not.
-  const int64_t row_bytes = c.k_heads * KvVectorBytes(dtype, dh);
-  for (int64_t s = 0; s < total_slots; ++s) {
-    const bool written = std::find(slots.begin(), slots.end(), s) != slots.end();
+  const int64_t row_bytes = in.cache_row_bytes(dtype);
+  for (int64_t s = 0; s < in.total_slots(); ++s) {
+    const bool written = std::find(in.slots.begin(), in.slots.end(), s) != in.slots.end();
     const bool poisoned =
         std::all_of(v_two.begin() + s * row_bytes, v_two.begin() + (s + 1) * row_bytes,
                     [](uint8_t b) { return b == 0xA5; });
@@ -159,13 +130,7 @@ void CheckCase(const Case& c, KvDtype dtype) {
 
 TEST(QkNormRopeAppendCudaTest, EqualsTheTwoKernelsBitForBit) {
   if (CudaDevices() == 0) GTEST_SKIP() << "no CUDA device visible";
-  // Step-3.5 decode shapes (96 or 64 q heads, 8 KV heads, dh 128, n_rot 64 / 128), an odd
-  // multi-token one with rope_freqs, and the largest head_dim with a few heads.
-  const Case cases[] = {{96, 8, 128, 64, 1, false},
-                        {64, 8, 128, 128, 3, true},
-                        {12, 3, 64, 32, 5, true},
-                        {5, 1, 256, 96, 2, false}};
-  for (const Case& c : cases) {
+  for (const RopeAppendCase& c : kRopeAppendCases) {
     for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0}) {
       CheckCase(c, dtype);
       if (HasFatalFailure()) return;

@@ -9,6 +9,8 @@ uint8_t* smem_base = nullptr;
 size_t smem_bytes = 0;
 bool copy_at_issue = false;
 int threads = 128;
+uint32_t order_seed = 1;
+int64_t ctas = 0;
 
 namespace {
 enum class Op { kNone, kShfl, kMin, kMax, kLdm, kLdmT, kMma, kWarpSync, kBar, kDone };
@@ -282,6 +284,22 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t ord
       continue;
     }
     Fail("deadlock: warp collective with lanes at a barrier or exited");
+  }
+}
+
+void RunGrid(dim3 grid, dim3 block, size_t smem, const std::function<void()>& kernel) {
+  if (block.y != 1 || block.z != 1) Fail("launch shape");
+  threads = static_cast<int>(block.x);
+  smem_bytes = smem;
+  gridDim.x = grid.x;
+  gridDim.y = grid.y;
+  gridDim.z = 1;
+  for (unsigned by = 0; by < grid.y; ++by) {
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      if (smem > 0) std::memset(smem_base, 0xFF, smem);
+      RunCta(kernel, bx, by, order_seed++);
+      ++ctas;
+    }
   }
 }
 }  // namespace emu

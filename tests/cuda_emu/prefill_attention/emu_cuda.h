@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "engine/quant/float16.h"
@@ -47,6 +48,12 @@ int ReduceMin(int v);
 int ReduceMax(int v);
 void SyncThreads();
 void SyncWarp();
+// Runs every CTA of the grid (blockIdx.y outer), block.x coroutine threads each (emu::threads),
+// the shared memory at smem_base (smem bytes) poisoned with 0xFF before each; `ctas` counts them
+// and `order_seed` varies the thread interleaving from CTA to CTA.
+extern uint32_t order_seed;
+extern int64_t ctas;
+void RunGrid(dim3 grid, dim3 block, size_t smem, const std::function<void()>& kernel);
 }  // namespace emu
 
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu::ShflXor(v, m); }

@@ -9,9 +9,6 @@
 #include "emu_cuda.h"
 #include "kernels/attention/paged_attention_cuda.h"
 
-namespace emu {
-void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, uint32_t order_seed);
-}
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 cudaError_t cudaGetDevice(int* d) {
   *d = 0;
@@ -21,23 +18,14 @@ template <class T>
 cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
   return cudaSuccess;
 }
-static uint32_t g_seed = 1;
-static int64_t g_ctas = 0;
 namespace stepserve::kernels {
 inline void WaitForPrimaryGrid() {}
 inline void AllowDependentLaunch() {}
 template <class... KA, class... A>
 cudaError_t LaunchWithPdl(void (*kernel)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
                           A&&... args) {
-  if (block.x != 128 || block.y != 1 || smem > 110000) emu::Fail("launch shape");
-  emu::smem_bytes = smem;
-  for (unsigned by = 0; by < grid.y; ++by) {
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      std::memset(emu::smem_base, 0xFF, smem);
-      emu::RunCta([&] { kernel(args...); }, bx, by, g_seed++);
-      ++g_ctas;
-    }
-  }
+  if (block.x != 128 || smem > 110000) emu::Fail("launch shape");
+  emu::RunGrid(grid, block, smem, [&] { kernel(args...); });
   return cudaSuccess;
 }
 }  // namespace stepserve::kernels
@@ -164,7 +152,7 @@ bool RunCase(const Case& c, uint32_t seed, const char* name) {
   a.window = c.window;
   a.scale = host.scale;
   a.kv = host_kv;
-  const int64_t ctas0 = g_ctas;
+  const int64_t ctas0 = emu::ctas;
   if (kernels::PrefillAttentionCuda(a, tiles.data(), int64_t(tiles.size()), nullptr) !=
       KernelStatus::kOk) {
     std::printf("launch failed\n");
@@ -193,7 +181,7 @@ bool RunCase(const Case& c, uint32_t seed, const char* name) {
       "%-4s %-60s rows %4lld left %3lld tiles %3zu ctas %5lld rel %.3g nonfinite %lld outside "
       "%lld\n",
       ok ? "ok" : "FAIL", name, (long long)rows, (long long)left_out, tiles.size(),
-      (long long)(g_ctas - ctas0), rel, (long long)nonfinite, (long long)outside);
+      (long long)(emu::ctas - ctas0), rel, (long long)nonfinite, (long long)outside);
   return ok;
 }
 
