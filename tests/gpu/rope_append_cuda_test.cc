@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention/kv_append_rope_cuda.h"
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/common/cuda_check.h"
 #include "kernels/rope/rope_cuda.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/gpu/rope_append_case.h"
@@ -32,11 +33,6 @@ using testing::RopeAppendArgs;
 using testing::RopeAppendCase;
 using testing::RopeAppendInputs;
 using testing::RopeAppendPointers;
-
-int CudaDevices() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
 
 std::vector<uint8_t> Download(const void* ptr, size_t bytes) {
   std::vector<uint8_t> host(bytes);
@@ -129,7 +125,7 @@ void CheckCase(const RopeAppendCase& c, KvDtype dtype) {
 }
 
 TEST(QkNormRopeAppendCudaTest, EqualsTheTwoKernelsBitForBit) {
-  if (CudaDevices() == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   for (const RopeAppendCase& c : kRopeAppendCases) {
     for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0}) {
       CheckCase(c, dtype);

@@ -121,14 +121,16 @@ absl::Status CudaBackend::QkNormRopeAppendKv(const TensorView& q, const TensorVi
                                              const TensorView& v, const QkNormRopeParams& params,
                                              const AttentionBatch& batch,
                                              const KvCacheView& cache) {
+  if (!RopeAppendFused()) return Backend::QkNormRopeAppendKv(q, k, v, params, batch, cache);
   ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::QkNormRopeCudaArgs rope,
                    QkNormRopeArgs(q, k, params, batch.positions));
   ASSIGN_OR_RETURN(const kernels::KvAppendArgs append, AppendKvArgs(k, v, batch, cache));
-  if (RopeAppendFused() && rope.tokens > 0 && kernels::QkNormRopeAppendCudaApplies(rope, append)) {
+  if (rope.tokens > 0 && kernels::QkNormRopeAppendCudaApplies(rope, append)) {
     return KernelResult(kernels::QkNormRopeAppendCuda(rope, append, stream()),
                         "QkNormRopeAppendKv");
   }
+  // Shapes the fused kernel does not take: the two kernels on the arguments already staged.
   if (rope.tokens > 0) {
     RETURN_IF_ERROR(KernelResult(kernels::QkNormRopeCuda(rope, stream()), "QkNormRope"));
   }
