@@ -5,8 +5,6 @@
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
 #include <cstdint>
-#include <cstdlib>
-#include <type_traits>
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
@@ -155,8 +153,8 @@ __device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& 
 constexpr int kMaxSharedTokens = 4;
 enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce };
 
-template <class P, int D, int kMode, int kMinB = kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinB)
+template <class P, int D, int kMode>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
   const GemvParams& p = a.p;
   const int lane = threadIdx.x & 31;
@@ -210,8 +208,8 @@ __global__ void __launch_bounds__(kThreads, kMinB)
 // (the unfused down GEMV writes zero rows for them). kSharedOnce: grid y 1, warp o takes every
 // token's routed items (slot s: token s / routed) and decodes the shared expert's row o once for
 // all of them.
-template <class P, int D, bool kSharedOnce, int kMinB = kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinB)
+template <class P, int D, bool kSharedOnce>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertDownCombineKernel(const __grid_constant__ ExpertDownParams a) {
   const GemvParams& p = a.p;
   constexpr int kGroups = 32 / P::kLanes;
@@ -332,24 +330,12 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
                        : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
-// STEPSERVE_MOE_DECODE_SHAPE (read once; opt-in while measured): other ring depths and register
-// caps for the IQ4_XS one-token gate/up and the down kernel, each without spill at its cap
-// (ptxas): 1 = gate/up depth 3 at 6 CTAs per SM, down depth 4 at 6; 2 = gate/up 4 at 4, down 6
-// at 4; 3 = gate/up 2 at 6, down 2 at 8. 0 (default): gate/up 2 at 8 (20 / 28 bytes of spill),
-// down 3 at 8 - the measured kernels.
-int DecodeShape() {
-  static const int shape = [] {
-    const char* v = std::getenv("STEPSERVE_MOE_DECODE_SHAPE");
-    const int n = v == nullptr ? 0 : std::atoi(v);
-    return n >= 0 && n <= 3 ? n : 0;
-  }();
-  return shape;
-}
-
 template <class P>
 cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) {
   // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
-  // registers) at the one-row kernel's.
+  // registers) at the one-row kernel's. Other IQ4_XS depths / register caps without spill (gate/up
+  // 3 at 6 CTAs per SM, 4 at 4, 2 at 6 with down 4 at 6, 6 at 4, 2 at 8) measured no faster on the
+  // H200 (45-layer batch 1: 5.42 / 5.47 / 5.30 ms vs 5.31-5.33; bench/gpu/results-h200-v12.txt).
   constexpr int D = P::kDepth1 / 2 > 0 ? P::kDepth1 / 2 : 1;
   const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock),
                   static_cast<unsigned>(GateUpGridRows(a)));
@@ -357,21 +343,6 @@ cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) 
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
   }
   if (a.tokens == 1) {
-    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
-      switch (DecodeShape()) {
-        case 1:
-          return LaunchWithPdl(ExpertGateUpKernel<P, 3, kOneToken, 6>, grid, dim3(kThreads), 0,
-                               stream, a);
-        case 2:
-          return LaunchWithPdl(ExpertGateUpKernel<P, 4, kOneToken, 4>, grid, dim3(kThreads), 0,
-                               stream, a);
-        case 3:
-          return LaunchWithPdl(ExpertGateUpKernel<P, 2, kOneToken, 6>, grid, dim3(kThreads), 0,
-                               stream, a);
-        default:
-          break;
-      }
-    }
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken>, grid, dim3(kThreads), 0, stream, a);
   }
   return LaunchWithPdl(ExpertGateUpKernel<P, D, kPerToken>, grid, dim3(kThreads), 0, stream, a);
@@ -389,24 +360,8 @@ cudaError_t LaunchDownTyped(const ExpertDownParams& a, cudaStream_t stream) {
     return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, true>, dim3(x), dim3(kThreads),
                          0, stream, a);
   }
-  const dim3 grid(x, static_cast<unsigned>(a.tokens));
-  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
-    switch (DecodeShape()) {
-      case 1:
-        return LaunchWithPdl(ExpertDownCombineKernel<P, 4, false, 6>, grid, dim3(kThreads), 0,
-                             stream, a);
-      case 2:
-        return LaunchWithPdl(ExpertDownCombineKernel<P, 6, false, 4>, grid, dim3(kThreads), 0,
-                             stream, a);
-      case 3:
-        return LaunchWithPdl(ExpertDownCombineKernel<P, 2, false, 8>, grid, dim3(kThreads), 0,
-                             stream, a);
-      default:
-        break;
-    }
-  }
-  return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, false>, grid, dim3(kThreads), 0,
-                       stream, a);
+  return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, false>,
+                       dim3(x, static_cast<unsigned>(a.tokens)), dim3(kThreads), 0, stream, a);
 }
 
 // launch(P{}) for the piece decoding `type`: the types of ExpertDecodeFusedSupports.
