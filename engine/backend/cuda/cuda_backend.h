@@ -81,7 +81,7 @@ class CudaBackend final : public Backend {
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
                         const KvCacheView& cache) override;
   // One kernel (kernels/attention/kv_append_rope_cuda.h) where the shapes line up and
-  // STEPSERVE_ROPE_APPEND=1 (opt-in until measured on a device); else QkNormRope and AppendKv.
+  // STEPSERVE_ROPE_APPEND is not 0 (default on); else QkNormRope and AppendKv.
   absl::Status QkNormRopeAppendKv(const TensorView& q, const TensorView& k, const TensorView& v,
                                   const QkNormRopeParams& params, const AttentionBatch& batch,
                                   const KvCacheView& cache) override;

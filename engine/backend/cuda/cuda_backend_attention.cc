@@ -35,13 +35,14 @@ namespace {
 // Shorter runs (decode rows, tiny chunks) would leave most of a 64-row tile's MMA rows idle.
 constexpr int64_t kPrefillMinRows = 16;
 
-// QkNormRopeAppendKv in one kernel with STEPSERVE_ROPE_APPEND=1 (read once). Off by default
-// until the kernel has passed rope_append_cuda_test and a model A/B on a device (written in
-// session 12, whose device time ran out first).
+// QkNormRopeAppendKv in one kernel unless STEPSERVE_ROPE_APPEND=0 (read once). Measured on the
+// H200 (session 13, 45 layers IQ4_XS): batch 1 5.305 / 5.333 -> 5.260 / 5.222 ms, batch 2
+// 7.505 / 7.546 -> 7.400 / 7.358 ms (bench/gpu/results-h200-v12.txt); same bits as the two
+// kernels (rope_append_cuda_test).
 bool RopeAppendFused() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_ROPE_APPEND");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   return on;
 }
