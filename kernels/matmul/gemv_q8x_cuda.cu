@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
 // come from the grouping kernel, which may still run when this one starts: read after the wait.
-// kRowLoop (opt-in while measured, STEPSERVE_GROUPED_ROW_CTAS): fewer CTAs per slot, each warp
-// taking output rows o0, o0 + the grid's rows, ...; otherwise one warp per kRows rows.
+// kRowLoop (GroupedRowCtasPerSlot): fewer CTAs per slot, each warp taking output rows o0,
+// o0 + the grid's rows, ...; otherwise one warp per kRows rows.
 template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false>
 __global__ void __launch_bounds__(kThreads)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
@@ -451,6 +451,22 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
 
 namespace {
 
+// CTAs per slot of the grouped GEMV (0: one warp per row pair; N: at most N CTAs per slot, each
+// warp looping over row pairs). STEPSERVE_GROUPED_ROW_CTAS=N fixes N (0: no loop); by default the
+// grid is capped at ~kGroupedTargetCtas CTAs over all slots. Why: at 64 streams one warp per row
+// pair is ~46k CTAs of 4 warps per projection (160-512 row blocks x 289 slots) and CTA launch and
+// drain, not bytes, limit it; 24 CTAs per slot measured 76.8 -> 71.8 ms a 45-layer step, 8 lost
+// (84.0 ms), batch 16 26.9 -> 26.8 ms (H200, bench/gpu/results-h200-v12.txt).
+constexpr int64_t kGroupedTargetCtas = 24 * 289;
+int64_t GroupedRowCtasPerSlot(int64_t slots) {
+  static const int64_t setting = [] {
+    const char* v = std::getenv("STEPSERVE_GROUPED_ROW_CTAS");
+    return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
+  }();
+  if (setting >= 0) return setting;
+  return (kGroupedTargetCtas + slots - 1) / slots;
+}
+
 template <class P>
 cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
                           cudaStream_t stream) {
@@ -458,22 +474,22 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   // more blocks in flight) measured slower on the H200: batch 16 / 64 decode 450.9 / 709.4 vs
   // 514.9 / 827.0 tok/s (bench/gpu/results-h200-ab-v5.txt).
   constexpr int kR = 4, kNR = 2, kD = 2;
-  // CTAs per slot (0: one warp per row pair, the measured default). Fewer, longer-lived warps are
-  // the experiment of docs/cuda-engine.md (v11): ~46k CTAs of 4 warps per projection at 64 streams.
-  static const int64_t max_blocks = [] {
-    const char* v = std::getenv("STEPSERVE_GROUPED_ROW_CTAS");
-    return v == nullptr ? int64_t{0} : static_cast<int64_t>(std::atoll(v));
-  }();
+  // The row loop only where the cap is below the CTAs one warp per row block would need.
+  const int64_t max_blocks = GroupedRowCtasPerSlot(slots);
+  auto loops = [&](int64_t rows_per_warp) {
+    const int64_t warps = (p.out + rows_per_warp - 1) / rows_per_warp;
+    return max_blocks > 0 && max_blocks < (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  };
   if (IsShortRow<P>(p.in)) {
     constexpr int kShortRows = kShortRowsPerWarp<P>;
-    if (max_blocks > 0) {
+    if (loops(kShortRows)) {
       return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, true>, p,
                                         slots, overlap_previous, stream, max_blocks);
     }
     return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
                                       overlap_previous, stream);
   }
-  if (max_blocks > 0) {
+  if (loops(kNR)) {
     return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, true>, p, slots,
                                overlap_previous, stream, max_blocks);
   }
