@@ -301,51 +301,57 @@ __global__ void __launch_bounds__(kThreads)
 // --quick 4096x12288 / 12288x4096): 16.50 / 15.69 -> 16.28 / 14.09 us; 45-layer decode batch 1
 // 7.597 -> 7.364 ms. Lifting the generic kernel's 64-register cap instead (1 or 2 rows per warp,
 // depth 2 or 4) gained 15.2-15.3 / 15.0-15.1 us and 7.48-7.50 ms, so those variants were dropped.
-template <int D>
+template <int D, bool kRowLoop = false>
 __global__ void __launch_bounds__(kThreads)
     GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
   using P = PieceIQ4_XS;
   constexpr int kGroups = 32 / P::kLanes;  // blocks per warp step (lane group g = lane / 8)
   const int lane = threadIdx.x & 31;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (o >= p.out) return;
+  // kRowLoop: rows o_first, o_first + the grid's warps, ... (a capped grid,
+  // STEPSERVE_GEMV_ROW_CTAS).
+  const int64_t o_first = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (o_first >= p.out) return;
+  const int64_t o_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int g = lane / P::kLanes, ib = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
-  const uint8_t* wp = p.w + o * p.w_row_bytes + g * P::kBytes;
-  PrefetchRows<1>(p, p.w, o, lane);
+  PrefetchRows<1>(p, p.w, o_first, lane);
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  const int8_t* xp = p.xq + g * P::kElems + 32 * ib;
-  const float2* dp = p.xd + g * (P::kElems / 32) + ib;
-  typename P::Raw ring[D];
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    if (g + k * kGroups < nb) ring[k] = P::LoadRaw(wp + k * kGroups * P::kBytes, ib);
-  }
-  float acc = 0.0f;
-  for (int b0 = g; b0 < nb; b0 += D * kGroups) {
+  for (int64_t o = o_first; o < p.out; o += o_stride) {
+    const uint8_t* wp = p.w + o * p.w_row_bytes + g * P::kBytes;
+    const int8_t* xp = p.xq + g * P::kElems + 32 * ib;
+    const float2* dp = p.xd + g * (P::kElems / 32) + ib;
+    typename P::Raw ring[D];
 #pragma unroll
     for (int k = 0; k < D; ++k) {
-      const int b = b0 + k * kGroups;
-      if (b < nb) {
-        const typename P::W wv = P::Decode(ring[k], b, ib, p);
-        if (b + D * kGroups < nb) {
-          ring[k] = P::LoadRaw(wp + (k + D) * kGroups * P::kBytes, ib);
-        }
-        typename P::X x;
-        x.a = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems));
-        x.b = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems + 16));
-        x.d = __ldg(&dp[k * kGroups * (P::kElems / 32)].x);
-        acc += P::Dot(wv, x, ib);
-      }
+      if (g + k * kGroups < nb) ring[k] = P::LoadRaw(wp + k * kGroups * P::kBytes, ib);
     }
-    wp += D * kGroups * P::kBytes;
-    xp += D * kGroups * P::kElems;
-    dp += D * kGroups * (P::kElems / 32);
-  }
+    float acc = 0.0f;
+    for (int b0 = g; b0 < nb; b0 += D * kGroups) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
-  if (lane == 0) p.y[o] = acc;
+      for (int k = 0; k < D; ++k) {
+        const int b = b0 + k * kGroups;
+        if (b < nb) {
+          const typename P::W wv = P::Decode(ring[k], b, ib, p);
+          if (b + D * kGroups < nb) {
+            ring[k] = P::LoadRaw(wp + (k + D) * kGroups * P::kBytes, ib);
+          }
+          typename P::X x;
+          x.a = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems));
+          x.b = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems + 16));
+          x.d = __ldg(&dp[k * kGroups * (P::kElems / 32)].x);
+          acc += P::Dot(wv, x, ib);
+        }
+      }
+      wp += D * kGroups * P::kBytes;
+      xp += D * kGroups * P::kElems;
+      dp += D * kGroups * (P::kElems / 32);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+    if (lane == 0) p.y[o] = acc;
+    if constexpr (!kRowLoop) break;  // one row per warp: the loop's registers stay free
+  }
 }
 
 // One thread per 4 activations, 8 threads per 32-value block (a row holds whole blocks, so the
@@ -381,6 +387,18 @@ cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int6
                            stream, p);
 }
 
+// STEPSERVE_GEMV_ROW_CTAS=N (read once; opt-in while measured): at most N CTAs for the one-row
+// IQ4_XS GEMV, each warp looping over rows (the fused q/k/v/gate projection at batch 1 is 5632
+// CTAs of 4 warps, each warp one row of 16 blocks); 0 (default): one row per warp.
+int64_t OneRowMaxCtas() {
+  static const int64_t cap = [] {
+    const char* v = std::getenv("STEPSERVE_GEMV_ROW_CTAS");
+    const int64_t n = v == nullptr ? 0 : static_cast<int64_t>(std::atoll(v));
+    return n > 0 ? n : int64_t{0};
+  }();
+  return cap;
+}
+
 template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false,
           int kMinBlocks = R == 1 ? 8 : 1>
 cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
@@ -405,6 +423,10 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   }
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (p.rows == 1) {
+      if (const int64_t cap = OneRowMaxCtas(); cap > 0 && cap * kWarpsPerBlock < p.out) {
+        return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1, true>, p, 1, overlap_previous,
+                                 stream, cap);
+      }
       return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous, stream);
     }
   }

@@ -4,7 +4,9 @@
 // GEMV's, lane by lane and block by block, and the SwiGLU values and their int8 form are the
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
@@ -158,24 +160,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
   const GemvParams& p = a.p;
   const int lane = threadIdx.x & 31;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  // Rows o_first, o_first + the grid's warps, ...: one row per warp unless the launch capped the
+  // grid (STEPSERVE_MOE_GATEUP_CTAS).
+  const int64_t o_first = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int64_t o_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int k = static_cast<int>(blockIdx.y);
   const int per_token = a.routed + (a.shared_gate != nullptr ? 1 : 0);
-  if (o >= p.out) return;  // never with n_ff % 32 == 0 (the launch's grid is exact)
+  if (o_first >= p.out) return;  // never with n_ff % 32 == 0 (the launch's grid is exact)
   // The router that writes the ids and the norm / quantizer that writes x's int8 form.
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   if constexpr (kMode == kSharedOnce) {
     if (k == a.tokens * a.routed) {
-      float gate[kMaxSharedTokens], up[kMaxSharedTokens];
-      DotTwoRowsAllTokens<P, kMaxSharedTokens>(p, a.shared_gate + o * a.shared_gate_row_bytes,
-                                               a.shared_up + o * a.shared_up_row_bytes, a.tokens,
-                                               lane, gate, up);
+      for (int64_t o = o_first; o < p.out; o += o_stride) {
+        float gate[kMaxSharedTokens], up[kMaxSharedTokens];
+        DotTwoRowsAllTokens<P, kMaxSharedTokens>(p, a.shared_gate + o * a.shared_gate_row_bytes,
+                                                 a.shared_up + o * a.shared_up_row_bytes, a.tokens,
+                                                 lane, gate, up);
 #pragma unroll
-      for (int t = 0; t < kMaxSharedTokens; ++t) {
-        if (t < a.tokens) {
-          StoreAndQuantizeBlock(a, t * per_token + a.routed, o, lane,
-                                ExpertSwiGlu(gate[t], up[t], a.shared_limit, a.shared_clamp));
+        for (int t = 0; t < kMaxSharedTokens; ++t) {
+          if (t < a.tokens) {
+            StoreAndQuantizeBlock(a, t * per_token + a.routed, o, lane,
+                                  ExpertSwiGlu(gate[t], up[t], a.shared_limit, a.shared_clamp));
+          }
         }
       }
       return;
@@ -187,18 +194,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     t = k / slots_per_row;
     j = k - t * slots_per_row;
   }
-  float gate = 0.f, up = 0.f;
   const bool shared = j == a.routed;
+  // The row pair's matrices (null: an expert id out of range, whose rows are zeros).
+  const uint8_t* gate_w = nullptr;
+  const uint8_t* up_w = nullptr;
+  int64_t gate_row_bytes = 0, up_row_bytes = 0;
   if (shared) {
-    DotTwoRows<P, D>(p, a.shared_gate + o * a.shared_gate_row_bytes,
-                     a.shared_up + o * a.shared_up_row_bytes, t, lane, &gate, &up);
+    gate_w = a.shared_gate, up_w = a.shared_up;
+    gate_row_bytes = a.shared_gate_row_bytes, up_row_bytes = a.shared_up_row_bytes;
   } else if (const int32_t id = p.matrix_ids[t * a.routed + j]; id >= 0 && id < p.n_matrices) {
-    DotTwoRows<P, D>(p, p.w + id * p.w_matrix_bytes + o * p.w_row_bytes,
-                     a.up + id * a.up_matrix_bytes + o * a.up_row_bytes, t, lane, &gate, &up);
+    gate_w = p.w + id * p.w_matrix_bytes, up_w = a.up + id * a.up_matrix_bytes;
+    gate_row_bytes = p.w_row_bytes, up_row_bytes = a.up_row_bytes;
   }
-  StoreAndQuantizeBlock(a, t * per_token + j, o, lane,
-                        shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
-                               : ExpertSwiGlu(gate, up, a.limit, a.clamp));
+  for (int64_t o = o_first; o < p.out; o += o_stride) {
+    float gate = 0.f, up = 0.f;
+    if (gate_w != nullptr) {
+      DotTwoRows<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane, &gate,
+                       &up);
+    }
+    StoreAndQuantizeBlock(a, t * per_token + j, o, lane,
+                          shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
+                                 : ExpertSwiGlu(gate, up, a.limit, a.clamp));
+  }
 }
 
 // Grid (n_embd / kWarpsPerBlock, tokens): warp (o, t) adds sum_k weights[t][k] * (row o of expert
@@ -330,6 +347,17 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
                        : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
+// STEPSERVE_MOE_GATEUP_CTAS=N (read once; opt-in while measured): at most ~N CTAs in the gate/up
+// grid, each warp looping over rows (at batch 1: 2880 CTAs of 4 warps, each warp dotting two rows
+// of 16 blocks, ~2.7 waves at 8 CTAs per SM); 0 (default): one row per warp.
+int64_t GateUpMaxCtas() {
+  static const int64_t cap = [] {
+    const char* v = std::getenv("STEPSERVE_MOE_GATEUP_CTAS");
+    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
+  }();
+  return cap;
+}
+
 template <class P>
 cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) {
   // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
@@ -337,8 +365,12 @@ cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) 
   // 3 at 6 CTAs per SM, 4 at 4, 2 at 6 with down 4 at 6, 6 at 4, 2 at 8) measured no faster on the
   // H200 (45-layer batch 1: 5.42 / 5.47 / 5.30 ms vs 5.31-5.33; bench/gpu/results-h200-v12.txt).
   constexpr int D = P::kDepth1 / 2 > 0 ? P::kDepth1 / 2 : 1;
-  const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock),
-                  static_cast<unsigned>(GateUpGridRows(a)));
+  const int64_t grid_rows = GateUpGridRows(a);
+  int64_t grid_x = a.p.out / kWarpsPerBlock;
+  if (const int64_t cap = GateUpMaxCtas(); cap > 0) {
+    grid_x = std::min(grid_x, std::max<int64_t>(1, (cap + grid_rows - 1) / grid_rows));
+  }
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_rows));
   if (SharedOnce(a)) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
   }
