@@ -4,9 +4,7 @@
 // GEMV's, lane by lane and block by block, and the SwiGLU values and their int8 form are the
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
@@ -160,8 +158,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
   const GemvParams& p = a.p;
   const int lane = threadIdx.x & 31;
-  // Rows o_first, o_first + the grid's warps, ...: one row per warp unless the launch capped the
-  // grid (STEPSERVE_MOE_GATEUP_CTAS).
+  // Rows o_first, o_first + the grid's warps, ...: with the launch's exact grid one row per warp.
+  // The loop form stays because ptxas allocates it with less spill (IQ4_XS one-token: 12 / 12
+  // bytes, without the loop 60 / 68; 2-4 tokens 0 against 44-100) - the measured kernel (session
+  // 13: batch 2 7.40 -> 7.19 ms). Capping the grid so that warps loop measured slower (batch 1
+  // 5.24 -> 5.37 ms at 1056 or 2112 CTAs; bench/gpu/results-h200-v12.txt).
   const int64_t o_first = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int64_t o_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int k = static_cast<int>(blockIdx.y);
@@ -347,17 +348,6 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
                        : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
-// STEPSERVE_MOE_GATEUP_CTAS=N (read once; opt-in while measured): at most ~N CTAs in the gate/up
-// grid, each warp looping over rows (at batch 1: 2880 CTAs of 4 warps, each warp dotting two rows
-// of 16 blocks, ~2.7 waves at 8 CTAs per SM); 0 (default): one row per warp.
-int64_t GateUpMaxCtas() {
-  static const int64_t cap = [] {
-    const char* v = std::getenv("STEPSERVE_MOE_GATEUP_CTAS");
-    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
-  }();
-  return cap;
-}
-
 template <class P>
 cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) {
   // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
@@ -365,12 +355,8 @@ cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) 
   // 3 at 6 CTAs per SM, 4 at 4, 2 at 6 with down 4 at 6, 6 at 4, 2 at 8) measured no faster on the
   // H200 (45-layer batch 1: 5.42 / 5.47 / 5.30 ms vs 5.31-5.33; bench/gpu/results-h200-v12.txt).
   constexpr int D = P::kDepth1 / 2 > 0 ? P::kDepth1 / 2 : 1;
-  const int64_t grid_rows = GateUpGridRows(a);
-  int64_t grid_x = a.p.out / kWarpsPerBlock;
-  if (const int64_t cap = GateUpMaxCtas(); cap > 0) {
-    grid_x = std::min(grid_x, std::max<int64_t>(1, (cap + grid_rows - 1) / grid_rows));
-  }
-  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_rows));
+  const dim3 grid(static_cast<unsigned>(a.p.out / kWarpsPerBlock),
+                  static_cast<unsigned>(GateUpGridRows(a)));
   if (SharedOnce(a)) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
   }
