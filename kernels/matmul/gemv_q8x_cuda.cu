@@ -387,13 +387,17 @@ cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int6
                            stream, p);
 }
 
-// STEPSERVE_GEMV_ROW_CTAS=N (read once; opt-in while measured): at most N CTAs for the one-row
-// IQ4_XS GEMV, each warp looping over rows (the fused q/k/v/gate projection at batch 1 is 5632
-// CTAs of 4 warps, each warp one row of 16 blocks); 0 (default): one row per warp.
+// CTAs of the one-row IQ4_XS GEMV: at most kOneRowMaxCtas (16 CTAs of 4 warps on each of the
+// H200's 132 SMs: one resident wave), each warp looping over rows when the matrix has more (the
+// fused q/k/v/gate projection at batch 1: 5632 rows); STEPSERVE_GEMV_ROW_CTAS=N sets the cap, 0
+// turns the loop off (one row per warp). Measured on the H200 (45 layers IQ4_XS, one A/B run,
+// bench/gpu/results-h200-v12.txt): batch 1 5.236 / 5.249 -> 5.179 ms at 2112 CTAs, 5.256 at 1056.
+constexpr int64_t kOneRowMaxCtas = 2112;
 int64_t OneRowMaxCtas() {
   static const int64_t cap = [] {
     const char* v = std::getenv("STEPSERVE_GEMV_ROW_CTAS");
-    const int64_t n = v == nullptr ? 0 : static_cast<int64_t>(std::atoll(v));
+    if (v == nullptr) return kOneRowMaxCtas;
+    const int64_t n = static_cast<int64_t>(std::atoll(v));
     return n > 0 ? n : int64_t{0};
   }();
   return cap;
@@ -474,19 +478,23 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
 namespace {
 
 // CTAs per slot of the grouped GEMV (0: one warp per row pair; N: at most N CTAs per slot, each
-// warp looping over row pairs). STEPSERVE_GROUPED_ROW_CTAS=N fixes N (0: no loop); by default the
-// grid is capped at ~kGroupedTargetCtas CTAs over all slots. Why: at 64 streams one warp per row
-// pair is ~46k CTAs of 4 warps per projection (160-512 row blocks x 289 slots) and CTA launch and
-// drain, not bytes, limit it; 24 CTAs per slot measured 76.8 -> 71.8 ms a 45-layer step, 8 lost
-// (84.0 ms), batch 16 26.9 -> 26.8 ms (H200, bench/gpu/results-h200-v12.txt).
-constexpr int64_t kGroupedTargetCtas = 24 * 289;
+// warp looping over row pairs). STEPSERVE_GROUPED_ROW_CTAS=N fixes N (0: no loop); by default
+// kGroupedRowCtas from kGroupedLoopMinSlots slots (16+ streams of 8 routed + 1 shared expert),
+// none below. Measured on the H200 (45 layers IQ4_XS, ms per step; bench/gpu/results-h200-v12.txt):
+// 64 streams (289 slots) 76.7 with no loop, 74.2 / 71.5-71.8 / 70.2 / 69.9 at 16 / 24 / 32 / 48
+// per slot, 8 per slot 84.0; 32 streams 53.0 -> 49.9 at 24; 16 streams (144 slots) 26.8 -> 25.9
+// at 49; but 4 and 8 streams (36 / 72 slots) 11.18 -> 11.54 and 16.93 -> 17.19 at 193 / 97. One
+// warp per row pair is ~46k CTAs of 4 warps per projection at 64 streams: CTA launch and drain,
+// not bytes, limit it there.
+constexpr int64_t kGroupedRowCtas = 48;
+constexpr int64_t kGroupedLoopMinSlots = 128;
 int64_t GroupedRowCtasPerSlot(int64_t slots) {
   static const int64_t setting = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_ROW_CTAS");
     return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
   }();
   if (setting >= 0) return setting;
-  return (kGroupedTargetCtas + slots - 1) / slots;
+  return slots >= kGroupedLoopMinSlots ? kGroupedRowCtas : 0;
 }
 
 template <class P>
