@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Helpers for one device call on the H200 host, sourced by a call script (bench/gpu/calls/):
+# build the named targets, run GPU tests and bench_model A/B runs with a timeout per step, and
+# print one summary line per step as it ends. Run the call script with its output redirected to
+# one file under $OUT (at most 8 files come back; a call killed at its limit returns no output
+# tail, but the file written so far comes back):
+#   (timeout 540 bash bench/gpu/calls/NAME.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+# Per-step logs stay in $CALL_LOGS (default /tmp/logs); tar them into $OUT if needed.
+# Times seen on the H200 (session 13): build 33-47 s, moe_gemv_cuda_test 48-57 s, model_cuda_test
+# 55-58 s, a 45-layer bench_model process 6-7 s at batches 1,2 and 20-36 s at 16-64.
+set -uo pipefail
+CALL_LOGS=${CALL_LOGS:-/tmp/logs}
+CALL_BUILD=${CALL_BUILD:-build-h200}
+CALL_MODELS=${CALL_MODELS:-/tmp/stepserve-models}
+mkdir -p "$CALL_LOGS" "$CALL_MODELS"
+call_start=$(date +%s)
+
+# call_build TARGET...: configure and build from the bundled Debian packages (docs/cuda-host.md).
+call_build() {
+  export NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+  bash scripts/bundle-deps.sh build "$CALL_BUILD" "$@" -- -DCMAKE_BUILD_TYPE=Release \
+    >"$CALL_LOGS/build.log" 2>&1 ||
+    { grep -E "error" "$CALL_LOGS/build.log" | head; tail -5 "$CALL_LOGS/build.log"; return 1; }
+  echo "build $(($(date +%s) - call_start)) s"
+  source <(bash scripts/bundle-deps.sh env)
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv,noheader
+}
+
+# call_test TEST LOG [VAR=value...]: one GPU test binary under `env VAR=value...` (GTEST_FILTER
+# picks cases), 100 s at most; prints its result line and the first failures.
+call_test() {
+  local t=$1 log=$2
+  shift 2
+  local s=$(date +%s)
+  timeout 100 env X=0 "$@" "$CALL_BUILD/tests/gpu/$t" >"$CALL_LOGS/$log.log" 2>&1
+  echo "$t [$*] rc=$? $(($(date +%s) - s)) s" \
+    "$(grep -E '^\[  (PASSED|FAILED)' "$CALL_LOGS/$log.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure" -A3 "$CALL_LOGS/$log.log" | head -12
+}
+
+# call_model_file: the 4-layer real-shape IQ4_XS file model_cuda_test compares against the CPU.
+call_model_file() {
+  local f=$CALL_MODELS/flash4.gguf
+  [[ -f $f ]] || "$CALL_BUILD/server/stepserve" make-model --preset step-3.5-flash --layers 4 \
+    --recipe iq4_xs --out "$f" >"$CALL_LOGS/make-model.log" 2>&1
+  echo "$f"
+}
+
+# call_ab BATCHES PREFILL [VAR=value...]: one 45-layer IQ4_XS bench_model process (12 decode
+# steps), 90 s at most; prints ms per step per batch and prefill tok/s.
+call_ab() {
+  local batches=$1 prefill=$2
+  shift 2
+  local s=$(date +%s)
+  timeout 90 env X=0 "$@" "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash \
+    --layers 45 --recipe iq4_xs --batches "$batches" --decode-steps 12 --prefill "$prefill" \
+    --layer-times=false >"$CALL_LOGS/ab.jsonl" 2>"$CALL_LOGS/ab.err"
+  echo "ab [$*] rc=$? $(($(date +%s) - s)) s" "$(grep -E 'decode|prefill' "$CALL_LOGS/ab.jsonl" |
+    grep -o '"batch":[0-9]*,"context":[0-9]*,"ms_per_step":[0-9.]*\|"prompt_tokens":[0-9]*,"seconds":[0-9.]*,"tokens_per_s":[0-9.]*' |
+    sed 's/"context":[0-9]*,//' | tr '\n' ' ')"
+  grep -h '"memory"' "$CALL_LOGS/ab.jsonl"
+  tail -1 "$CALL_LOGS/ab.err"
+}
+
+call_done() { echo "total $(($(date +%s) - call_start)) s"; }
