@@ -98,6 +98,13 @@ std::atomic<int>& GemvStreamModeSetting();
 inline constexpr int kGemvMmaMinRows = 8;
 inline constexpr int kGemvMmaMaxRows = 16;
 int GemvMmaMinRows();
+// With STEPSERVE_GEMV_MMA_WIDE=1 (read once; opt-in until measured on a device) the tensor-core
+// kernel also takes 17..kGemvMmaWideMaxRows rows of IQ4_XS, in chunks of 32 (GemvCuda then takes
+// them instead of dequantizing the weights to F16 for cuBLAS: at 32-64 decode streams the dense
+// projections' F16 tiles are ~4x the IQ4_XS bytes, written and read again every step).
+inline constexpr int kGemvMmaWideMaxRows = 64;
+bool GemvMmaWideEnabled();
+std::atomic<bool>& GemvMmaWideSetting();  // STEPSERVE_GEMV_MMA_WIDE, then SetGemvCudaMmaWide
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream);
 

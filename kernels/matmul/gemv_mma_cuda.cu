@@ -246,6 +246,41 @@ __global__ void __launch_bounds__(32 * kWarps)
   });
 }
 
+// 17..kGemvMmaWideMaxRows rows (STEPSERVE_GEMV_MMA_WIDE): GemvMmaIq4XsKernel over chunks of 32
+// activation rows, each a full K loop over the CTA's 16 rows (the weight pairs of later chunks
+// come from L2), in the grouped kernel's shape and register cap (4 warps, 4 activation tiles, 3
+// CTAs per SM). A kernel of its own so that the measured plain kernels keep their code.
+__global__ void __launch_bounds__(128, 3)
+    GemvMmaIq4XsChunkedKernel(const __grid_constant__ GemvParams p) {
+  constexpr int kWarps = 4, NT = 4;
+  extern __shared__ __align__(16) uint8_t mma_smem[];
+  const MmaCta<kWarps, NT> cta(mma_smem);
+  const int warp = cta.warp, lane = cta.lane, g = lane >> 2, t = lane & 3;
+  const WarpK<kWarps> k_loop(p, p.w, cta.o0, cta.ring[warp], warp, lane);
+  k_loop.IssueFirst();
+  WaitForPrimaryGrid();  // the quantizer writing xq / xd may still run
+  AllowDependentLaunch();
+  for (int c0 = 0; c0 < p.rows; c0 += 8 * NT) {
+    if (c0 > 0) k_loop.IssueFirst();
+    const int rows = p.rows - c0 < 8 * NT ? p.rows - c0 : 8 * NT;
+    int x_row[NT], d_row0[NT], d_row1[NT];  // clamped to the chunk's last row
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int last = rows - 1;
+      x_row[j] = c0 + (8 * j + g < last ? 8 * j + g : last);
+      d_row0[j] = c0 + (8 * j + 2 * t < last ? 8 * j + 2 * t : last);
+      d_row1[j] = c0 + (8 * j + 2 * t + 1 < last ? 8 * j + 2 * t + 1 : last);
+    }
+    float acc[NT][4] = {};
+    k_loop.template Run<NT>(rows, x_row, d_row0, d_row1, acc);
+    ReduceAndStore<kWarps, NT>(cta.partial, p, cta.o0, warp, lane, acc,
+                               [&](int64_t o, int r, float v) {
+                                 if (r < rows) p.y[(c0 + r) * p.y_stride + o] = v;
+                               });
+    __syncthreads();  // the partial sums are read before the next chunk writes them
+  }
+}
+
 // Grouped mode (MoE with many tokens per expert, e.g. a prefill): grid (16-row tiles, slots).
 // Slot s holds the groups that picked matrix slot_matrix[s] (GemvParams); the CTA runs them in
 // chunks of 8 * NT activation rows, each a full K loop over its 16 rows of that matrix, so the
@@ -295,12 +330,16 @@ int MinRowsFromEnv() {
 namespace {
 
 // Sets the kernel's shared-memory limit once per device, then launches.
-template <int kWarps, int NT, bool kGrouped>
+enum class MmaForm { kPlain, kChunked, kGrouped };
+template <int kWarps, int NT, MmaForm kForm>
 cudaError_t LaunchMma(bool overlap, dim3 grid, const GemvParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = MmaSharedBytes<kWarps, NT>();
   void (*kernel)(const GemvParams);  // instantiates only the kernel asked for
-  if constexpr (kGrouped) {
+  if constexpr (kForm == MmaForm::kGrouped) {
     kernel = GemvMmaIq4XsGroupedKernel<kWarps, NT>;
+  } else if constexpr (kForm == MmaForm::kChunked) {
+    static_assert(kWarps == 4 && NT == 4, "GemvMmaIq4XsChunkedKernel's shape");
+    kernel = GemvMmaIq4XsChunkedKernel;
   } else {
     kernel = GemvMmaIq4XsKernel<kWarps, NT>;
   }
@@ -319,24 +358,38 @@ int GemvMmaMinRows() {
   return rows;
 }
 
+std::atomic<bool>& GemvMmaWideSetting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("STEPSERVE_GEMV_MMA_WIDE");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return on;
+}
+
+bool GemvMmaWideEnabled() { return GemvMmaWideSetting().load(std::memory_order_relaxed); }
+
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream) {
-  if (type != GgmlType::kIQ4_XS || !p.x_pair_order || p.rows < 2 || p.rows > kGemvMmaMaxRows ||
-      p.in % 256 != 0 || p.matrix_ids != nullptr || p.slot_matrix != nullptr) {
+  if (type != GgmlType::kIQ4_XS || !p.x_pair_order || p.rows < 2 ||
+      p.rows > (GemvMmaWideEnabled() ? kGemvMmaWideMaxRows : kGemvMmaMaxRows) || p.in % 256 != 0 ||
+      p.matrix_ids != nullptr || p.slot_matrix != nullptr) {
     return cudaErrorNotSupported;
   }
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM));
   const bool overlap = overlap_previous || PdlEnabled();
+  if (p.rows > kGemvMmaMaxRows) {
+    return LaunchMma<4, 4, MmaForm::kChunked>(overlap, grid, p, stream);
+  }
   static_assert(kGemvMmaMaxRows == 16, "one instantiation per 8 activation rows");
   // Fewer than 8192 output rows leave under ~4 CTAs per SM: 8 warps split K there, so each SM
   // has enough warps to hide the MMA, shared-memory and activation-load latencies.
   const bool wide = p.out < 8192;
   if (wide) {
-    return p.rows <= 8 ? LaunchMma<8, 1, false>(overlap, grid, p, stream)
-                       : LaunchMma<8, 2, false>(overlap, grid, p, stream);
+    return p.rows <= 8 ? LaunchMma<8, 1, MmaForm::kPlain>(overlap, grid, p, stream)
+                       : LaunchMma<8, 2, MmaForm::kPlain>(overlap, grid, p, stream);
   }
-  return p.rows <= 8 ? LaunchMma<4, 1, false>(overlap, grid, p, stream)
-                     : LaunchMma<4, 2, false>(overlap, grid, p, stream);
+  return p.rows <= 8 ? LaunchMma<4, 1, MmaForm::kPlain>(overlap, grid, p, stream)
+                     : LaunchMma<4, 2, MmaForm::kPlain>(overlap, grid, p, stream);
 }
 
 cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
@@ -349,7 +402,7 @@ cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM),
                   static_cast<unsigned>(slots));
   // 32 activation rows per chunk: a prefill's experts see ~60 (2048 tokens, 8 of 288 experts).
-  return LaunchMma<4, 4, true>(/*overlap=*/PdlEnabled(), grid, p, stream);
+  return LaunchMma<4, 4, MmaForm::kGrouped>(/*overlap=*/PdlEnabled(), grid, p, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

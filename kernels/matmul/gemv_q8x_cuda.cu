@@ -459,6 +459,7 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
     const cudaError_t err = LaunchGemvQ8xMma(type, p, overlap_previous, stream);
     if (err != cudaErrorNotSupported) return err;
   }
+  if (p.rows > kGemvMmaMaxRows) return cudaErrorInvalidValue;  // the dp4a kernels stop at 16
   switch (type) {
     case GgmlType::kQ8_0:
       return LaunchRows<PieceQ8_0>(p, overlap_previous, stream);

@@ -16,6 +16,15 @@ bool GemvCudaSupports(GgmlType type) {
          type == GgmlType::kQ6_K || type == GgmlType::kIQ4_XS;
 }
 
+int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations) {
+  const bool wide = type == GgmlType::kIQ4_XS && activations == GemvCudaActivations::kQ8 &&
+                    gemv_internal::GemvMmaWideEnabled() &&
+                    gemv_internal::GemvMmaMinRows() <= gemv_internal::kGemvMmaMaxRows;
+  return wide ? gemv_internal::kGemvMmaWideMaxRows : kGemvCudaMaxRows;
+}
+
+bool SetGemvCudaMmaWide(bool on) { return gemv_internal::GemvMmaWideSetting().exchange(on); }
+
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
   if (in <= 0 || rows <= 0) return 0;
   return gemv_internal::Q8ScalesOffset(in, rows) +
@@ -38,7 +47,7 @@ KernelStatus ValidateGemvCuda(const GemvCudaArgs& a) {
   if (a.w == nullptr || a.y == nullptr || (needs_x && a.x == nullptr)) {
     return KernelStatus::kInvalidArgument;
   }
-  if (a.in <= 0 || a.out <= 0 || a.rows < 1 || a.rows > kGemvCudaMaxRows) {
+  if (a.in <= 0 || a.out <= 0 || a.rows < 1 || a.rows > GemvCudaMaxRows(a.type, a.activations)) {
     return KernelStatus::kInvalidArgument;
   }
   const int64_t block = TypeInfo(a.type).block_elems;

@@ -46,7 +46,7 @@ struct GemvCudaArgs {
   int64_t out = 0;
   const float* x = nullptr;  // device
   int64_t x_stride = 0;      // floats between X rows, >= in
-  int64_t rows = 0;          // 1..kGemvCudaMaxRows
+  int64_t rows = 0;          // 1..GemvCudaMaxRows(type, activations)
   float* y = nullptr;        // device, must not alias X
   int64_t y_stride = 0;      // floats between Y rows, >= out
   GemvCudaActivations activations = GemvCudaActivations::kQ8;
@@ -87,6 +87,13 @@ enum class GroupedGemmF16Mode : int { kOff = 0, kIq4Xs = 1, kIq4XsAndQ4K = 2, kA
 GroupedGemmF16Mode SetGroupedGemmF16Cuda(GroupedGemmF16Mode mode);
 // Whether GemvIndexedCuda takes the grouped F16 GEMM for `type` in the current mode.
 bool GroupedGemmF16Enabled(GgmlType type);
+
+// The most activation rows GemvCuda takes: kGemvCudaMaxRows, or 64 for IQ4_XS with kQ8
+// activations when STEPSERVE_GEMV_MMA_WIDE=1 (the tensor-core GEMV in chunks of 32 rows; opt-in
+// until measured on a device) and the tensor-core GEMV is not turned off (STEPSERVE_GEMV_MMA=0).
+int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations);
+// Turns the wide tensor-core GEMV on or off (tests, A/B runs); returns the previous setting.
+bool SetGemvCudaMmaWide(bool on);
 
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);

@@ -160,6 +160,39 @@ TEST(GemvCudaValidateTest, RejectsBadArguments) {
   EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
 }
 
+// Past 16 rows only IQ4_XS with int8 activations, and only with the wide tensor-core GEMV on.
+TEST(GemvCudaValidateTest, WideRowsOnlyForIq4XsWithTheWideMma) {
+  const bool before = SetGemvCudaMmaWide(false);
+  EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kQ8), kGemvCudaMaxRows);
+  SetGemvCudaMmaWide(true);
+  EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kQ8), 64);
+  EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kF32), kGemvCudaMaxRows);
+  EXPECT_EQ(GemvCudaMaxRows(GgmlType::kQ4_K, GemvCudaActivations::kQ8), kGemvCudaMaxRows);
+  EXPECT_EQ(GemvCudaMaxRows(GgmlType::kQ8_0, GemvCudaActivations::kQ8), kGemvCudaMaxRows);
+  int dummy[64] __attribute__((aligned(16)));
+  GemvCudaArgs a{.type = GgmlType::kIQ4_XS,
+                 .w = dummy,
+                 .w_row_bytes = 144,
+                 .in = 256,
+                 .out = 4,
+                 .x = reinterpret_cast<const float*>(dummy),
+                 .x_stride = 256,
+                 .rows = 64,
+                 .y = reinterpret_cast<float*>(dummy),
+                 .y_stride = 4,
+                 .activations = GemvCudaActivations::kQ8,
+                 .scratch = dummy,
+                 .scratch_bytes = GemvCudaScratchBytes(256, 64)};
+  EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kOk);
+  a.rows = 65;
+  a.scratch_bytes = GemvCudaScratchBytes(256, 65);
+  EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kInvalidArgument);
+  SetGemvCudaMmaWide(false);
+  a.rows = 17;
+  EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kInvalidArgument);
+  SetGemvCudaMmaWide(before);
+}
+
 // type, {out, in}, rows, activations
 using Case = std::tuple<GgmlType, std::pair<int64_t, int64_t>, int64_t, GemvCudaActivations>;
 
@@ -175,9 +208,17 @@ double RelError(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(diff2 / ref2);
 }
 
+// Restores the wide tensor-core GEMV setting when a case ends (cases past 16 rows turn it on).
+struct MmaWideScope {
+  explicit MmaWideScope(bool on) : before(SetGemvCudaMmaWide(on)) {}
+  ~MmaWideScope() { SetGemvCudaMmaWide(before); }
+  bool before;
+};
+
 TEST_P(GemvCudaTest, MatchesCpuReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   const auto [type, shape, rows, mode] = GetParam();
+  const MmaWideScope wide(rows > kGemvCudaMaxRows);
   const auto [out, in] = shape;
   const bool q8 = mode == GemvCudaActivations::kQ8;
   const int64_t row_bytes = PaddedRowBytes(type, in);
@@ -320,6 +361,18 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::pair<int64_t, int64_t>{37, 1280}),
                        ::testing::Values(1, 3, 8, 16),
                        ::testing::Values(GemvCudaActivations::kQ8, GemvCudaActivations::kF32)));
+
+// 17-64 rows: IQ4_XS through the wide tensor-core GEMV (chunks of 32 rows: one partial chunk,
+// one full, a full and a partial, two full), int8 activations only.
+INSTANTIATE_TEST_SUITE_P(
+    WideIq4Xs, GemvCudaTest,
+    ::testing::Combine(::testing::Values(GgmlType::kIQ4_XS),
+                       ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
+                                         std::pair<int64_t, int64_t>{33, 2304},
+                                         std::pair<int64_t, int64_t>{4095, 768},
+                                         std::pair<int64_t, int64_t>{37, 1280}),
+                       ::testing::Values(17, 32, 45, 64),
+                       ::testing::Values(GemvCudaActivations::kQ8)));
 
 // Q5_K has the int8 path only (the exact F32 mode takes the generic GEMV).
 INSTANTIATE_TEST_SUITE_P(Q5K, GemvCudaTest,

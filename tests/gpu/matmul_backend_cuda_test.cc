@@ -1,7 +1,8 @@
 // CudaBackend Matmul and Embed against the CPU backend, for every GGUF type the published files
 // use, on fresh random weights (placed with PlaceWeight, so rows are padded on the device) and
 // activations, outputs poisoned with NaN first. Bounds by kernel path (cuda_backend_matmul.cc):
-//   T <= 16, Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1e-2 (measured ~6e-3);
+//   T <= 16, Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1e-2 (measured ~6e-3;
+//       IQ4_XS up to T = 64 with STEPSERVE_GEMV_MMA_WIDE=1);
 //   T <= 16, other types: generic GEMV, exact F32 up to summation order, 1e-5;
 //   T > 16, F32/BF16 weights: cuBLAS SGEMM, exact F32, 1e-5;
 //   T > 16, F16 and quantized weights: F16 tiles + tensor cores, 5e-3 (F16 rounding of W and X,
@@ -21,6 +22,7 @@
 #include "engine/backend/backend.h"
 #include "engine/quant/ggml_type.h"
 #include "gtest/gtest.h"
+#include "kernels/matmul/matmul_cuda.h"
 #include "tests/gpu/backend_test_util.h"
 #include "tests/gpu/weight_test_util.h"
 
@@ -40,10 +42,10 @@ using gpu_testing::RelativeError;
 using gpu_testing::UploadMat;
 
 constexpr GgmlType kTypes[] = {
-    GgmlType::kF32,     GgmlType::kF16,    GgmlType::kBF16,   GgmlType::kQ8_0,
-    GgmlType::kQ2_K,    GgmlType::kQ3_K,   GgmlType::kQ4_K,   GgmlType::kQ5_K,
+    GgmlType::kF32,     GgmlType::kF16,     GgmlType::kBF16,   GgmlType::kQ8_0,
+    GgmlType::kQ2_K,    GgmlType::kQ3_K,    GgmlType::kQ4_K,   GgmlType::kQ5_K,
     GgmlType::kQ6_K,    GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
-    GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,  GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
+    GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,   GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
 
 constexpr int64_t kOut = 257;  // odd: partial warps, blocks and tiles
 constexpr int64_t kIn = 512;
@@ -55,6 +57,8 @@ bool HasFastGemv(GgmlType t) {
 
 double Bound(GgmlType type, int64_t rows) {
   if (rows <= 16) return HasFastGemv(type) ? 1e-2 : 1e-5;
+  // IQ4_XS up to 64 rows with STEPSERVE_GEMV_MMA_WIDE=1: the int8 tensor-core GEMV.
+  if (rows <= kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8)) return 1e-2;
   return (type == GgmlType::kF32 || type == GgmlType::kBF16) ? 1e-5 : 5e-3;
 }
 
@@ -65,12 +69,12 @@ std::unique_ptr<Backend> CpuBackend() {
 }
 
 // Runs Matmul on both backends; x and y rows `x_pad` / `y_pad` floats longer than their columns.
-void CheckMatmul(Backend& cuda, GgmlType type, int64_t in, int64_t out, int64_t rows,
-                 int64_t x_pad, int64_t y_pad, uint64_t seed) {
-  const std::string what = std::string(GgmlTypeName(type)) + " in " + std::to_string(in) +
-                           " out " + std::to_string(out) + " T " + std::to_string(rows) +
-                           " pads " + std::to_string(x_pad) + "/" + std::to_string(y_pad) +
-                           " seed " + std::to_string(seed);
+void CheckMatmul(Backend& cuda, GgmlType type, int64_t in, int64_t out, int64_t rows, int64_t x_pad,
+                 int64_t y_pad, uint64_t seed) {
+  const std::string what = std::string(GgmlTypeName(type)) + " in " + std::to_string(in) + " out " +
+                           std::to_string(out) + " T " + std::to_string(rows) + " pads " +
+                           std::to_string(x_pad) + "/" + std::to_string(y_pad) + " seed " +
+                           std::to_string(seed);
   std::mt19937_64 rng(seed);
   const HostWeight w = RandomHostWeight(type, in, out, 1, seed, 0.05f);
   absl::StatusOr<WeightView> placed = cuda.PlaceWeight(w.view, "w");
@@ -86,9 +90,8 @@ void CheckMatmul(Backend& cuda, GgmlType type, int64_t in, int64_t out, int64_t 
 
   DeviceMat dx = UploadMat(cuda, x, xs, rows);
   DeviceMat dy = PoisonedMat(cuda, ys, rows);
-  const absl::Status status =
-      cuda.Matmul(TensorView::F32(dx.view.f32(), in, rows, xs), *placed,
-                  TensorView::F32(dy.view.f32(), out, rows, ys));
+  const absl::Status status = cuda.Matmul(TensorView::F32(dx.view.f32(), in, rows, xs), *placed,
+                                          TensorView::F32(dy.view.f32(), out, rows, ys));
   ASSERT_TRUE(status.ok()) << what << ": " << status;
   std::vector<float> got = DownloadMat(cuda, dy);
   // Compare the written columns; the padding must stay poisoned (never written).
@@ -154,8 +157,7 @@ TEST(MatmulCudaErrorsTest, RejectsTypesAndShapes) {
   const HostWeight w8 = RandomHostWeight(GgmlType::kQ8_0, 64, 8, 1, 2, 0.1f);
   absl::StatusOr<WeightView> placed8 = cuda->PlaceWeight(w8.view, "q8_0");
   ASSERT_TRUE(placed8.ok());
-  EXPECT_EQ(cuda->Matmul(x.view, *placed8, y_bad.view).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda->Matmul(x.view, *placed8, y_bad.view).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(cuda->Matmul(x.view, *placed8, y.view).ok());
   EXPECT_TRUE(cuda->Synchronize().ok());
 }

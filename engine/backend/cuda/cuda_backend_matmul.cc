@@ -2,7 +2,8 @@
 //
 // Matmul picks one of three kernel paths by batch size and weight type:
 //   rows <= 16 and a type the fast GEMV has (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS): GemvCuda, int8
-//       activations (kQ8; ~6e-3 relative to the exact result, matmul_cuda.h);
+//       activations (kQ8; ~6e-3 relative to the exact result, matmul_cuda.h); IQ4_XS up to 64
+//       rows with STEPSERVE_GEMV_MMA_WIDE=1 (kernels::GemvCudaMaxRows);
 //   rows <= 16, any other type: GemvGenericCuda (weights dequantized in registers, exact F32);
 //   more rows: CublasGemm (cuBLAS, F32 accumulation; F32/BF16 weights exact, F16 and quantized
 //       weights through F16 tiles, ~5e-4 relative).
@@ -53,7 +54,10 @@ using MatmulState = CudaBackend::MatmulState;
 absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::MatmulArgs& m,
                        bool exact_activations, const char* op, const void* x_q8 = nullptr) {
   if (m.rows == 0) return absl::OkStatus();
-  if (m.rows <= kernels::kGemvCudaMaxRows && kernels::GemvCudaSupports(m.type)) {
+  const auto activations =
+      exact_activations ? kernels::GemvCudaActivations::kF32 : kernels::GemvCudaActivations::kQ8;
+  if (m.rows <= kernels::GemvCudaMaxRows(m.type, activations) &&
+      kernels::GemvCudaSupports(m.type)) {
     kernels::GemvCudaArgs g;
     g.type = m.type;
     g.w = m.w;
