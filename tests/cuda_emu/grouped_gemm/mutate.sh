@@ -9,7 +9,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-/tmp/stepserve-emu-gemm}/mut_$1
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
-test=${EMU_TEST:-$([ "$2" = matmul/gemm_grouped_f16_cuda.cu ] && echo test_f16 || echo test)}
+case $2 in
+  matmul/gemm_grouped_f16_cuda.cu) default_test=test_f16 ;;
+  matmul/gemv_mma_cuda.cu) default_test=test_gemv_mma ;;
+  *) default_test=test ;;
+esac
+test=${EMU_TEST:-$default_test}
 rm -rf "$work" && mkdir -p "$work"
 python3 "$here/transform.py" "$work/shadow" "$2" "$3" "$4" || { echo "$1: TRANSFORM FAILED"; exit 1; }
 g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \

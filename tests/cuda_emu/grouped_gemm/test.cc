@@ -45,23 +45,10 @@ bool RunCase(const Case& c, uint32_t seed) {
   const std::vector<int32_t>& slot_begin = grouping.slot_begin;
   // ---- activations ----
   const int64_t x_rows = (G + c.div - 1) / c.div, blocks32 = c.in / 32;
-  std::vector<int8_t> xl(x_rows * c.in);  // logical order
-  for (auto& v : xl) v = int8_t(rng());
-  std::vector<uint4> xq_store((x_rows * c.in + 15) / 16);
-  int8_t* xq = reinterpret_cast<int8_t*>(xq_store.data());
-  for (int64_t r = 0; r < x_rows; ++r)
-    for (int64_t b = 0; b < blocks32; ++b)
-      for (int e = 0; e < 32; ++e)
-        xq[r * c.in + 32 * b + (g_permute_x ? PairPos(e) : e)] = xl[r * c.in + 32 * b + e];
-  std::vector<float2> xd(x_rows * blocks32);
-  std::uniform_real_distribution<float> xdd(0.005f, 0.05f);
-  for (int64_t r = 0; r < x_rows; ++r)
-    for (int64_t b = 0; b < blocks32; ++b) {
-      int s = 0;
-      for (int e = 0; e < 32; ++e) s += xl[r * c.in + 32 * b + e];
-      const float d = xdd(rng);
-      xd[r * blocks32 + b] = make_float2(d, d * s);
-    }
+  Q8Activations x(x_rows, c.in, g_permute_x != 0, rng);
+  const std::vector<int8_t>& xl = x.xl;
+  int8_t* xq = x.xq();
+  const std::vector<float2>& xd = x.xd;
   // ---- reference (double) ----
   const int64_t y_stride = c.out + c.y_pad;
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -78,31 +65,10 @@ bool RunCase(const Case& c, uint32_t seed) {
           want[g * y_stride + o] = 0.0;
           continue;
         }
-        double acc = 0, abs_acc = 0;
-        float acc32 = 0.f;
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = w + id * matrix_bytes + o * row_bytes + 136 * b;
-          uint16_t dh, sh;
-          std::memcpy(&dh, blk, 2);
-          std::memcpy(&sh, blk + 2, 2);
-          const double d = stepserve::F16ToF32(dh);
-          for (int ib = 0; ib < 8; ++ib) {
-            const int ls =
-                ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
-            const double dl = d * (ls - 32);
-            long long isum = 0;
-            for (int j = 0; j < 32; ++j) {
-              const uint8_t q = blk[8 + 16 * ib + (j % 16)];
-              const int nib = j < 16 ? (q & 15) : (q >> 4);
-              isum += kValues[nib] * xl[r * c.in + 256 * b + 32 * ib + j];
-            }
-            const double term = dl * double(xd[r * blocks32 + 8 * b + ib].x) * double(isum);
-            acc += term;
-            const float dl32 = float(stepserve::F16ToF32(dh)) * float(ls - 32);
-            acc32 += float(isum) * (dl32 * xd[r * blocks32 + 8 * b + ib].x);
-            abs_acc += std::fabs(term);
-          }
-        }
+        const Iq4XsDot dot = DotIq4XsRow(w + id * matrix_bytes + o * row_bytes, nb, &xl[r * c.in],
+                                         &xd[r * blocks32]);
+        const double acc = dot.acc, abs_acc = dot.abs_acc;
+        const float acc32 = dot.acc32;
         want[g * y_stride + o] = acc;
         scale[g * y_stride + o] = abs_acc;
         want32[g * y_stride + o] = acc32;

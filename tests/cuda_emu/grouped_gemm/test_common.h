@@ -4,6 +4,7 @@
 // before the kernel source.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -109,6 +110,67 @@ struct QuantMatrices {
           const uint16_t h = stepserve::F32ToF16(next());
           std::memcpy(block(e, o, b) + offset, &h, 2);
         }
+  }
+};
+
+// One IQ4_XS weight row (nb blocks of 136 bytes) against logical-order int8 activations xl with
+// per-32 scales xd[].x: the exact dot in double, the sum of its per-sub-block terms' magnitudes
+// (the scale a cancelling sum is checked against), and an F32 model accumulating one term per
+// sub-block in order, as a kernel whose K loop is not split would (no FMA).
+struct Iq4XsDot {
+  double acc = 0, abs_acc = 0;
+  float acc32 = 0.f;
+};
+inline Iq4XsDot DotIq4XsRow(const uint8_t* row, int64_t nb, const int8_t* xl, const float2* xd) {
+  Iq4XsDot r;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + 136 * b;
+    uint16_t dh, sh;
+    std::memcpy(&dh, blk, 2);
+    std::memcpy(&sh, blk + 2, 2);
+    const double d = stepserve::F16ToF32(dh);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+      const double dl = d * (ls - 32);
+      long long isum = 0;
+      for (int j = 0; j < 32; ++j) {
+        const uint8_t q = blk[8 + 16 * ib + (j % 16)];
+        const int nib = j < 16 ? (q & 15) : (q >> 4);
+        isum += kValues[nib] * xl[256 * b + 32 * ib + j];
+      }
+      const double term = dl * double(xd[8 * b + ib].x) * double(isum);
+      r.acc += term;
+      const float dl32 = float(stepserve::F16ToF32(dh)) * float(ls - 32);
+      r.acc32 += float(isum) * (dl32 * xd[8 * b + ib].x);
+      r.abs_acc += std::fabs(term);
+    }
+  }
+  return r;
+}
+
+// Random int8 activations (logical order in xl, pair order in xq for the kernels) and their
+// per-32 (d, d * sum) scales: rows x in values.
+struct Q8Activations {
+  std::vector<int8_t> xl;
+  std::vector<uint4> xq_store;
+  std::vector<float2> xd;
+  int8_t* xq() { return reinterpret_cast<int8_t*>(xq_store.data()); }
+  Q8Activations(int64_t rows, int64_t in, bool pair_order, std::mt19937& rng)
+      : xl(rows * in), xq_store((rows * in + 15) / 16), xd(rows * (in / 32)) {
+    for (auto& v : xl) v = int8_t(rng());
+    const int64_t blocks32 = in / 32;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < blocks32; ++b)
+        for (int e = 0; e < 32; ++e)
+          xq()[r * in + 32 * b + (pair_order ? PairPos(e) : e)] = xl[r * in + 32 * b + e];
+    std::uniform_real_distribution<float> xdd(0.005f, 0.05f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < blocks32; ++b) {
+        int s = 0;
+        for (int e = 0; e < 32; ++e) s += xl[r * in + 32 * b + e];
+        const float d = xdd(rng);
+        xd[r * blocks32 + b] = make_float2(d, d * s);
+      }
   }
 };
 

@@ -7,6 +7,7 @@ import os, sys
 M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'kernels') + '/'
 out = sys.argv[1]
 files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
+         'matmul/gemv_mma_cuda.cu',
          'matmul/gemm_f16_decoders.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
          'matmul/gemv_q8x_pieces.cuh',
@@ -40,6 +41,7 @@ reps = {
   ('__device__ __forceinline__ void PrefetchL2(', 'inline void PrefetchL2(const void*) {}'),
  ],
  'matmul/gemm_grouped_mma_cuda.cu': [],
+ 'matmul/gemv_mma_cuda.cu': [],
  'matmul/gemm_grouped_f16_cuda.cu': [],
  'matmul/gemm_f16_decoders.cuh': [
   ('__device__ __forceinline__ uint32_t FmaF16x2(', 'inline uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c) { return emu::FmaF16x2(a, b, c); }'),
@@ -58,6 +60,10 @@ for f in files:
         old = 'extern __shared__ __align__(16) uint8_t gemm_smem[];'
         assert s.count(old) == 1
         s = s.replace(old, 'uint8_t* const gemm_smem = emu::smem_base;')
+    if f == 'matmul/gemv_mma_cuda.cu':  # three kernels declare the dynamic area
+        old = 'extern __shared__ __align__(16) uint8_t mma_smem[];'
+        assert s.count(old) == 3
+        s = s.replace(old, 'uint8_t* const mma_smem = emu::smem_base;')
     if mut and mut[0] == f:
         assert s.count(mut[1]) >= 1, 'mutation target not found: ' + mut[1]
         s = s.replace(mut[1], mut[2], 1)
