@@ -33,7 +33,7 @@ call_test() {
   local t=$1 log=$2
   shift 2
   local s=$(date +%s)
-  timeout 100 env X=0 "$@" "$CALL_BUILD/tests/gpu/$t" >"$CALL_LOGS/$log.log" 2>&1
+  timeout 100 env "$@" "$CALL_BUILD/tests/gpu/$t" >"$CALL_LOGS/$log.log" 2>&1
   echo "$t [$*] rc=$? $(($(date +%s) - s)) s" \
     "$(grep -E '^\[  (PASSED|FAILED)' "$CALL_LOGS/$log.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" -A3 "$CALL_LOGS/$log.log" | head -12
@@ -53,7 +53,7 @@ call_ab() {
   local batches=$1 prefill=$2
   shift 2
   local s=$(date +%s)
-  timeout 90 env X=0 "$@" "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash \
+  timeout 90 env "$@" "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash \
     --layers 45 --recipe iq4_xs --batches "$batches" --decode-steps 12 --prefill "$prefill" \
     --layer-times=false >"$CALL_LOGS/ab.jsonl" 2>"$CALL_LOGS/ab.err"
   echo "ab [$*] rc=$? $(($(date +%s) - s)) s" "$(grep -E 'decode|prefill' "$CALL_LOGS/ab.jsonl" |

@@ -169,7 +169,7 @@ TEST(GemvCudaValidateTest, WideRowsOnlyForIq4XsWithTheWideMma) {
   EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kF32), kGemvCudaMaxRows);
   EXPECT_EQ(GemvCudaMaxRows(GgmlType::kQ4_K, GemvCudaActivations::kQ8), kGemvCudaMaxRows);
   EXPECT_EQ(GemvCudaMaxRows(GgmlType::kQ8_0, GemvCudaActivations::kQ8), kGemvCudaMaxRows);
-  int dummy[64] __attribute__((aligned(16)));
+  alignas(16) static int dummy[64];
   GemvCudaArgs a{.type = GgmlType::kIQ4_XS,
                  .w = dummy,
                  .w_row_bytes = 144,

@@ -69,15 +69,12 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
     g.rows = m.rows;
     g.y = m.y;
     g.y_stride = m.y_stride;
-    if (exact_activations) {
-      g.activations = kernels::GemvCudaActivations::kF32;
-    } else if (x_q8 != nullptr) {
-      g.activations = kernels::GemvCudaActivations::kQ8;
+    g.activations = activations;  // kF32 needs no scratch
+    if (!exact_activations && x_q8 != nullptr) {
       g.scratch = const_cast<void*>(x_q8);  // read only: x_prequantized
       g.scratch_bytes = kernels::GemvCudaScratchBytes(m.in, m.rows);
       g.x_prequantized = true;
-    } else {
-      g.activations = kernels::GemvCudaActivations::kQ8;
+    } else if (!exact_activations) {
       const int64_t bytes = kernels::GemvCudaScratchBytes(m.in, m.rows);
       ASSIGN_OR_RETURN(g.scratch, backend.EnsureScratch(state.gemv_q8, bytes, op));
       g.scratch_bytes = static_cast<int64_t>(state.gemv_q8.bytes);

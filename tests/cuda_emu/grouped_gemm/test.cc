@@ -147,12 +147,8 @@ bool RunCase(const Case& c, uint32_t seed) {
 }
 
 int main(int argc, char** argv) {
-  emu::copy_at_issue = argc > 1 && argv[1][0] == '1';
-  const uint32_t seed = argc > 2 ? uint32_t(std::atoi(argv[2])) : 1;
-  const int only = argc > 3 ? std::atoi(argv[3]) : -1;
+  const auto [seed, only] = SetUpEmulation(argc, argv);
   g_permute_x = argc > 4 ? std::atoi(argv[4]) : 1;
-  emu::launch_seed = seed * 1000 + 1;
-  SetUpSharedMemory();
   stepserve::kernels::gemv_internal::GroupedGemmSetting().store(2);
   const int E = 5;
   const std::vector<SlotSpec> slots = {{1, 1},  {E - 1, 31}, {0, 32}, {kSlotUnused, 3}, {2, 33},

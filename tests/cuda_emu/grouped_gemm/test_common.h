@@ -218,3 +218,17 @@ inline void SetUpSharedMemory() {
   emu::smem_base = reinterpret_cast<uint8_t*>(smem.data());
   emu::smem_bytes = smem.size() * 16;
 }
+
+// The harnesses' command line, `[copy_at_issue 0|1] [seed] [only_case]`: sets the cp.async
+// landing mode, the launch order seed and the shared memory; returns the seed and the case.
+struct EmuArgs {
+  uint32_t seed;
+  int only;  // -1: every case
+};
+inline EmuArgs SetUpEmulation(int argc, char** argv) {
+  emu::copy_at_issue = argc > 1 && argv[1][0] == '1';
+  const EmuArgs a{argc > 2 ? uint32_t(std::atoi(argv[2])) : 1u, argc > 3 ? std::atoi(argv[3]) : -1};
+  emu::launch_seed = a.seed * 1000 + 1;
+  SetUpSharedMemory();
+  return a;
+}

@@ -403,11 +403,7 @@ bool RunCase(const Case& c, uint32_t seed) {
 }
 
 int main(int argc, char** argv) {
-  emu::copy_at_issue = argc > 1 && argv[1][0] == '1';
-  const uint32_t seed = argc > 2 ? uint32_t(std::atoi(argv[2])) : 1;
-  const int only = argc > 3 ? std::atoi(argv[3]) : -1;
-  emu::launch_seed = seed * 1000 + 1;
-  SetUpSharedMemory();
+  const auto [seed, only] = SetUpEmulation(argc, argv);
   int fails = !CheckF16Rounding();
   // The three decoders: Q6_K only in mode 3 (STEPSERVE_GROUPED_GEMM_F16=3; the default 2 takes
   // IQ4_XS and Q4_K, 1 IQ4_XS only).

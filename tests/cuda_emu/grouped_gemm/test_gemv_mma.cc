@@ -98,11 +98,7 @@ bool RunCase(const Case& c, uint32_t seed) {
 }
 
 int main(int argc, char** argv) {
-  emu::copy_at_issue = argc > 1 && argv[1][0] == '1';
-  const uint32_t seed = argc > 2 ? uint32_t(std::atoi(argv[2])) : 1;
-  const int only = argc > 3 ? std::atoi(argv[3]) : -1;
-  emu::launch_seed = seed * 1000 + 1;
-  SetUpSharedMemory();
+  const auto [seed, only] = SetUpEmulation(argc, argv);
   stepserve::kernels::gemv_internal::GemvMmaWideSetting().store(true);
   const std::vector<Case> cases = {
       {768, 37, 2, 3},    // plain, 8 warps, one tile of 8 rows
