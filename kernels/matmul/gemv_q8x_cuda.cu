@@ -239,10 +239,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
 // come from the grouping kernel, which may still run when this one starts: read after the wait.
-// kRowLoop (GroupedRowCtasPerSlot) 1: fewer CTAs per slot, each warp taking output rows o0,
-// o0 + the grid's rows, ...; 2 (opt-in STEPSERVE_ROW_LOOP_PREFETCH=1, not measured yet): also an
-// L2 prefetch of the warp's next rows before each row block; 0: one warp per kRows rows.
-template <class P, int R, int NR, int D, bool kShort, int kRowLoop = 0>
+// kRowLoop (GroupedRowCtasPerSlot): fewer CTAs per slot, each warp taking output rows o0, o0 +
+// the grid's rows, ...; otherwise one warp per kRows rows. (An L2 prefetch of the warp's next
+// rows before each row block measured no gain on the H200: 16 / 64 streams 26.04 / 70.24 ms vs
+// 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.)
+template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false>
 __global__ void __launch_bounds__(kThreads)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
@@ -257,51 +258,37 @@ __global__ void __launch_bounds__(kThreads)
   if (id == kSlotUnused) return;
   const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
   // Output rows o0 .. o0 + kRows - 1 of every group of the slot, then the warp's next rows.
-  // `next_w`: the matrix whose next rows kRowLoop 2 prefetches (null: none).
-  auto for_each_row_block = [&](auto&& rows, const uint8_t* next_w) {
-    if constexpr (kRowLoop > 0) {
+  auto for_each_row_block = [&](auto&& rows) {
+    if constexpr (kRowLoop) {
       const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * kRows;
-      for (int64_t o0 = first; o0 < p.out; o0 += stride) {
-        if constexpr (kRowLoop == 2) {
-          if (next_w != nullptr && o0 + stride < p.out) {
-            PrefetchRows<kRows>(p, next_w, o0 + stride, lane);
-          }
-        }
-        rows(o0);
-      }
+      for (int64_t o0 = first; o0 < p.out; o0 += stride) rows(o0);
     } else {
       rows(first);
     }
   };
   if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
-    for_each_row_block(
-        [&](int64_t o0) {
-          for (int i = begin; i < end; ++i) {
-            if (lane < kRows && o0 + lane < p.out) {
-              p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
-            }
-          }
-        },
-        nullptr);
+    for_each_row_block([&](int64_t o0) {
+      for (int i = begin; i < end; ++i) {
+        if (lane < kRows && o0 + lane < p.out) p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
+      }
+    });
     return;
   }
   const uint8_t* w = p.w + id * p.w_matrix_bytes;
-  for_each_row_block(
-      [&](int64_t o0) {
-        for (int c0 = begin; c0 < end; c0 += R) {
-          const int n_rows = end - c0 < R ? end - c0 : R;
-          int x_rows[R];
-          int64_t y_rows[R];
+  for_each_row_block([&](int64_t o0) {
+    for (int c0 = begin; c0 < end; c0 += R) {
+      const int n_rows = end - c0 < R ? end - c0 : R;
+      int x_rows[R];
+      int64_t y_rows[R];
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
-            x_rows[r] = group / p.x_group_div;
-            y_rows[r] = group;
-          }
-          DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
-        }
-      },
-      w);
+      for (int r = 0; r < R; ++r) {
+        const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
+        x_rows[r] = group / p.x_group_div;
+        y_rows[r] = group;
+      }
+      DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
+    }
+  });
 }
 
 // The one-row IQ4_XS GEMV (the batch-1 decode's kernel for most IQ4_XS matrices): the per-lane
@@ -314,14 +301,13 @@ __global__ void __launch_bounds__(kThreads)
 // --quick 4096x12288 / 12288x4096): 16.50 / 15.69 -> 16.28 / 14.09 us; 45-layer decode batch 1
 // 7.597 -> 7.364 ms. Lifting the generic kernel's 64-register cap instead (1 or 2 rows per warp,
 // depth 2 or 4) gained 15.2-15.3 / 15.0-15.1 us and 7.48-7.50 ms, so those variants were dropped.
-template <int D, int kRowLoop = 0>
+template <int D, bool kRowLoop = false>
 __global__ void __launch_bounds__(kThreads)
     GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
   using P = PieceIQ4_XS;
   constexpr int kGroups = 32 / P::kLanes;  // blocks per warp step (lane group g = lane / 8)
   const int lane = threadIdx.x & 31;
-  // kRowLoop 1: rows o_first, o_first + the grid's warps, ... (a capped grid, OneRowMaxCtas); 2
-  // (opt-in STEPSERVE_ROW_LOOP_PREFETCH=1): also an L2 prefetch of the warp's next row.
+  // kRowLoop: rows o_first, o_first + the grid's warps, ... (a capped grid, OneRowMaxCtas).
   const int64_t o_first = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (o_first >= p.out) return;
   const int64_t o_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
@@ -331,9 +317,6 @@ __global__ void __launch_bounds__(kThreads)
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   for (int64_t o = o_first; o < p.out; o += o_stride) {
-    if constexpr (kRowLoop == 2) {
-      if (o + o_stride < p.out) PrefetchRows<1>(p, p.w, o + o_stride, lane);
-    }
     const uint8_t* wp = p.w + o * p.w_row_bytes + g * P::kBytes;
     const int8_t* xp = p.xq + g * P::kElems + 32 * ib;
     const float2* dp = p.xd + g * (P::kElems / 32) + ib;
@@ -366,7 +349,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
     if (lane == 0) p.y[o] = acc;
-    if constexpr (kRowLoop == 0) break;  // one row per warp: the loop's registers stay free
+    if constexpr (!kRowLoop) break;  // one row per warp: the loop's registers stay free
   }
 }
 
@@ -401,18 +384,6 @@ cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int6
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(grid_y));
   return LaunchOverlapping(overlap_previous || PdlEnabled(), kernel, grid, dim3(kThreads), 0,
                            stream, p);
-}
-
-// STEPSERVE_ROW_LOOP_PREFETCH=1 (read once; opt-in until measured on a device): the row-looping
-// GEMVs (the one-row IQ4_XS kernel past OneRowMaxCtas, the grouped kernel past
-// GroupedRowCtasPerSlot) prefetch each warp's next rows into L2 before the current ones, so a
-// warp's next ring fill finds them there instead of in HBM.
-bool RowLoopPrefetch() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_ROW_LOOP_PREFETCH");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
 }
 
 // CTAs of the one-row IQ4_XS GEMV: at most kOneRowMaxCtas (16 CTAs of 4 warps on each of the
@@ -456,11 +427,7 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (p.rows == 1) {
       if (const int64_t cap = OneRowMaxCtas(); cap > 0 && cap * kWarpsPerBlock < p.out) {
-        if (RowLoopPrefetch()) {
-          return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1, 2>, p, 1, overlap_previous,
-                                   stream, cap);
-        }
-        return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1, 1>, p, 1, overlap_previous,
+        return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1, true>, p, 1, overlap_previous,
                                  stream, cap);
       }
       return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous, stream);
@@ -546,20 +513,15 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   if (IsShortRow<P>(p.in)) {
     constexpr int kShortRows = kShortRowsPerWarp<P>;
     if (loops(kShortRows)) {
-      return RowLoopPrefetch()
-                 ? LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, 2>, p,
-                                              slots, overlap_previous, stream, max_blocks)
-                 : LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, 1>, p,
-                                              slots, overlap_previous, stream, max_blocks);
+      return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, true>, p,
+                                        slots, overlap_previous, stream, max_blocks);
     }
     return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
                                       overlap_previous, stream);
   }
   if (loops(kNR)) {
-    return RowLoopPrefetch() ? LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, 2>, p,
-                                                   slots, overlap_previous, stream, max_blocks)
-                             : LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, 1>, p,
-                                                   slots, overlap_previous, stream, max_blocks);
+    return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, true>, p, slots,
+                               overlap_previous, stream, max_blocks);
   }
   return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots, overlap_previous,
                              stream);
