@@ -98,13 +98,17 @@ std::atomic<int>& GemvStreamModeSetting();
 inline constexpr int kGemvMmaMinRows = 8;
 inline constexpr int kGemvMmaMaxRows = 16;
 int GemvMmaMinRows();
-// With STEPSERVE_GEMV_MMA_WIDE=1 (read once; opt-in until measured on a device) the tensor-core
-// kernel also takes 17..kGemvMmaWideMaxRows rows of IQ4_XS, in chunks of 32 (GemvCuda then takes
-// them instead of dequantizing the weights to F16 for cuBLAS: at 32-64 decode streams the dense
-// projections' F16 tiles are ~4x the IQ4_XS bytes, written and read again every step).
+// The tensor-core kernel also takes 17..GemvMmaWideMaxRows() rows of IQ4_XS, in chunks of 32
+// (GemvCuda then takes them instead of dequantizing the weights to F16 for cuBLAS: at 32 decode
+// streams the dense projections' F16 tiles are ~4x the IQ4_XS bytes, written and read again every
+// step). STEPSERVE_GEMV_MMA_WIDE (read once): unset or `1` up to 32 rows (one chunk), `2` up to
+// 64, `0` never (16). Measured on the H200 (45 layers IQ4_XS, bench/gpu/results-h200-v13.txt):
+// 32 streams 49.39 -> 45.99 ms per step, but 64 streams (two chunks, each a full K loop) 70.27 ->
+// 77.65 ms, so the default stops at one chunk.
+inline constexpr int kGemvMmaWideChunkRows = 32;
 inline constexpr int kGemvMmaWideMaxRows = 64;
-bool GemvMmaWideEnabled();
-std::atomic<bool>& GemvMmaWideSetting();  // STEPSERVE_GEMV_MMA_WIDE, then SetGemvCudaMmaWide
+int GemvMmaWideMaxRows();
+std::atomic<int>& GemvMmaWideMaxRowsSetting();  // from the variable, then SetGemvCudaMmaWideMaxRows
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream);
 

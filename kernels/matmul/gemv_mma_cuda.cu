@@ -246,13 +246,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   });
 }
 
-// 17..kGemvMmaWideMaxRows rows (STEPSERVE_GEMV_MMA_WIDE): GemvMmaIq4XsKernel over chunks of 32
+// 17..GemvMmaWideMaxRows() rows (STEPSERVE_GEMV_MMA_WIDE): GemvMmaIq4XsKernel over chunks of 32
 // activation rows, each a full K loop over the CTA's 16 rows (the weight pairs of later chunks
 // come from L2), in the grouped kernel's shape and register cap (4 warps, 4 activation tiles, 3
 // CTAs per SM). A kernel of its own so that the measured plain kernels keep their code.
 __global__ void __launch_bounds__(128, 3)
     GemvMmaIq4XsChunkedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kWarps = 4, NT = 4;
+  static_assert(8 * NT == kGemvMmaWideChunkRows, "one chunk is the default wide limit");
   extern __shared__ __align__(16) uint8_t mma_smem[];
   const MmaCta<kWarps, NT> cta(mma_smem);
   const int warp = cta.warp, lane = cta.lane, g = lane >> 2, t = lane & 3;
@@ -358,21 +359,22 @@ int GemvMmaMinRows() {
   return rows;
 }
 
-std::atomic<bool>& GemvMmaWideSetting() {
-  static std::atomic<bool> on{[] {
+std::atomic<int>& GemvMmaWideMaxRowsSetting() {
+  static std::atomic<int> rows{[] {
     const char* v = std::getenv("STEPSERVE_GEMV_MMA_WIDE");
-    return v != nullptr && v[0] == '1';
+    if (v != nullptr && v[0] == '0') return kGemvMmaMaxRows;
+    if (v != nullptr && v[0] == '2') return kGemvMmaWideMaxRows;
+    return kGemvMmaWideChunkRows;
   }()};
-  return on;
+  return rows;
 }
 
-bool GemvMmaWideEnabled() { return GemvMmaWideSetting().load(std::memory_order_relaxed); }
+int GemvMmaWideMaxRows() { return GemvMmaWideMaxRowsSetting().load(std::memory_order_relaxed); }
 
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream) {
-  if (type != GgmlType::kIQ4_XS || !p.x_pair_order || p.rows < 2 ||
-      p.rows > (GemvMmaWideEnabled() ? kGemvMmaWideMaxRows : kGemvMmaMaxRows) || p.in % 256 != 0 ||
-      p.matrix_ids != nullptr || p.slot_matrix != nullptr) {
+  if (type != GgmlType::kIQ4_XS || !p.x_pair_order || p.rows < 2 || p.rows > GemvMmaWideMaxRows() ||
+      p.in % 256 != 0 || p.matrix_ids != nullptr || p.slot_matrix != nullptr) {
     return cudaErrorNotSupported;
   }
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM));

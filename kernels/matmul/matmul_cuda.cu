@@ -17,13 +17,18 @@ bool GemvCudaSupports(GgmlType type) {
 }
 
 int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations) {
-  const bool wide = type == GgmlType::kIQ4_XS && activations == GemvCudaActivations::kQ8 &&
-                    gemv_internal::GemvMmaWideEnabled() &&
-                    gemv_internal::GemvMmaMinRows() <= gemv_internal::kGemvMmaMaxRows;
-  return wide ? gemv_internal::kGemvMmaWideMaxRows : kGemvCudaMaxRows;
+  const bool mma = type == GgmlType::kIQ4_XS && activations == GemvCudaActivations::kQ8 &&
+                   gemv_internal::GemvMmaMinRows() <= gemv_internal::kGemvMmaMaxRows;
+  return mma ? gemv_internal::GemvMmaWideMaxRows() : kGemvCudaMaxRows;
 }
 
-bool SetGemvCudaMmaWide(bool on) { return gemv_internal::GemvMmaWideSetting().exchange(on); }
+int64_t SetGemvCudaMmaWideMaxRows(int64_t rows) {
+  const int64_t clamped = rows < kGemvCudaMaxRows ? kGemvCudaMaxRows
+                          : rows > gemv_internal::kGemvMmaWideMaxRows
+                              ? gemv_internal::kGemvMmaWideMaxRows
+                              : rows;
+  return gemv_internal::GemvMmaWideMaxRowsSetting().exchange(static_cast<int>(clamped));
+}
 
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
   if (in <= 0 || rows <= 0) return 0;

@@ -88,12 +88,13 @@ GroupedGemmF16Mode SetGroupedGemmF16Cuda(GroupedGemmF16Mode mode);
 // Whether GemvIndexedCuda takes the grouped F16 GEMM for `type` in the current mode.
 bool GroupedGemmF16Enabled(GgmlType type);
 
-// The most activation rows GemvCuda takes: kGemvCudaMaxRows, or 64 for IQ4_XS with kQ8
-// activations when STEPSERVE_GEMV_MMA_WIDE=1 (the tensor-core GEMV in chunks of 32 rows; opt-in
-// until measured on a device) and the tensor-core GEMV is not turned off (STEPSERVE_GEMV_MMA=0).
+// The most activation rows GemvCuda takes: kGemvCudaMaxRows, or for IQ4_XS with kQ8 activations
+// the wide tensor-core GEMV's limit (chunks of 32 rows; 32 by default, STEPSERVE_GEMV_MMA_WIDE=2:
+// 64, =0: 16) unless the tensor-core GEMV is turned off (STEPSERVE_GEMV_MMA=0).
 int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations);
-// Turns the wide tensor-core GEMV on or off (tests, A/B runs); returns the previous setting.
-bool SetGemvCudaMmaWide(bool on);
+// Sets the wide tensor-core GEMV's limit (clamped to 16..64; 16 turns it off) for tests and A/B
+// runs; returns the previous one.
+int64_t SetGemvCudaMmaWideMaxRows(int64_t rows);
 
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);

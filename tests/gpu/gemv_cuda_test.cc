@@ -160,11 +160,13 @@ TEST(GemvCudaValidateTest, RejectsBadArguments) {
   EXPECT_EQ(ValidateGemvCuda(b), KernelStatus::kInvalidArgument);
 }
 
-// Past 16 rows only IQ4_XS with int8 activations, and only with the wide tensor-core GEMV on.
+// Past 16 rows only IQ4_XS with int8 activations, up to the wide tensor-core GEMV's limit.
 TEST(GemvCudaValidateTest, WideRowsOnlyForIq4XsWithTheWideMma) {
-  const bool before = SetGemvCudaMmaWide(false);
+  const int64_t before = SetGemvCudaMmaWideMaxRows(0);  // clamped to 16: off
   EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kQ8), kGemvCudaMaxRows);
-  SetGemvCudaMmaWide(true);
+  SetGemvCudaMmaWideMaxRows(32);
+  EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kQ8), 32);
+  SetGemvCudaMmaWideMaxRows(1000);  // clamped to 64
   EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kQ8), 64);
   EXPECT_EQ(GemvCudaMaxRows(GgmlType::kIQ4_XS, GemvCudaActivations::kF32), kGemvCudaMaxRows);
   EXPECT_EQ(GemvCudaMaxRows(GgmlType::kQ4_K, GemvCudaActivations::kQ8), kGemvCudaMaxRows);
@@ -187,10 +189,15 @@ TEST(GemvCudaValidateTest, WideRowsOnlyForIq4XsWithTheWideMma) {
   a.rows = 65;
   a.scratch_bytes = GemvCudaScratchBytes(256, 65);
   EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kInvalidArgument);
-  SetGemvCudaMmaWide(false);
+  SetGemvCudaMmaWideMaxRows(32);
+  a.rows = 33;
+  EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kInvalidArgument);
+  a.rows = 32;
+  EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kOk);
+  SetGemvCudaMmaWideMaxRows(16);
   a.rows = 17;
   EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kInvalidArgument);
-  SetGemvCudaMmaWide(before);
+  SetGemvCudaMmaWideMaxRows(before);
 }
 
 // type, {out, in}, rows, activations
@@ -208,17 +215,17 @@ double RelError(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(diff2 / ref2);
 }
 
-// Restores the wide tensor-core GEMV setting when a case ends (cases past 16 rows turn it on).
+// Restores the wide tensor-core GEMV's limit when a case ends (cases past 16 rows set it to 64).
 struct MmaWideScope {
-  explicit MmaWideScope(bool on) : before(SetGemvCudaMmaWide(on)) {}
-  ~MmaWideScope() { SetGemvCudaMmaWide(before); }
-  bool before;
+  explicit MmaWideScope(int64_t max_rows) : before(SetGemvCudaMmaWideMaxRows(max_rows)) {}
+  ~MmaWideScope() { SetGemvCudaMmaWideMaxRows(before); }
+  int64_t before;
 };
 
 TEST_P(GemvCudaTest, MatchesCpuReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   const auto [type, shape, rows, mode] = GetParam();
-  const MmaWideScope wide(rows > kGemvCudaMaxRows);
+  const MmaWideScope wide(64);  // rows up to 16 never take the wide kernel
   const auto [out, in] = shape;
   const bool q8 = mode == GemvCudaActivations::kQ8;
   const int64_t row_bytes = PaddedRowBytes(type, in);

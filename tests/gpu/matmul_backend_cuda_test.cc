@@ -2,7 +2,8 @@
 // use, on fresh random weights (placed with PlaceWeight, so rows are padded on the device) and
 // activations, outputs poisoned with NaN first. Bounds by kernel path (cuda_backend_matmul.cc):
 //   T <= 16, Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1e-2 (measured ~6e-3;
-//       IQ4_XS up to T = 64 with STEPSERVE_GEMV_MMA_WIDE=1);
+//       IQ4_XS up to T = 32 by default, 64 with STEPSERVE_GEMV_MMA_WIDE=2, through the
+//       tensor-core GEMV);
 //   T <= 16, other types: generic GEMV, exact F32 up to summation order, 1e-5;
 //   T > 16, F32/BF16 weights: cuBLAS SGEMM, exact F32, 1e-5;
 //   T > 16, F16 and quantized weights: F16 tiles + tensor cores, 5e-3 (F16 rounding of W and X,
@@ -57,7 +58,7 @@ bool HasFastGemv(GgmlType t) {
 
 double Bound(GgmlType type, int64_t rows) {
   if (rows <= 16) return HasFastGemv(type) ? 1e-2 : 1e-5;
-  // IQ4_XS up to 64 rows with STEPSERVE_GEMV_MMA_WIDE=1: the int8 tensor-core GEMV.
+  // IQ4_XS up to the wide tensor-core GEMV's limit (32, or 64 with STEPSERVE_GEMV_MMA_WIDE=2).
   if (rows <= kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8)) return 1e-2;
   return (type == GgmlType::kF32 || type == GgmlType::kBF16) ? 1e-5 : 5e-3;
 }
@@ -123,7 +124,7 @@ TEST_P(MatmulCudaTest, MatchesCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulCudaTest,
                          testing::Combine(testing::ValuesIn(kTypes),
-                                          testing::Values(1, 3, 16, 17, 64, 300)),
+                                          testing::Values(1, 3, 16, 17, 32, 33, 64, 300)),
                          [](const auto& info) {
                            return std::string(GgmlTypeName(std::get<0>(info.param))) + "_T" +
                                   std::to_string(std::get<1>(info.param));
