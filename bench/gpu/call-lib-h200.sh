@@ -63,4 +63,21 @@ call_ab() {
   tail -1 "$CALL_LOGS/ab.err"
 }
 
+# call_ncu NAME KERNEL_REGEX COUNT BENCH_ARGS [VAR=value...]: ncu sections of the first COUNT
+# launches of kernels matching KERNEL_REGEX in a 4-layer IQ4_XS bench_model run (BENCH_ARGS: its
+# batch / context / step flags), 150 s at most; the report goes to $OUT/ncu-NAME.txt.
+call_ncu() {
+  local name=$1 regex=$2 count=$3 args=$4
+  shift 4
+  local s=$(date +%s)
+  timeout 150 env "$@" ncu --kernel-name "regex:$regex" --launch-count "$count" \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+    --section LaunchStats --section SchedulerStats --section WarpStateStats \
+    "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 4 --recipe iq4_xs \
+    $args --prefill "" --layer-times=false >"${OUT:-$CALL_LOGS}/ncu-$name.txt" 2>&1
+  echo "ncu $name [$*] rc=$? $(($(date +%s) - s)) s"
+  grep -E "^  [A-Za-z].*\(|Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per" \
+    "${OUT:-$CALL_LOGS}/ncu-$name.txt" | head -40
+}
+
 call_done() { echo "total $(($(date +%s) - call_start)) s"; }
