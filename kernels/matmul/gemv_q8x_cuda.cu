@@ -242,9 +242,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // kRowLoop (GroupedRowCtasPerSlot): fewer CTAs per slot, each warp taking output rows o0, o0 +
 // the grid's rows, ...; otherwise one warp per kRows rows. (An L2 prefetch of the warp's next
 // rows before each row block measured no gain on the H200: 16 / 64 streams 26.04 / 70.24 ms vs
-// 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.)
-template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false>
-__global__ void __launch_bounds__(kThreads)
+// 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.) kMinBlocks: CTAs per SM the register
+// budget must allow (GroupedMinCtasPerSm).
+template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
   const int lane = threadIdx.x & 31;
@@ -497,6 +498,37 @@ int64_t GroupedRowCtasPerSlot(int64_t slots) {
   return slots >= kGroupedLoopMinSlots ? kGroupedRowCtas : 0;
 }
 
+// Resident CTAs per SM the row-looping grouped IQ4_XS kernels' register cap must allow
+// (STEPSERVE_GROUPED_MIN_CTAS: 5, 6 or 8; otherwise no cap). Why: at 64 streams ncu showed the gate
+// / up and down kernels at 128 / 104 registers, 4 CTAs (16 warps) per SM, 0.61-0.63 instructions
+// issued per scheduler cycle with none eligible in 37-38% of cycles, DRAM at 18-24%.
+int GroupedMinCtasPerSm() {
+  static const int ctas = [] {
+    const char* v = std::getenv("STEPSERVE_GROUPED_MIN_CTAS");
+    const int n = v == nullptr ? 0 : std::atoi(v);
+    return n == 5 || n == 6 || n == 8 ? n : 1;
+  }();
+  return ctas;
+}
+
+// The row-looping grouped kernel with the register cap of GroupedMinCtasPerSm (IQ4_XS only).
+template <class P, int R, int NR, int D, bool kShort>
+auto RowLoopGroupedKernel() -> void (*)(GemvParams) {
+  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+    switch (GroupedMinCtasPerSm()) {
+      case 5:
+        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 5>;
+      case 6:
+        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 6>;
+      case 8:
+        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 8>;
+      default:
+        break;
+    }
+  }
+  return GemvQ8GroupedKernel<P, R, NR, D, kShort, true>;
+}
+
 template <class P>
 cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
                           cudaStream_t stream) {
@@ -513,14 +545,14 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   if (IsShortRow<P>(p.in)) {
     constexpr int kShortRows = kShortRowsPerWarp<P>;
     if (loops(kShortRows)) {
-      return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, true>, p,
+      return LaunchWarpRows<kShortRows>(RowLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p,
                                         slots, overlap_previous, stream, max_blocks);
     }
     return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
                                       overlap_previous, stream);
   }
   if (loops(kNR)) {
-    return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, true>, p, slots,
+    return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
                                overlap_previous, stream, max_blocks);
   }
   return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots, overlap_previous,
