@@ -236,6 +236,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, p.rows);
 }
 
+// Groups c0 .. c0 + RN - 1 of the slot's order (exactly RN of them) dotted with the warp's rows
+// of `w` from o0: DotAndStore with every activation row in use, so no per-row guard is left.
+template <class P, int RN, int NR, int D, bool kShort>
+__device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w, int64_t o0,
+                                           int lane, int c0) {
+  int x_rows[RN];
+  int64_t y_rows[RN];
+#pragma unroll
+  for (int r = 0; r < RN; ++r) {
+    const int group = p.group_order[c0 + r];
+    x_rows[r] = group / p.x_group_div;
+    y_rows[r] = group;
+  }
+  DotAndStore<P, RN, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, RN);
+}
+
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
 // come from the grouping kernel, which may still run when this one starts: read after the wait.
@@ -243,8 +259,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // the grid's rows, ...; otherwise one warp per kRows rows. (An L2 prefetch of the warp's next
 // rows before each row block measured no gain on the H200: 16 / 64 streams 26.04 / 70.24 ms vs
 // 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.) kMinBlocks: CTAs per SM the register
-// budget must allow (GroupedMinCtasPerSm).
-template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false, int kMinBlocks = 1>
+// budget must allow (GroupedMinCtasPerSm). kExactRows: each chunk of n groups runs the dot loop
+// compiled for exactly n activation rows (GroupChunk), not R rows with run-time guards.
+template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false, int kMinBlocks = 1,
+          bool kExactRows = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
@@ -279,15 +297,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for_each_row_block([&](int64_t o0) {
     for (int c0 = begin; c0 < end; c0 += R) {
       const int n_rows = end - c0 < R ? end - c0 : R;
-      int x_rows[R];
-      int64_t y_rows[R];
+      if constexpr (kExactRows) {
+        static_assert(R == 4, "one case per chunk size");
+        switch (n_rows) {
+          case 1:
+            GroupChunk<P, 1, NR, D, kShort>(p, w, o0, lane, c0);
+            break;
+          case 2:
+            GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0);
+            break;
+          case 3:
+            GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0);
+            break;
+          default:
+            GroupChunk<P, 4, NR, D, kShort>(p, w, o0, lane, c0);
+            break;
+        }
+      } else {
+        int x_rows[R];
+        int64_t y_rows[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
-        x_rows[r] = group / p.x_group_div;
-        y_rows[r] = group;
+        for (int r = 0; r < R; ++r) {
+          const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
+          x_rows[r] = group / p.x_group_div;
+          y_rows[r] = group;
+        }
+        DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
       }
-      DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
     }
   });
 }
@@ -498,32 +534,43 @@ int64_t GroupedRowCtasPerSlot(int64_t slots) {
   return slots >= kGroupedLoopMinSlots ? kGroupedRowCtas : 0;
 }
 
-// Resident CTAs per SM the row-looping grouped IQ4_XS kernels' register cap must allow
-// (STEPSERVE_GROUPED_MIN_CTAS: 5, 6 or 8; otherwise no cap). Why: at 64 streams ncu showed the gate
-// / up and down kernels at 128 / 104 registers, 4 CTAs (16 warps) per SM, 0.61-0.63 instructions
-// issued per scheduler cycle with none eligible in 37-38% of cycles, DRAM at 18-24%.
+// Resident CTAs per SM the row-looping grouped IQ4_XS kernels' register cap allows: 5 (96
+// registers, no spills), or none with STEPSERVE_GROUPED_MIN_CTAS=1. Why: at 64 streams ncu showed
+// the gate / up and down kernels at 128 / 104 registers, 4 CTAs (16 warps) per SM, 0.61-0.63
+// instructions issued per scheduler cycle with no warp eligible in 37-38% of cycles, DRAM at
+// 18-24%. Measured on the H200 (45 layers IQ4_XS, ms per step at 16 / 32 / 64 streams,
+// bench/gpu/results-h200-v14.txt): none 27.33-27.36 / 48.14-48.20 / 73.71-73.87, 5 CTAs 26.04 /
+// 46.25 / 70.63, 6 (spills) 27.16 / 48.04 / 73.75, 8 (more spills) 31.86 / 55.83 / 86.07.
+constexpr int kGroupedMinCtasPerSm = 5;
 int GroupedMinCtasPerSm() {
   static const int ctas = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_MIN_CTAS");
-    const int n = v == nullptr ? 0 : std::atoi(v);
-    return n == 5 || n == 6 || n == 8 ? n : 1;
+    return v != nullptr && std::atoi(v) == 1 ? 1 : kGroupedMinCtasPerSm;
   }();
   return ctas;
 }
 
-// The row-looping grouped kernel with the register cap of GroupedMinCtasPerSm (IQ4_XS only).
+// STEPSERVE_GROUPED_EXACT_ROWS=1: the row-looping grouped IQ4_XS kernels with kExactRows.
+bool GroupedExactRows() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_GROUPED_EXACT_ROWS");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
+// The row-looping grouped kernel with the register cap of GroupedMinCtasPerSm and the exact-rows
+// dispatch of GroupedExactRows (IQ4_XS only; other types were not measured with them).
 template <class P, int R, int NR, int D, bool kShort>
 auto RowLoopGroupedKernel() -> void (*)(GemvParams) {
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
-    switch (GroupedMinCtasPerSm()) {
-      case 5:
-        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 5>;
-      case 6:
-        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 6>;
-      case 8:
-        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 8>;
-      default:
-        break;
+    if (GroupedExactRows()) {
+      return GroupedMinCtasPerSm() > 1
+                 ? GemvQ8GroupedKernel<P, R, NR, D, kShort, true, kGroupedMinCtasPerSm, true>
+                 : GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 1, true>;
+    }
+    if (GroupedMinCtasPerSm() > 1) {
+      return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, kGroupedMinCtasPerSm>;
     }
   }
   return GemvQ8GroupedKernel<P, R, NR, D, kShort, true>;
