@@ -550,11 +550,16 @@ int GroupedMinCtasPerSm() {
   return ctas;
 }
 
-// STEPSERVE_GROUPED_EXACT_ROWS=1: the row-looping grouped IQ4_XS kernels with kExactRows.
+// The row-looping grouped IQ4_XS kernels with kExactRows, unless STEPSERVE_GROUPED_EXACT_ROWS=0.
+// Measured on the H200 (45 layers IQ4_XS, ms per step at 16 / 32 / 64 streams, two runs each,
+// bench/gpu/results-h200-v14.txt): 26.11 / 46.19 / 70.53 and 26.09 / 46.17 / 70.44 without,
+// 24.11 / 44.30 / 68.23 and 24.09 / 44.21 / 68.33 with; ncu at 64 streams (base clocks): gate /
+// up 408 -> 390 us, down 484 -> 466 us. The guarded form branches around every activation row's
+// loads, dots and reduction in each step; the exact forms' code is 2.5x larger (4 copies).
 bool GroupedExactRows() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_EXACT_ROWS");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   return on;
 }
