@@ -196,8 +196,9 @@ __device__ __forceinline__ void PrefetchRows(const GemvParams& p, const uint8_t*
 // activation rows (batch) reusing one decode of the weights. With one activation row the whole
 // 4096-row matrix is one wave only at >= 8 blocks per SM, so registers are capped at 64 there.
 // kMinBlocks: the CTAs per SM the register budget must allow (8: at most 64 registers).
+// kExactRows: p.rows == R, known at compile time (no per-row guards; GemvExactRows).
 template <class P, int R, int NR, int D, bool kIndexed, bool kShort,
-          int kMinBlocks = R == 1 ? 8 : 1>
+          int kMinBlocks = R == 1 ? 8 : 1, bool kExactRows = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8Kernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
@@ -233,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     x_rows[r] = x_row0 + r;
     y_rows[r] = y_row0 + r;
   }
-  DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, p.rows);
+  DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, kExactRows ? R : p.rows);
 }
 
 // Groups c0 .. c0 + RN - 1 of the slot's order (exactly RN of them) dotted with the warp's rows
@@ -440,12 +441,37 @@ int64_t OneRowMaxCtas() {
 }
 
 template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false,
-          int kMinBlocks = R == 1 ? 8 : 1>
+          int kMinBlocks = R == 1 ? 8 : 1, bool kExactRows = false>
 cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
                    int64_t groups = 1) {
-  return LaunchWarpRows < kShort ? kShortRowsPerWarp<P>
-                                 : NR > (GemvQ8Kernel<P, R, NR, D, kIndexed, kShort, kMinBlocks>, p,
-                                         groups, overlap_previous, stream);
+  return LaunchWarpRows < kShort
+             ? kShortRowsPerWarp<P>
+             : NR > (GemvQ8Kernel<P, R, NR, D, kIndexed, kShort, kMinBlocks, kExactRows>, p, groups,
+                     overlap_previous, stream);
+}
+
+// 2-4 activation rows of IQ4_XS through GemvQ8Kernel compiled for exactly that many (kExactRows)
+// unless STEPSERVE_GEMV_EXACT_ROWS=0 (then the R = 4 kernel with run-time row guards). Why: the
+// grouped kernels' exact-rows form took 16-64 streams 3-8% faster (GroupedExactRows).
+bool GemvExactRows() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_GEMV_EXACT_ROWS");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
+// The exact-rows kernels for 2..4 rows (IQ4_XS; short rows: one row per lane group).
+template <class P, bool kShort, int NR, int D>
+cudaError_t LaunchExactRows(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
+  switch (p.rows) {
+    case 2:
+      return Launch<P, 2, NR, D, false, kShort, 1, true>(p, overlap_previous, stream);
+    case 3:
+      return Launch<P, 3, NR, D, false, kShort, 1, true>(p, overlap_previous, stream);
+    default:
+      return Launch<P, 4, NR, D, false, kShort, 1, true>(p, overlap_previous, stream);
+  }
 }
 
 // Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
@@ -458,6 +484,11 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   if (IsShortRow<P>(p.in)) {
     constexpr int D = P::kDepth1;
     if (p.rows == 1) return Launch<P, 1, 1, D, false, true>(p, overlap_previous, stream);
+    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+      if (p.rows <= 4 && GemvExactRows()) {
+        return LaunchExactRows<P, true, 1, D>(p, overlap_previous, stream);
+      }
+    }
     if (p.rows <= 4) return Launch<P, 4, 1, D, false, true>(p, overlap_previous, stream);
     return Launch<P, 16, 1, D, false, true>(p, overlap_previous, stream);
   }
@@ -468,6 +499,9 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
                                  stream, cap);
       }
       return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous, stream);
+    }
+    if (p.rows <= 4 && GemvExactRows()) {
+      return LaunchExactRows<P, false, 2, 2>(p, overlap_previous, stream);
     }
   }
   if (p.rows == 1) return Launch<P, 1, 1, P::kDepth1>(p, overlap_previous, stream);
@@ -550,7 +584,8 @@ int GroupedMinCtasPerSm() {
   return ctas;
 }
 
-// The row-looping grouped IQ4_XS kernels with kExactRows, unless STEPSERVE_GROUPED_EXACT_ROWS=0.
+// The grouped IQ4_XS kernels with kExactRows, unless STEPSERVE_GROUPED_EXACT_ROWS=0 (the no-loop
+// ones of 3-15 streams since session 15's last call).
 // Measured on the H200 (45 layers IQ4_XS, ms per step at 16 / 32 / 64 streams, two runs each,
 // bench/gpu/results-h200-v14.txt): 26.11 / 46.19 / 70.53 and 26.09 / 46.17 / 70.44 without,
 // 24.11 / 44.30 / 68.23 and 24.09 / 44.21 / 68.33 with; ncu at 64 streams (base clocks): gate /
@@ -600,12 +635,25 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
       return LaunchWarpRows<kShortRows>(RowLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p,
                                         slots, overlap_previous, stream, max_blocks);
     }
+    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+      if (GroupedExactRows()) {
+        return LaunchWarpRows<kShortRows>(
+            GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, false, 1, true>, p, slots,
+            overlap_previous, stream);
+      }
+    }
     return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
                                       overlap_previous, stream);
   }
   if (loops(kNR)) {
     return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
                                overlap_previous, stream, max_blocks);
+  }
+  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+    if (GroupedExactRows()) {
+      return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, false, 1, true>, p,
+                                 slots, overlap_previous, stream);
+    }
   }
   return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots, overlap_previous,
                              stream);

@@ -369,6 +369,17 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(1, 3, 8, 16),
                        ::testing::Values(GemvCudaActivations::kQ8, GemvCudaActivations::kF32)));
 
+// 2 and 4 rows of IQ4_XS (3 is in Shapes): the kernels compiled for exactly that many rows, long
+// (16 blocks) and short (1, 3, 5 blocks: one row per lane group) rows.
+INSTANTIATE_TEST_SUITE_P(
+    FewRowsIq4Xs, GemvCudaTest,
+    ::testing::Combine(::testing::Values(GgmlType::kIQ4_XS),
+                       ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
+                                         std::pair<int64_t, int64_t>{33, 4096},
+                                         std::pair<int64_t, int64_t>{4095, 768},
+                                         std::pair<int64_t, int64_t>{37, 1280}),
+                       ::testing::Values(2, 4), ::testing::Values(GemvCudaActivations::kQ8)));
+
 // 17-64 rows: IQ4_XS through the wide tensor-core GEMV (chunks of 32 rows: one partial chunk,
 // one full, a full and a partial, two full), int8 activations only.
 INSTANTIATE_TEST_SUITE_P(
