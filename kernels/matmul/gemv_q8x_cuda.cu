@@ -557,14 +557,25 @@ namespace {
 // at 49; but 4 and 8 streams (36 / 72 slots) 11.18 -> 11.54 and 16.93 -> 17.19 at 193 / 97. One
 // warp per row pair is ~46k CTAs of 4 warps per projection at 64 streams: CTA launch and drain,
 // not bytes, limit it there.
+// IQ4_XS (session 15, with the 5-CTA register cap and the exact-rows dispatch of the loop form):
+// the loop form at every slot count, at least kGroupedRowCtas per slot and kGroupedRowCtaBudget
+// CTAs in all (36 slots: 192, 72: 96; a cap at or above what one warp per row block needs leaves
+// each warp one row block). Measured on the H200 before this rule, with the cap and exact rows
+// (bench/gpu/results-h200-v14.txt, call 4): 4 streams 11.50-11.57 -> 11.06 ms at 193 per slot, 8
+// streams 18.57-18.67 -> 16.00 at 97.
 constexpr int64_t kGroupedRowCtas = 48;
 constexpr int64_t kGroupedLoopMinSlots = 128;
-int64_t GroupedRowCtasPerSlot(int64_t slots) {
+constexpr int64_t kGroupedRowCtaBudget = 6912;
+int64_t GroupedRowCtasPerSlot(int64_t slots, bool iq4_xs) {
   static const int64_t setting = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_ROW_CTAS");
     return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
   }();
   if (setting >= 0) return setting;
+  if (iq4_xs) {
+    const int64_t spread = (kGroupedRowCtaBudget + slots - 1) / slots;
+    return spread > kGroupedRowCtas ? spread : kGroupedRowCtas;
+  }
   return slots >= kGroupedLoopMinSlots ? kGroupedRowCtas : 0;
 }
 
@@ -584,8 +595,9 @@ int GroupedMinCtasPerSm() {
   return ctas;
 }
 
-// The grouped IQ4_XS kernels with kExactRows, unless STEPSERVE_GROUPED_EXACT_ROWS=0 (the no-loop
-// ones of 3-15 streams since session 15's last call).
+// The row-looping grouped IQ4_XS kernels with kExactRows, unless STEPSERVE_GROUPED_EXACT_ROWS=0.
+// (The kernels without the loop and register cap lost with it at 3 / 4 / 8 streams: 9.72 / 11.54
+// / 18.62 ms against 9.56 / 11.41 / 18.34, results-h200-v14.txt call 4; not kept.)
 // Measured on the H200 (45 layers IQ4_XS, ms per step at 16 / 32 / 64 streams, two runs each,
 // bench/gpu/results-h200-v14.txt): 26.11 / 46.19 / 70.53 and 26.09 / 46.17 / 70.44 without,
 // 24.11 / 44.30 / 68.23 and 24.09 / 44.21 / 68.33 with; ncu at 64 streams (base clocks): gate /
@@ -623,11 +635,13 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   // more blocks in flight) measured slower on the H200: batch 16 / 64 decode 450.9 / 709.4 vs
   // 514.9 / 827.0 tok/s (bench/gpu/results-h200-ab-v5.txt).
   constexpr int kR = 4, kNR = 2, kD = 2;
-  // The row loop only where the cap is below the CTAs one warp per row block would need.
-  const int64_t max_blocks = GroupedRowCtasPerSlot(slots);
+  constexpr bool kIq4Xs = std::is_same_v<P, PieceIQ4_XS>;
+  // The row loop where the cap is below the CTAs one warp per row block would need; for IQ4_XS
+  // the loop form (register cap, exact rows) at any cap.
+  const int64_t max_blocks = GroupedRowCtasPerSlot(slots, kIq4Xs);
   auto loops = [&](int64_t rows_per_warp) {
     const int64_t warps = (p.out + rows_per_warp - 1) / rows_per_warp;
-    return max_blocks > 0 && max_blocks < (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    return max_blocks > 0 && (kIq4Xs || max_blocks < (warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   };
   if (IsShortRow<P>(p.in)) {
     constexpr int kShortRows = kShortRowsPerWarp<P>;
@@ -635,25 +649,12 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
       return LaunchWarpRows<kShortRows>(RowLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p,
                                         slots, overlap_previous, stream, max_blocks);
     }
-    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
-      if (GroupedExactRows()) {
-        return LaunchWarpRows<kShortRows>(
-            GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, false, 1, true>, p, slots,
-            overlap_previous, stream);
-      }
-    }
     return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
                                       overlap_previous, stream);
   }
   if (loops(kNR)) {
     return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
                                overlap_previous, stream, max_blocks);
-  }
-  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
-    if (GroupedExactRows()) {
-      return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false, false, 1, true>, p,
-                                 slots, overlap_previous, stream);
-    }
   }
   return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots, overlap_previous,
                              stream);
