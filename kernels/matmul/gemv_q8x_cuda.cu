@@ -451,8 +451,10 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
 }
 
 // 2-4 activation rows of IQ4_XS through GemvQ8Kernel compiled for exactly that many (kExactRows)
-// unless STEPSERVE_GEMV_EXACT_ROWS=0 (then the R = 4 kernel with run-time row guards). Why: the
-// grouped kernels' exact-rows form took 16-64 streams 3-8% faster (GroupedExactRows).
+// unless STEPSERVE_GEMV_EXACT_ROWS=0 (then the R = 4 kernel with run-time row guards). Measured on
+// the H200 (45 layers IQ4_XS, ms per step at 2 / 3 / 4 / 8 streams; results-h200-v14.txt call 4):
+// 7.216 / 10.144 / 12.111 / 18.667 without, 7.021-7.061 / 9.713-9.730 / 11.500-11.572 /
+// 18.570-18.666 with (the dense projections' GEMVs; 8 streams take the tensor-core GEMV).
 bool GemvExactRows() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_GEMV_EXACT_ROWS");
