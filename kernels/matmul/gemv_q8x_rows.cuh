@@ -1,0 +1,180 @@
+// Warp-level pieces shared by the int8-activation GEMV kernels (gemv_q8x_cuda.cu: plain,
+// indexed, one-row; gemv_q8x_grouped_cuda.cu: grouped): a warp's dot products of NR weight rows
+// (or one short row per lane group) with up to R activation rows through the per-type Pieces, the
+// warp-reduced stores, the L2 prefetch of a warp's first rows, and the warp-rows launcher.
+// Included inside the anonymous namespace of those files, after gemv_q8x_pieces.cuh.
+#ifndef STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_ROWS_CUH_
+#define STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_ROWS_CUH_
+
+// acc[n][r] += output row o0 + n of matrix `w` dotted with activation row x_rows[r], r < n_rows.
+// Per step every lane decodes its piece of one block of each of the NR weight rows, then each
+// activation row's int8 piece is loaded once and dotted with all NR. Software pipeline: D steps
+// of raw weight words in flight per warp (a register ring indexed only by unrolled constants);
+// each step decodes the oldest slot, refills it with the step D ahead, then does the arithmetic,
+// so HBM latency overlaps D - 1 steps of work. Rows past `out` re-read the last row.
+template <class P, int R, int NR, int D>
+__device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_t* w, int64_t o0,
+                                               int lane, const int (&x_rows)[R], int n_rows,
+                                               float (&acc)[NR][R]) {
+  const uint8_t* rows[NR];
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    rows[n] = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
+  }
+  constexpr int kBlocksPerStep = 32 / P::kLanes;
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int64_t nb = p.in / P::kElems;
+  typename P::Raw ring[D][NR];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    const int64_t bk = g + k * kBlocksPerStep;
+#pragma unroll
+    for (int n = 0; n < NR; ++n) {
+      if (bk < nb) ring[k][n] = P::LoadRaw(rows[n] + bk * P::kBytes, c);
+    }
+  }
+  for (int64_t b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int64_t b = b0 + k * kBlocksPerStep;
+      if (b < nb) {
+        typename P::W wv[NR];
+#pragma unroll
+        for (int n = 0; n < NR; ++n) wv[n] = P::Decode(ring[k][n], b, c, p);
+        const int64_t next = b + D * kBlocksPerStep;
+        if (next < nb) {
+#pragma unroll
+          for (int n = 0; n < NR; ++n) ring[k][n] = P::LoadRaw(rows[n] + next * P::kBytes, c);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < n_rows) {
+            const typename P::X x = P::LoadX(p, x_rows[r], b, c);
+#pragma unroll
+            for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(wv[n], x, c);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Warp-reduces acc and stores y[y_rows[r]][o0 + n] for r < n_rows, o0 + n < out.
+template <int R, int NR>
+__device__ __forceinline__ void StoreRows(const GemvParams& p, float (&acc)[NR][R], int lane,
+                                          int64_t o0, const int64_t (&y_rows)[R], int n_rows) {
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < n_rows) {
+        float v = acc[n][r];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        if (lane == 0 && o0 + n < p.out) p.y[y_rows[r] * p.y_stride + o0 + n] = v;
+      }
+    }
+  }
+}
+
+// Short rows (fewer blocks than two warp steps, e.g. the experts' down projection: 1280 IQ4_XS
+// weights = 5 blocks, which AccumulateRows spreads 4 blocks a step over the lanes, so the second
+// step runs with one lane group in four): each lane group instead takes a row of its own, o0 + g,
+// and walks all of its blocks, so every lane works on every step. acc[r] += that row dotted with
+// activation row x_rows[r], r < n_rows.
+template <class P>
+inline constexpr int kShortRowsPerWarp = 32 / P::kLanes;
+
+template <class P>
+__host__ __device__ inline bool IsShortRow(int64_t in) {
+  return in / P::kElems < 2 * kShortRowsPerWarp<P>;
+}
+
+template <class P, int R, int D>
+__device__ __forceinline__ void AccumulateShortRows(const GemvParams& p, const uint8_t* w,
+                                                    int64_t o0, int lane, const int (&x_rows)[R],
+                                                    int n_rows, float (&acc)[R]) {
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const uint8_t* row = w + (o0 + g < p.out ? o0 + g : p.out - 1) * p.w_row_bytes;
+  const int64_t nb = p.in / P::kElems;
+  typename P::Raw ring[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    if (k < nb) ring[k] = P::LoadRaw(row + k * P::kBytes, c);
+  }
+  for (int64_t b0 = 0; b0 < nb; b0 += D) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int64_t b = b0 + k;
+      if (b < nb) {
+        const typename P::W wv = P::Decode(ring[k], b, c, p);
+        if (b + D < nb) ring[k] = P::LoadRaw(row + (b + D) * P::kBytes, c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < n_rows) acc[r] += P::Dot(wv, P::LoadX(p, x_rows[r], b, c), c);
+        }
+      }
+    }
+  }
+}
+
+// Reduces acc over each lane group and stores y[y_rows[r]][o0 + g] for r < n_rows, o0 + g < out.
+template <class P, int R>
+__device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)[R], int lane,
+                                               int64_t o0, const int64_t (&y_rows)[R], int n_rows) {
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r < n_rows) {
+      float v = acc[r];
+#pragma unroll
+      for (int off = P::kLanes / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+      if (c == 0 && o0 + g < p.out) p.y[y_rows[r] * p.y_stride + o0 + g] = v;
+    }
+  }
+}
+
+// The warp's rows with either mapping (NR is unused when short).
+template <class P, int R, int NR, int D, bool kShort>
+__device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
+                                            int lane, const int (&x_rows)[R],
+                                            const int64_t (&y_rows)[R], int n_rows) {
+  if constexpr (kShort) {
+    float acc[R] = {};
+    AccumulateShortRows<P, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
+  } else {
+    float acc[NR][R] = {};
+    AccumulateRows<P, R, NR, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
+  }
+}
+
+// Up to the first 4 KiB of each of the warp's rows (one 128-byte line per lane) into L2 while the
+// quantizer may still run: only weights are touched before WaitForPrimaryGrid.
+template <int NR>
+__device__ __forceinline__ void PrefetchRows(const GemvParams& p, const uint8_t* w, int64_t o0,
+                                             int lane) {
+  const int64_t pre = p.w_row_bytes < 4096 ? p.w_row_bytes : 4096;
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    const uint8_t* row = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
+    if (128 * lane < pre) PrefetchL2(row + 128 * lane);
+  }
+}
+
+// Launches `kernel` with one warp per kRows output rows (grid x) and `grid_y` grid rows,
+// optionally with programmatic stream serialization (see LaunchGemvQ8x).
+// max_blocks_x > 0 caps grid x (a kernel whose warps loop over rows, GemvQ8GroupedKernel).
+template <int kRows>
+cudaError_t LaunchWarpRows(void (*kernel)(GemvParams), const GemvParams& p, int64_t grid_y,
+                           bool overlap_previous, cudaStream_t stream, int64_t max_blocks_x = 0) {
+  const int64_t warps = (p.out + kRows - 1) / kRows;
+  int64_t blocks_x = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (max_blocks_x > 0 && blocks_x > max_blocks_x) blocks_x = max_blocks_x;
+  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(grid_y));
+  return LaunchOverlapping(overlap_previous || PdlEnabled(), kernel, grid, dim3(kThreads), 0,
+                           stream, p);
+}
+
+#endif  // STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_ROWS_CUH_
