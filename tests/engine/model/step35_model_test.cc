@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -24,10 +25,14 @@ using testing::Vec;
 
 constexpr int32_t kBlockSize = 16;
 
+// Where MakeTiny writes the tiny model of `recipe`.
+std::string TinyPath(const std::string& recipe) {
+  return (std::filesystem::temp_directory_path() / ("stepserve_model_test_" + recipe + ".gguf"))
+      .string();
+}
+
 std::string MakeTiny(const std::string& recipe) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("stepserve_model_test_" + recipe + ".gguf"))
-          .string();
+  const std::string path = TinyPath(recipe);
   synth::MakeModelOptions options;
   options.preset = "tiny";
   options.out = path;
@@ -369,6 +374,54 @@ TEST_P(Step35ModelTest, KvStorageThatCannotFitNamesTheBytes) {
   ASSERT_EQ(kv.status().code(), absl::StatusCode::kResourceExhausted) << kv.status();
   EXPECT_NE(kv.status().message().find("bytes wanted"), std::string::npos) << kv.status();
   EXPECT_NE(kv.status().message().find("free of"), std::string::npos) << kv.status();
+}
+
+// The CPU backend's results must not depend on how many threads it runs (the CPU is the
+// reference of every GPU comparison, and serving hosts differ in core count): a 17-token prefill
+// (all logit rows) and 8 teacher-forced decode steps, bit for bit, with 1, 2, 3 and 7 threads.
+TEST_P(Step35ModelTest, ResultsDoNotDependOnTheThreadCount) {
+  const std::string path = TinyPath(GetParam());  // written by SetUp, mapped by model_
+  const std::vector<int32_t> tokens = RandomTokens(25, model_->n_vocab(), 3);
+  auto run = [&](int threads) {
+    std::vector<float> logits;
+    absl::StatusOr<std::unique_ptr<Step35Model>> model =
+        Step35Model::Load(path, {.num_threads = threads});
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return logits;
+    absl::StatusOr<KvStorage> kv =
+        KvStorage::Create((*model)->backend(), (*model)->hparams(),
+                          {.block_size = kBlockSize, .full_blocks = 4, .swa_blocks = 4});
+    EXPECT_TRUE(kv.ok()) << kv.status();
+    if (!kv.ok()) return logits;
+    const std::vector<int32_t> table = Pages(0, 2);
+    int pos = 0;
+    while (pos < 25) {
+      const int count = pos == 0 ? 17 : 1;
+      BatchSequence step{.tokens = std::span<const int32_t>(tokens).subspan(pos, count),
+                         .start_pos = pos,
+                         .full_table = table,
+                         .swa_table = table,
+                         .logit_rows = count};
+      ForwardOutput out;
+      EXPECT_TRUE((*model)->Forward({&step, 1}, *kv, &out).ok());
+      logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+      pos += count;
+    }
+    return logits;
+  };
+  const std::vector<float> one = run(1);
+  ASSERT_EQ(one.size(), static_cast<size_t>(25 * model_->n_vocab()));
+  for (int threads : {2, 3, 7}) {
+    const std::vector<float> many = run(threads);
+    ASSERT_EQ(many.size(), one.size()) << threads << " threads";
+    size_t first = 0;
+    while (first < one.size() && std::memcmp(&one[first], &many[first], sizeof(float)) == 0) {
+      ++first;
+    }
+    EXPECT_EQ(first, one.size()) << threads << " threads: logit " << first % model_->n_vocab()
+                                 << " of row " << first / model_->n_vocab() << " is " << many[first]
+                                 << ", with one thread " << one[first];
+  }
 }
 
 TEST(Step35ModelLoadTest, ReportsPlacementProgressUpToTheBoundBytes) {
