@@ -98,14 +98,15 @@ std::atomic<int>& GemvStreamModeSetting();
 inline constexpr int kGemvMmaMinRows = 8;
 inline constexpr int kGemvMmaMaxRows = 16;
 int GemvMmaMinRows();
-// The tensor-core kernel also takes 17..GemvMmaWideMaxRows() rows of IQ4_XS, in chunks of 32
-// (GemvCuda then takes them instead of dequantizing the weights to F16 for cuBLAS: at 32 decode
-// streams the dense projections' F16 tiles are ~4x the IQ4_XS bytes, written and read again every
-// step). STEPSERVE_GEMV_MMA_WIDE (read once): unset or `1` up to 32 rows (one chunk), `2` up to
-// 64, `0` never (16). Measured on the H200 (45 layers IQ4_XS, bench/gpu/results-h200-v13.txt):
-// 32 streams 49.39 -> 45.99 ms per step, but 64 streams (two chunks, each a full K loop) 70.27 ->
-// 77.65 ms, so the default stops at one chunk.
-inline constexpr int kGemvMmaWideChunkRows = 32;
+// The tensor-core kernel also takes 17..GemvMmaWideMaxRows() rows of IQ4_XS in one pass
+// (GemvMmaIq4XsWideKernel; GemvCuda then takes them instead of dequantizing the weights to F16 for
+// cuBLAS: at 32 decode streams the dense projections' F16 tiles are ~4x the IQ4_XS bytes, written
+// and read again every step). STEPSERVE_GEMV_MMA_WIDE (read once): unset or `1` up to 32 rows,
+// `2` up to 64, `0` never (16). Measured on the H200 (45 layers IQ4_XS, results-h200-v13.txt):
+// 32 streams 49.39 -> 45.99 ms per step, but 64 streams 70.27 -> 77.65 ms with two passes of 32
+// rows, each copying and decoding the weights again; since session 15 33-64 rows take one pass of
+// 64 (not measured yet), and the default stays at 32.
+inline constexpr int kGemvMmaWideDefaultRows = 32;
 inline constexpr int kGemvMmaWideMaxRows = 64;
 int GemvMmaWideMaxRows();
 std::atomic<int>& GemvMmaWideMaxRowsSetting();  // from the variable, then SetGemvCudaMmaWideMaxRows

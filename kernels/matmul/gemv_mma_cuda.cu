@@ -246,14 +246,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   });
 }
 
-// 17..GemvMmaWideMaxRows() rows (STEPSERVE_GEMV_MMA_WIDE): GemvMmaIq4XsKernel over chunks of 32
-// activation rows, each a full K loop over the CTA's 16 rows (the weight pairs of later chunks
-// come from L2), in the grouped kernel's shape and register cap (4 warps, 4 activation tiles, 3
-// CTAs per SM). A kernel of its own so that the measured plain kernels keep their code.
-__global__ void __launch_bounds__(128, 3)
-    GemvMmaIq4XsChunkedKernel(const __grid_constant__ GemvParams p) {
-  constexpr int kWarps = 4, NT = 4;
-  static_assert(8 * NT == kGemvMmaWideChunkRows, "one chunk is the default wide limit");
+// 17..GemvMmaWideMaxRows() rows (STEPSERVE_GEMV_MMA_WIDE): GemvMmaIq4XsKernel's single K loop
+// over the CTA's 16 rows for up to 8 * NT activation rows, in the grouped kernel's shape (4 warps)
+// under a register cap. NT = 4: 17-32 rows, 3 CTAs per SM (the default since session 15). NT = 8:
+// 33-64 rows (STEPSERVE_GEMV_MMA_WIDE=2), 2 CTAs per SM, not measured yet; it replaces two passes
+// of NT = 4 over 32 rows each (every pass copying and decoding the weights again), which measured
+// 70.27 -> 77.65 ms at 64 streams (session 14). A kernel of its own so that the measured plain
+// kernels keep their code.
+template <int NT>
+__global__ void __launch_bounds__(128, NT <= 4 ? 3 : 2)
+    GemvMmaIq4XsWideKernel(const __grid_constant__ GemvParams p) {
+  constexpr int kWarps = 4;
+  static_assert(NT == 4 || NT == 8, "32 (the default wide limit) or 64 rows");
   extern __shared__ __align__(16) uint8_t mma_smem[];
   const MmaCta<kWarps, NT> cta(mma_smem);
   const int warp = cta.warp, lane = cta.lane, g = lane >> 2, t = lane & 3;
@@ -261,25 +265,21 @@ __global__ void __launch_bounds__(128, 3)
   k_loop.IssueFirst();
   WaitForPrimaryGrid();  // the quantizer writing xq / xd may still run
   AllowDependentLaunch();
-  for (int c0 = 0; c0 < p.rows; c0 += 8 * NT) {
-    if (c0 > 0) k_loop.IssueFirst();
-    const int rows = p.rows - c0 < 8 * NT ? p.rows - c0 : 8 * NT;
-    int x_row[NT], d_row0[NT], d_row1[NT];  // clamped to the chunk's last row
+  const int rows = p.rows;                // <= 8 * NT (LaunchGemvQ8xMma)
+  int x_row[NT], d_row0[NT], d_row1[NT];  // clamped to the last row
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int last = rows - 1;
-      x_row[j] = c0 + (8 * j + g < last ? 8 * j + g : last);
-      d_row0[j] = c0 + (8 * j + 2 * t < last ? 8 * j + 2 * t : last);
-      d_row1[j] = c0 + (8 * j + 2 * t + 1 < last ? 8 * j + 2 * t + 1 : last);
-    }
-    float acc[NT][4] = {};
-    k_loop.template Run<NT>(rows, x_row, d_row0, d_row1, acc);
-    ReduceAndStore<kWarps, NT>(cta.partial, p, cta.o0, warp, lane, acc,
-                               [&](int64_t o, int r, float v) {
-                                 if (r < rows) p.y[(c0 + r) * p.y_stride + o] = v;
-                               });
-    __syncthreads();  // the partial sums are read before the next chunk writes them
+  for (int j = 0; j < NT; ++j) {
+    const int last = rows - 1;
+    x_row[j] = 8 * j + g < last ? 8 * j + g : last;
+    d_row0[j] = 8 * j + 2 * t < last ? 8 * j + 2 * t : last;
+    d_row1[j] = 8 * j + 2 * t + 1 < last ? 8 * j + 2 * t + 1 : last;
   }
+  float acc[NT][4] = {};
+  k_loop.template Run<NT>(rows, x_row, d_row0, d_row1, acc);
+  ReduceAndStore<kWarps, NT>(cta.partial, p, cta.o0, warp, lane, acc,
+                             [&](int64_t o, int r, float v) {
+                               if (r < rows) p.y[r * p.y_stride + o] = v;
+                             });
 }
 
 // Grouped mode (MoE with many tokens per expert, e.g. a prefill): grid (16-row tiles, slots).
@@ -331,16 +331,16 @@ int MinRowsFromEnv() {
 namespace {
 
 // Sets the kernel's shared-memory limit once per device, then launches.
-enum class MmaForm { kPlain, kChunked, kGrouped };
+enum class MmaForm { kPlain, kWide, kGrouped };
 template <int kWarps, int NT, MmaForm kForm>
 cudaError_t LaunchMma(bool overlap, dim3 grid, const GemvParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = MmaSharedBytes<kWarps, NT>();
   void (*kernel)(const GemvParams);  // instantiates only the kernel asked for
   if constexpr (kForm == MmaForm::kGrouped) {
     kernel = GemvMmaIq4XsGroupedKernel<kWarps, NT>;
-  } else if constexpr (kForm == MmaForm::kChunked) {
-    static_assert(kWarps == 4 && NT == 4, "GemvMmaIq4XsChunkedKernel's shape");
-    kernel = GemvMmaIq4XsChunkedKernel;
+  } else if constexpr (kForm == MmaForm::kWide) {
+    static_assert(kWarps == 4, "GemvMmaIq4XsWideKernel's shape");
+    kernel = GemvMmaIq4XsWideKernel<NT>;
   } else {
     kernel = GemvMmaIq4XsKernel<kWarps, NT>;
   }
@@ -364,7 +364,7 @@ std::atomic<int>& GemvMmaWideMaxRowsSetting() {
     const char* v = std::getenv("STEPSERVE_GEMV_MMA_WIDE");
     if (v != nullptr && v[0] == '0') return kGemvMmaMaxRows;
     if (v != nullptr && v[0] == '2') return kGemvMmaWideMaxRows;
-    return kGemvMmaWideChunkRows;
+    return kGemvMmaWideDefaultRows;
   }()};
   return rows;
 }
@@ -379,8 +379,12 @@ cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_pr
   }
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM));
   const bool overlap = overlap_previous || PdlEnabled();
+  if (p.rows > kGemvMmaWideDefaultRows) {
+    static_assert(kGemvMmaWideMaxRows == 64, "8 tiles of 8 rows");
+    return LaunchMma<4, 8, MmaForm::kWide>(overlap, grid, p, stream);
+  }
   if (p.rows > kGemvMmaMaxRows) {
-    return LaunchMma<4, 4, MmaForm::kChunked>(overlap, grid, p, stream);
+    return LaunchMma<4, 4, MmaForm::kWide>(overlap, grid, p, stream);
   }
   static_assert(kGemvMmaMaxRows == 16, "one instantiation per 8 activation rows");
   // Fewer than 8192 output rows leave under ~4 CTAs per SM: 8 warps split K there, so each SM

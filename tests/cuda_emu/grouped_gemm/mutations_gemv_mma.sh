@@ -1,22 +1,15 @@
 #!/usr/bin/env bash
-# Injected bugs in the chunked tensor-core GEMV (GemvMmaIq4XsChunkedKernel, gemv_mma_cuda.cu),
-# each run through mutate.sh against test_gemv_mma.cc: every line should report FAIL cases.
+# Injected bugs in the wide tensor-core GEMV (GemvMmaIq4XsWideKernel and its dispatch in
+# LaunchGemvQ8xMma, gemv_mma_cuda.cu), each run through mutate.sh against test_gemv_mma.cc: every
+# line should report FAIL cases. (Until session 15 the kernel looped over chunks of 32 rows and
+# this list injected bugs into that loop; the loop is gone, one pass takes up to 64 rows.)
 here=$(cd "$(dirname "$0")" && pwd)
 f=matmul/gemv_mma_cuda.cu
 m() { bash "$here/mutate.sh" "$@"; }
-m chunk_offset_x $f 'x_row[j] = c0 + (8 * j + g' 'x_row[j] = (8 * j + g'
-m chunk_offset_d0 $f 'd_row0[j] = c0 + (8 * j + 2 * t <' 'd_row0[j] = (8 * j + 2 * t <'
-m chunk_store_row $f 'p.y[(c0 + r) * p.y_stride + o]' 'p.y[r * p.y_stride + o]'
-m chunk_rows_clamp $f 'const int rows = p.rows - c0 < 8 * NT ? p.rows - c0 : 8 * NT;' 'const int rows = 8 * NT;'
-m no_reissue $f 'if (c0 > 0) k_loop.IssueFirst();' ''
-m no_chunk_barrier $f '    __syncthreads();  // the partial sums are read before the next chunk writes them
-  }
-}
-
-// Grouped mode' '  }
-}
-
-// Grouped mode'
-m chunk_step $f 'for (int c0 = 0; c0 < p.rows; c0 += 8 * NT) {
-    if (c0 > 0)' 'for (int c0 = 0; c0 < p.rows; c0 += 8 * NT + 8) {
-    if (c0 > 0)'
+m no_store_guard $f 'if (r < rows) p.y[r * p.y_stride + o] = v;' 'p.y[r * p.y_stride + o] = v;'
+m scale_row $f 'd_row1[j] = 8 * j + 2 * t + 1 < last ? 8 * j + 2 * t + 1 : last;' \
+  'd_row1[j] = 8 * j + 2 * t < last ? 8 * j + 2 * t : last;'
+m wide64_threshold $f 'if (p.rows > kGemvMmaWideDefaultRows) {' 'if (p.rows > kGemvMmaWideMaxRows) {'
+m clamp_off_by_one $f '    const int last = rows - 1;
+    x_row[j]' '    const int last = rows - 2;
+    x_row[j]'

@@ -1,6 +1,6 @@
 // Runs the real tensor-core GEMV source (kernels/matmul/gemv_mma_cuda.cu, through its launcher
 // LaunchGemvQ8xMma) under the host emulator: the plain kernels for 2-16 activation rows and the
-// chunked one for 17-64 (STEPSERVE_GEMV_MMA_WIDE's GemvMmaIq4XsChunkedKernel), y checked
+// wide one for 17-64 (STEPSERVE_GEMV_MMA_WIDE's GemvMmaIq4XsWideKernel, 4 or 8 tiles), y checked
 // against a double-precision reference of the same IQ4_XS weights and pair-ordered int8
 // activations, every y row's padding and the rows past the last checked untouched.
 //   test_gemv_mma [copy_at_issue 0|1] [seed] [only_case]
@@ -84,8 +84,8 @@ bool RunCase(const Case& c, uint32_t seed) {
     bad += !(rel <= 1e-4 || err_abs / scale[i] <= 1e-6);
     ++checked;
   }
-  const bool chunked = c.rows > 16;
-  const unsigned block = chunked ? 128u : (c.out < 8192 ? 256u : 128u);
+  const bool wide = c.rows > 16;
+  const unsigned block = wide ? 128u : (c.out < 8192 ? 256u : 128u);
   const bool ok = bad == 0 && stray == 0 && missing == 0 &&
                   emu::last_grid_x == unsigned((c.out + 15) / 16) && emu::last_block == block;
   std::printf(
@@ -99,17 +99,18 @@ bool RunCase(const Case& c, uint32_t seed) {
 
 int main(int argc, char** argv) {
   const auto [seed, only] = SetUpEmulation(argc, argv);
-  stepserve::kernels::gemv_internal::GemvMmaWideSetting().store(true);
+  stepserve::kernels::gemv_internal::GemvMmaWideMaxRowsSetting().store(
+      stepserve::kernels::gemv_internal::kGemvMmaWideMaxRows);
   const std::vector<Case> cases = {
       {768, 37, 2, 3},    // plain, 8 warps, one tile of 8 rows
       {256, 16, 9, 1},    // plain, two tiles, one block (a lone half pair)
       {2816, 33, 16, 2},  // plain, 11 blocks
-      {768, 37, 17, 3},   // chunked: one full chunk of 32 (17 rows used)
-      {256, 16, 32, 0},   // chunked: exactly one chunk
-      {1280, 40, 33, 5},  // a full chunk and a chunk of one row
-      {2816, 20, 45, 1},  // 11 blocks, a full and a partial chunk
-      {512, 48, 64, 2},   // two full chunks
-      {5120, 16, 40, 1},  // 10 pairs: warps 0-1 refill their ring, so chunk 2 must copy afresh
+      {768, 37, 17, 3},   // wide, 4 tiles (17 rows used)
+      {256, 16, 32, 0},   // wide, exactly 4 tiles
+      {1280, 40, 33, 5},  // wide, 8 tiles (33 rows used)
+      {2816, 20, 45, 1},  // 11 blocks, 8 tiles
+      {512, 48, 64, 2},   // exactly 8 tiles
+      {5120, 16, 40, 1},  // 10 pairs: warps 0-1 refill their ring
   };
   const int fails = RunCases(cases, only, seed, "gemv_mma ", 0, RunCase);
   return fails != 0;
