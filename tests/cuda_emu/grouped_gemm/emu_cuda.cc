@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <functional>
 
-EmuDim threadIdx, blockIdx, blockDim;
+EmuDim threadIdx, blockIdx, blockDim, gridDim;
 long long g_byte_perm_msb = 0;
 
 namespace emu {
@@ -18,7 +18,7 @@ size_t last_smem = 0;
 long long n_ctas = 0;
 
 namespace {
-enum class Op { kNone, kMmaS8, kMmaF16, kSyncWarp, kBar, kDone };
+enum class Op { kNone, kMmaS8, kMmaF16, kSyncWarp, kShfl, kBar, kDone };
 struct Copy {
   void* dst;
   const void* src;
@@ -29,8 +29,10 @@ struct Lane {
   std::vector<char> stack;
   Op op = Op::kNone;
   uint32_t a[4] = {}, b0 = 0, b1 = 0;
-  int* c = nullptr;     // MmaS8 accumulators
-  float* cf = nullptr;  // MmaF16 accumulators
+  int* c = nullptr;                          // MmaS8 accumulators
+  float* cf = nullptr;                       // MmaF16 accumulators
+  uint32_t shfl_value = 0, shfl_result = 0;  // ShflXor
+  int shfl_mask = 0;
   std::vector<Copy> open;
   std::deque<std::vector<Copy>> groups;
 };
@@ -66,6 +68,12 @@ void RunWarpOp(int w) {
   }
   switch (op) {
     case Op::kSyncWarp:
+      break;
+    case Op::kShfl:
+      for (int t = 0; t < 32; ++t) {
+        if (L[t].shfl_mask != L[0].shfl_mask) Fail("shfl.bfly lane masks differ within the warp");
+        L[t].shfl_result = L[t ^ (L[0].shfl_mask & 31)].shfl_value;
+      }
       break;
     case Op::kMmaS8: {
       // mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32, lane = 4 g + t:
@@ -152,7 +160,9 @@ void RunWarpOp(int w) {
   }
   for (int t = 0; t < 32; ++t) L[t].op = Op::kNone;
 }
-bool IsWarpOp(Op op) { return op == Op::kMmaS8 || op == Op::kMmaF16 || op == Op::kSyncWarp; }
+bool IsWarpOp(Op op) {
+  return op == Op::kMmaS8 || op == Op::kMmaF16 || op == Op::kSyncWarp || op == Op::kShfl;
+}
 
 // cp.async of `bytes` (16: .cg, 8: .ca): both addresses `bytes`-aligned, the destination inside
 // the launch's dynamic shared memory, the source inside one registered global buffer.
@@ -271,6 +281,13 @@ uint16_t F16FromF32(float x) { return F16Round(x); }
 
 void SyncThreads() { Block(Op::kBar); }
 void SyncWarp() { Block(Op::kSyncWarp); }
+uint32_t ShflXor(uint32_t v, int lane_mask) {
+  Lane& l = lanes[cur];
+  l.shfl_value = v;
+  l.shfl_mask = lane_mask;
+  Block(Op::kShfl);
+  return lanes[cur].shfl_result;
+}
 
 // Runs one CTA of `kernel` with `threads` threads (a multiple of 32, at most kMaxThreads) to
 // completion.

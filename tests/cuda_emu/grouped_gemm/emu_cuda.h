@@ -35,7 +35,7 @@ inline int min(int a, int b) { return a < b ? a : b; }
 struct EmuDim {
   unsigned x = 0, y = 0, z = 0;
 };
-extern EmuDim threadIdx, blockIdx, blockDim;
+extern EmuDim threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
 constexpr int kMaxThreads = 256;  // the F16 GEMM's 8 warps
@@ -61,6 +61,8 @@ uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c);
 uint16_t F16FromF32(float x);
 void SyncThreads();
 void SyncWarp();
+// shfl.sync.bfly over the whole warp (every lane must call it with the same lane mask).
+uint32_t ShflXor(uint32_t v, int lane_mask);
 // Global buffers cp.async may read (each 16-byte source must lie inside one).
 void ClearGlobals();
 void AddGlobal(const void* p, size_t bytes);
@@ -68,6 +70,18 @@ void AddGlobal(const void* p, size_t bytes);
 
 inline void __syncthreads() { emu::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::SyncWarp(); }
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  if (mask != 0xffffffffu) emu::Fail("__shfl_xor_sync with a partial mask");
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits = emu::ShflXor(bits, lane_mask);
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+  if (mask != 0xffffffffu) emu::Fail("__shfl_xor_sync with a partial mask");
+  return static_cast<int>(emu::ShflXor(static_cast<uint32_t>(v), lane_mask));
+}
 inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset(p); }
 
 // prmt.b32 generic mode (what __byte_perm compiles to): selector nibble n of the low 16 bits of s;

@@ -27,6 +27,9 @@ template <class... KernelArgs, class... Args>
 cudaError_t LaunchOverlapping(bool, void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
                               size_t smem, cudaStream_t, Args&&... args) {
   emu::last_grid_x = grid.x;
+  gridDim.x = grid.x;
+  gridDim.y = grid.y;
+  gridDim.z = 1;
   emu::last_grid_y = grid.y;
   emu::last_block = block.x;
   emu::last_smem = smem;

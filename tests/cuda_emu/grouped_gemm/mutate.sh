@@ -2,7 +2,8 @@
 # mutate.sh NAME FILE OLD NEW: applies one source mutation (FILE relative to kernels/, OLD replaced
 # once), rebuilds the emulation in $EMU_WORK (default /tmp/stepserve-emu-gemm) and runs every case
 # in both cp.async landing modes; prints whether the injected bug was caught. The test is
-# test_f16.cc for FILE matmul/gemm_grouped_f16_cuda.cu, else test.cc (EMU_TEST=... overrides:
+# test_f16.cc for FILE matmul/gemm_grouped_f16_cuda.cu, test_gemv_mma.cc / test_gemv_grouped.cc for
+# the GEMVs' files, else test.cc (EMU_TEST=... overrides:
 # a shared header such as mma_iq4_util.cuh is used by both kernels).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,6 +13,7 @@ cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
 case $2 in
   matmul/gemm_grouped_f16_cuda.cu) default_test=test_f16 ;;
   matmul/gemv_mma_cuda.cu) default_test=test_gemv_mma ;;
+  matmul/gemv_q8x_grouped_cuda.cu | matmul/gemv_q8x_rows.cuh) default_test=test_gemv_grouped ;;
   *) default_test=test ;;
 esac
 test=${EMU_TEST:-$default_test}

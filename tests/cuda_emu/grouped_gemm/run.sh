@@ -2,8 +2,8 @@
 # Host emulation of the grouped GEMMs against double-precision references: GemmMmaIq4XsGroupedKernel
 # (kernels/matmul/gemm_grouped_mma_cuda.cu, int8, 128 threads; test.cc) and
 # GemmF16Iq4XsGroupedKernel with its activation converter (gemm_grouped_f16_cuda.cu, F16, 256
-# threads; test_f16.cc); also the tensor-core GEMV, plain and chunked (gemv_mma_cuda.cu;
-# test_gemv_mma.cc). The real kernel sources with their inline-asm wrappers (mma.sync,
+# threads; test_f16.cc); also the tensor-core GEMV, plain and wide (gemv_mma_cuda.cu;
+# test_gemv_mma.cc), and the grouped dp4a GEMV (gemv_q8x_grouped_cuda.cu; test_gemv_grouped.cc). The real kernel sources with their inline-asm wrappers (mma.sync,
 # cp.async, cvt, f16x2 arithmetic) replaced by emulated ones (emu_cuda.*), a CTA's threads as
 # coroutines in shuffled orders, cp.async landing at issue or at the wait. No GPU needed (CUDA
 # headers only). A check of indexing, fragment mapping and barriers before device time is spent,
@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-$(mktemp -d)}
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
-tests=${EMU_TESTS:-test test_f16 test_gemv_mma}
+tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped}
 python3 "$here/transform.py" "$work/shadow"
 for t in $tests; do
   g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" \

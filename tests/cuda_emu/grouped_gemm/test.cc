@@ -17,15 +17,7 @@ using stepserve::GgmlType;
 using stepserve::kernels::gemv_internal::GemvParams;
 using stepserve::kernels::gemv_internal::kSlotUnused;
 
-struct Case {
-  std::string name;
-  int64_t in, out;
-  int div;
-  int64_t y_pad;  // y_stride = out + y_pad
-  int experts;
-  std::vector<SlotSpec> slots;
-  int extra_groups;  // groups in no slot (their y rows must stay NaN)
-};
+using Case = GroupedCase;
 
 static int g_permute_x = 1;  // 0: harness mutation, activations stored un-permuted
 

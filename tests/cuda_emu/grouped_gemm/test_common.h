@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "emu_cuda.h"
@@ -47,6 +48,17 @@ inline int PairPos(int e) {
 struct SlotSpec {
   int32_t matrix;  // expert id, -1, or kSlotUnused
   int groups;
+};
+
+// A grouped kernel's case: `experts` matrices of out x in, the slots' specs, y rows of out + y_pad.
+struct GroupedCase {
+  std::string name;
+  int64_t in, out;
+  int div;
+  int64_t y_pad;  // y_stride = out + y_pad
+  int experts;
+  std::vector<SlotSpec> slots;
+  int extra_groups;  // groups in no slot (their y rows must stay NaN)
 };
 
 // The slots' groups: a random permutation of 0 .. total + extra_groups - 1, the first `total`
@@ -193,6 +205,40 @@ void SetGroupedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, in
   p->slot_matrix = g.slot_matrix.data();
   p->slot_begin = g.slot_begin.data();
   p->group_order = g.group_order.data();
+}
+
+// y against a double reference `want` (NaN: y must stay NaN there) with `scale` = the sum of the
+// terms' magnitudes (0: the row must be exactly zero, an out-of-range slot's): 1e-4 relative, or
+// for a sum that cancels to below 1e-3 of its terms, 1e-6 of the terms' sum.
+struct YCheck {
+  double max_rel = 0;
+  int64_t bad = 0, stray = 0, missing = 0, checked = 0, zeros = 0;
+  bool ok() const { return bad == 0 && stray == 0 && missing == 0; }
+};
+inline YCheck CheckY(const std::vector<float>& y, const std::vector<double>& want,
+                     const std::vector<double>& scale) {
+  YCheck r;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (std::isnan(want[i])) {
+      r.stray += !std::isnan(y[i]);
+      continue;
+    }
+    if (std::isnan(y[i])) {
+      ++r.missing;
+      continue;
+    }
+    if (scale[i] == 0) {
+      r.bad += y[i] != 0.0f;
+      ++r.zeros;
+      continue;
+    }
+    const double err_abs = std::fabs(double(y[i]) - want[i]);
+    const double rel = err_abs / std::max(std::fabs(want[i]), 1e-300);
+    r.max_rel = std::max(r.max_rel, std::min(rel, err_abs / scale[i] * 100));
+    r.bad += !(rel <= 1e-4 || err_abs / scale[i] <= 1e-6);
+    ++r.checked;
+  }
+  return r;
 }
 
 // Runs case i (or only case `only`, when >= 0) with seed * 100 + i, then prints the totals of

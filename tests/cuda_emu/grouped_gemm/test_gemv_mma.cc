@@ -66,34 +66,17 @@ bool RunCase(const Case& c, uint32_t seed) {
     std::printf("FAIL %s: launcher returned %d\n", name.c_str(), int(err));
     return false;
   }
-  double max_rel = 0;
-  int64_t bad = 0, stray = 0, missing = 0, checked = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (std::isnan(want[i])) {
-      stray += !std::isnan(y[i]);
-      continue;
-    }
-    if (std::isnan(y[i])) {
-      ++missing;
-      continue;
-    }
-    const double err_abs = std::fabs(double(y[i]) - want[i]);
-    const double rel = err_abs / std::max(std::fabs(want[i]), 1e-300);
-    max_rel = std::max(max_rel, std::min(rel, err_abs / scale[i] * 100));
-    // 1e-4 relative; for a sum that cancels to below 1e-3 of its terms, 1e-6 of the terms' sum.
-    bad += !(rel <= 1e-4 || err_abs / scale[i] <= 1e-6);
-    ++checked;
-  }
+  const YCheck check = CheckY(y, want, scale);
   const bool wide = c.rows > 16;
   const unsigned block = wide ? 128u : (c.out < 8192 ? 256u : 128u);
-  const bool ok = bad == 0 && stray == 0 && missing == 0 &&
-                  emu::last_grid_x == unsigned((c.out + 15) / 16) && emu::last_block == block;
+  const bool ok =
+      check.ok() && emu::last_grid_x == unsigned((c.out + 15) / 16) && emu::last_block == block;
   std::printf(
       "%-4s %-30s grid %ux%u block %u smem %zu ctas %lld mma %lld | checked %lld max rel "
       "%.2e | bad %lld stray %lld missing %lld\n",
       ok ? "ok" : "FAIL", name.c_str(), emu::last_grid_x, emu::last_grid_y, emu::last_block,
-      emu::last_smem, emu::n_ctas - ctas0, emu::n_mma - mma0, (long long)checked, max_rel,
-      (long long)bad, (long long)stray, (long long)missing);
+      emu::last_smem, emu::n_ctas - ctas0, emu::n_mma - mma0, (long long)check.checked,
+      check.max_rel, (long long)check.bad, (long long)check.stray, (long long)check.missing);
   return ok;
 }
 

@@ -10,7 +10,8 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_mma_cuda.cu',
          'matmul/gemm_f16_decoders.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
-         'matmul/gemv_q8x_pieces.cuh',
+         'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_rows.cuh',
+         'matmul/gemv_q8x_grouped_cuda.cu',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
@@ -50,6 +51,8 @@ reps = {
   ('__device__ __forceinline__ uint16_t F16FromF32(', 'inline uint16_t F16FromF32(float x) { return emu::F16FromF32(x); }'),
  ],
  'matmul/gemv_cuda_internal.h': [],
+ 'matmul/gemv_q8x_rows.cuh': [],
+ 'matmul/gemv_q8x_grouped_cuda.cu': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
 for f in files:

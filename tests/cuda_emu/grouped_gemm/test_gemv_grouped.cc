@@ -1,0 +1,121 @@
+// Runs the real grouped int8-activation GEMV source (kernels/matmul/gemv_q8x_grouped_cuda.cu,
+// through its launcher LaunchGemvQ8xGrouped) under the host emulator for IQ4_XS: the row-looping
+// form with the register cap and the exact-rows dispatch (1-4 groups per chunk, more in several
+// chunks), long rows (16 blocks: NR = 2 rows per warp) and short ones (5 blocks: a row per lane
+// group), unused and out-of-range slots, groups in no slot, x_group_div 1 and 8. y is checked
+// against a double-precision reference of the same weights and pair-ordered int8 activations;
+// every padding float and the rows of groups in no slot must stay untouched.
+//   test_gemv_grouped [copy_at_issue 0|1] [seed] [only_case]
+// STEPSERVE_GROUPED_ROW_CTAS is set to 2 unless already set, so warps loop over several row blocks.
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emu_cuda.h"
+#include "kernels/matmul/gemv_q8x_grouped_cuda.cu"
+#include "test_common.h"
+
+using stepserve::GgmlType;
+using stepserve::kernels::gemv_internal::GemvParams;
+using stepserve::kernels::gemv_internal::kSlotUnused;
+
+using Case = GroupedCase;
+
+bool RunCase(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  QuantMatrices wm(c.experts, c.out, c.in, 136, rng);
+  std::uniform_real_distribution<float> ud(0.5f, 2.0f);
+  wm.SetScales(c.experts, c.out, [&] { return ud(rng) * 1e-3f * ((rng() & 1) ? 1.f : -1.f); });
+  const Grouping grouping = MakeGrouping(c.slots, c.extra_groups, rng);
+  const int G = grouping.groups;
+  const int64_t x_rows = (G + c.div - 1) / c.div, blocks32 = c.in / 32;
+  Q8Activations x(x_rows, c.in, /*pair_order=*/true, rng);
+  const int64_t y_stride = c.out + c.y_pad, kGuard = 4096;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> want(G * y_stride + kGuard, nan), scale(want.size(), 0.0);
+  for (size_t s = 0; s < c.slots.size(); ++s) {
+    const int32_t id = grouping.slot_matrix[s];
+    if (id == kSlotUnused) continue;
+    for (int k = grouping.slot_begin[s]; k < grouping.slot_begin[s + 1]; ++k) {
+      const int g = grouping.group_order[k];
+      const int64_t r = g / c.div;
+      for (int64_t o = 0; o < c.out; ++o) {
+        if (id < 0) {
+          want[g * y_stride + o] = 0.0;  // out-of-range ids write zeros
+          continue;
+        }
+        const Iq4XsDot dot = DotIq4XsRow(wm.data() + id * wm.matrix_bytes + o * wm.row_bytes, wm.nb,
+                                         &x.xl[r * c.in], &x.xd[r * blocks32]);
+        want[g * y_stride + o] = dot.acc;
+        scale[g * y_stride + o] = dot.abs_acc;
+      }
+    }
+  }
+  std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
+  GemvParams p{};
+  SetGroupedParams(wm, c.in, c.out, c.experts, c.div, grouping, y.data(), y_stride, &p);
+  p.xq = x.xq();
+  p.xd = x.xd.data();
+  p.rows = 1;
+  emu::ClearGlobals();
+  emu::AddGlobal(wm.segments(), wm.segment_bytes());
+  emu::AddGlobal(x.xq(), x_rows * c.in);
+  emu::AddGlobal(x.xd.data(), x.xd.size() * sizeof(float2));
+  const long long ctas0 = emu::n_ctas;
+  const cudaError_t err = stepserve::kernels::gemv_internal::LaunchGemvQ8xGrouped(
+      GgmlType::kIQ4_XS, p, static_cast<int64_t>(c.slots.size()), /*overlap_previous=*/false,
+      nullptr);
+  if (err != cudaSuccess) {
+    std::printf("FAIL %s: launcher returned %d\n", c.name.c_str(), int(err));
+    return false;
+  }
+  const YCheck check = CheckY(y, want, scale);
+  const bool ok =
+      check.ok() && emu::last_grid_y == unsigned(c.slots.size()) && emu::last_block == 128;
+  std::printf(
+      "%-4s %-40s grid %ux%u ctas %lld | checked %lld zero-rows %lld max rel %.2e | bad %lld "
+      "stray %lld missing %lld\n",
+      ok ? "ok" : "FAIL", c.name.c_str(), emu::last_grid_x, emu::last_grid_y, emu::n_ctas - ctas0,
+      (long long)check.checked, (long long)check.zeros, check.max_rel, (long long)check.bad,
+      (long long)check.stray, (long long)check.missing);
+  return ok;
+}
+
+int main(int argc, char** argv) {
+  setenv("STEPSERVE_GROUPED_ROW_CTAS", "2", /*overwrite=*/0);
+  const auto [seed, only] = SetUpEmulation(argc, argv);
+  const int unused = kSlotUnused;
+  const std::vector<Case> cases = {
+      {"long rows, 1-4 groups per slot", 4096, 40, 1, 3, 6, {{2, 1}, {0, 2}, {5, 3}, {1, 4}}, 2},
+      {"long rows, 5 and 9 groups (two, three chunks)", 2048, 33, 1, 0, 3, {{1, 5}, {2, 9}}, 1},
+      {"long rows, unused and out-of-range slots",
+       2048,
+       24,
+       1,
+       5,
+       4,
+       {{3, 2}, {-1, 3}, {0, 1}, {unused, 0}},
+       0},
+      {"short rows (5 blocks), 1-5 groups",
+       1280,
+       70,
+       1,
+       2,
+       5,
+       {{4, 1}, {1, 2}, {0, 3}, {2, 4}, {3, 5}},
+       3},
+      {"short rows, x_group_div 8 (token = group / 8)",
+       1280,
+       36,
+       8,
+       1,
+       4,
+       {{0, 3}, {3, 6}, {1, 1}},
+       6},
+  };
+  const int fails = RunCases(cases, only, seed, "gemv_grouped ", 0, RunCase);
+  return fails != 0;
+}
