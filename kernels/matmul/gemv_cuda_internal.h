@@ -1,7 +1,8 @@
 // Shared between the GEMV .cu files (not a public header): the kernel parameter block and the
 // per-path launchers. matmul_cuda.cu validates and dispatches; gemv_f32x_cuda.cu holds the exact
 // F32-activation kernels, gemv_q8x_cuda.cu the int8-activation (dp4a) kernels and the activation
-// quantizer. Split so the three compile in parallel and each stays one job.
+// quantizer, gemv_q8x_grouped_cuda.cu the grouped (MoE) dp4a GEMV. Split so they compile in
+// parallel and each stays one job.
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMV_CUDA_INTERNAL_H_
 #define STEPSERVE_KERNELS_MATMUL_GEMV_CUDA_INTERNAL_H_
 

@@ -8,7 +8,8 @@
 //   W Decode(raw, block_index, piece, p)   int8-ready weights and scales;
 //   X LoadX(p, activation_row, block, piece) the matching int8 activations and their scales;
 //   float Dot(w, x, piece)                 the lane's partial dot product.
-// Included inside the anonymous namespace of gemv_q8x_cuda.cu and gemv_stream_cuda.cu. The
+// Included inside the anonymous namespace of the GEMV / GEMM .cu files of kernels/matmul that
+// use them (gemv_q8x*, gemv_stream, gemv_mma, gemm_grouped_*, moe_decode). The
 // decoders take a block's alignment phase from its address or index within a 16-byte-aligned row,
 // so a shared-memory copy of whole rows at 16-byte-aligned offsets decodes the same way.
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_

@@ -29,7 +29,7 @@ __device__ __forceinline__ float WarpSum(float v) {
 
 // Rows `wa` and `wb` (same type and length p.in) dotted with activation row x_row, sharing its
 // loads; the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G,
-// ... with D steps of raw words of both rows in flight (gemv_q8x_cuda.cu's AccumulateRows with
+// ... with D steps of raw words of both rows in flight (gemv_q8x_rows.cuh's AccumulateRows with
 // two rows).
 template <class P, int D>
 __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* wa,
