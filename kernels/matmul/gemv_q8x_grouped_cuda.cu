@@ -18,20 +18,21 @@ namespace {
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
 #include "kernels/matmul/gemv_q8x_rows.cuh"
 
-// Groups c0 .. c0 + RN - 1 of the slot's order (exactly RN of them) dotted with the warp's rows
-// of `w` from o0: DotAndStore with every activation row in use, so no per-row guard is left.
+// Groups c0 .. c0 + n_rows - 1 of the slot's order (n_rows <= RN; the rows past n_rows repeat the
+// last one and are not stored) dotted with the warp's rows of `w` from o0. Called with n_rows ==
+// RN, a compile-time constant once inlined, no per-row guard is left (kExactRows).
 template <class P, int RN, int NR, int D, bool kShort>
 __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w, int64_t o0,
-                                           int lane, int c0) {
+                                           int lane, int c0, int n_rows) {
   int x_rows[RN];
   int64_t y_rows[RN];
 #pragma unroll
   for (int r = 0; r < RN; ++r) {
-    const int group = p.group_order[c0 + r];
+    const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
     x_rows[r] = group / p.x_group_div;
     y_rows[r] = group;
   }
-  DotAndStore<P, RN, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, RN);
+  DotAndStore<P, RN, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
 }
 
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
@@ -83,28 +84,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         static_assert(R == 4, "one case per chunk size");
         switch (n_rows) {
           case 1:
-            GroupChunk<P, 1, NR, D, kShort>(p, w, o0, lane, c0);
+            GroupChunk<P, 1, NR, D, kShort>(p, w, o0, lane, c0, 1);
             break;
           case 2:
-            GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0);
+            GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2);
             break;
           case 3:
-            GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0);
+            GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3);
             break;
           default:
-            GroupChunk<P, 4, NR, D, kShort>(p, w, o0, lane, c0);
+            GroupChunk<P, 4, NR, D, kShort>(p, w, o0, lane, c0, 4);
             break;
         }
       } else {
-        int x_rows[R];
-        int64_t y_rows[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
-          x_rows[r] = group / p.x_group_div;
-          y_rows[r] = group;
-        }
-        DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
+        GroupChunk<P, R, NR, D, kShort>(p, w, o0, lane, c0, n_rows);
       }
     }
   });

@@ -380,8 +380,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::pair<int64_t, int64_t>{37, 1280}),
                        ::testing::Values(2, 4), ::testing::Values(GemvCudaActivations::kQ8)));
 
-// 17-64 rows: IQ4_XS through the wide tensor-core GEMV (chunks of 32 rows: one partial chunk,
-// one full, a full and a partial, two full), int8 activations only.
+// 17-64 rows: IQ4_XS through the wide tensor-core GEMV (17 / 32 rows: 4 tiles of 8; 45 / 64: 8
+// tiles, with the case's limit at 64), int8 activations only.
 INSTANTIATE_TEST_SUITE_P(
     WideIq4Xs, GemvCudaTest,
     ::testing::Combine(::testing::Values(GgmlType::kIQ4_XS),

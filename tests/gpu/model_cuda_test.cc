@@ -424,8 +424,9 @@ std::vector<std::vector<float>> GreedyRun(const std::string& path, const std::st
 
 // Each backend must give the same bits on every run of the same forward passes (a model and a
 // prompt fixed by seeds, exact activations): TinyModelMatchesCpu failed once (session 15, "f32",
-// one decode row at 0.041 - a MoE routing near-tie resolved differently) and passed on the five
-// runs after, so one side was not deterministic. Three runs per backend, compared bit for bit.
+// one decode row at 0.041, the next few just over the bound) and passed on the runs after, so a
+// run-to-run difference on one side is the first suspect (docs/cuda-engine.md). Three runs per
+// backend, compared bit for bit.
 TEST_P(ModelCudaTest, TinyModelIsRunToRunDeterministic) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
   const std::string path = MakeTiny("determinism");

@@ -5,8 +5,8 @@
 here=$(cd "$(dirname "$0")" && pwd)
 f=matmul/gemv_q8x_grouped_cuda.cu
 m() { bash "$here/mutate.sh" "$@"; }
-m exact3_as_2 $f 'GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0);' \
-  'GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0);'
+m exact3_as_2 $f 'GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3);' \
+  'GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2);'
 m group_div_off $f 'x_rows[r] = group / p.x_group_div;
     y_rows[r] = group;
   }
