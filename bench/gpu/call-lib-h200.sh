@@ -15,11 +15,14 @@ CALL_MODELS=${CALL_MODELS:-/tmp/stepserve-models}
 mkdir -p "$CALL_LOGS" "$CALL_MODELS"
 call_start=$(date +%s)
 
-# call_build TARGET...: configure and build from the bundled Debian packages (docs/cuda-host.md).
+# call_build TARGET...: configure and build from the bundled Debian packages (docs/cuda-host.md)
+# in $CALL_BUILD, with the extra CMake arguments of $CALL_CMAKE_ARGS (e.g. a second tree built with
+# -DCMAKE_CUDA_FLAGS=-DSOME_SWITCH=1 for a compile-time A/B: CALL_BUILD=build-b call_build ...).
 call_build() {
   export NCCL_HOME=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+  # shellcheck disable=SC2086
   bash scripts/bundle-deps.sh build "$CALL_BUILD" "$@" -- -DCMAKE_BUILD_TYPE=Release \
-    >"$CALL_LOGS/build.log" 2>&1 ||
+    ${CALL_CMAKE_ARGS:-} >"$CALL_LOGS/build.log" 2>&1 ||
     { grep -E "error" "$CALL_LOGS/build.log" | head; tail -5 "$CALL_LOGS/build.log"; return 1; }
   echo "build $(($(date +%s) - call_start)) s"
   source <(bash scripts/bundle-deps.sh env)

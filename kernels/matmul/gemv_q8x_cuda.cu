@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 template <int D, bool kRowLoop = false>
 __global__ void __launch_bounds__(kThreads)
     GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
-  using P = PieceIQ4_XS;
+  using P = OneRowPiece<PieceIQ4_XS>;
   constexpr int kGroups = 32 / P::kLanes;  // blocks per warp step (lane group g = lane / 8)
   const int lane = threadIdx.x & 31;
   // kRowLoop: rows o_first, o_first + the grid's warps, ... (a capped grid, OneRowMaxCtas).

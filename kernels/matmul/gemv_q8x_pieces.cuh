@@ -270,6 +270,79 @@ struct PieceIQ4_XS {
   }
 };
 
+// prmt.b32 in its generic mode with all four bits of each selector nibble: the low three pick one
+// of the 8 bytes {b, a}, the fourth replicates that byte's sign bit over the result byte (PTX ISA,
+// prmt). Inline PTX because the CUDA doc of __byte_perm defines only the low three bits.
+__device__ __forceinline__ uint32_t PrmtSignMode(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// IQ4_XS for one activation row: the 16-entry lookup as two 8-entry ones whose sum is the table
+// value, so the select step of Lookup16Pairs goes (7 instead of 11 instructions per 8 weights) at
+// the price of a second dp4a per 4 weights - a win only while a decoded block meets one
+// activation row. With nibble n as the selector, lo = T[n] for n < 8 and, through the sign mode,
+// -1 for n >= 8 (T[0..7] are all negative); with n ^ 8, hi = T[n] + 1 for n >= 8 and 0 for n < 8
+// (the table T[8..15] + 1 = 2..114 is positive). lo + hi = T[n] either way, so each sub-block's
+// integer dot - and every result - is bit for bit the one of PieceIQ4_XS. The lookups run in Dot,
+// next to their dp4a, so a decoded block holds its 4 raw words instead of 16 table words (the
+// gate/up kernel decodes two rows at a time under a 64-register cap).
+struct PieceIQ4_XSOneRow : PieceIQ4_XS {
+  struct W {
+    uint32_t q[4];                  // the sub-block's qs words
+    uint32_t lo_tab[2], hi_tab[2];  // T[0..7]; T[8..15] + 1
+    float dl;
+  };
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int ib, const GemvParams& p) {
+    const uint2 h = raw.h, qa = raw.qa, qb = raw.qb;
+    const uint32_t ls =
+        ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
+    return W{{qa.x, qa.y, qb.x, qb.y},
+             {p.iq4nl[0], p.iq4nl[1]},
+             {p.iq4nl[2] + 0x01010101u, p.iq4nl[3] + 0x01010101u},
+             F16Bits(h.x) * static_cast<float>(static_cast<int>(ls) - 32)};
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    const uint32_t xw[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
+    int s_lo = 0, s_hi = 0;  // two chains of 8 dp4a, as long as PieceIQ4_XS::Dot's one
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Words 2i, 2i + 1 of the pair order: the low and high 16 bits' nibbles of q[i].
+      const uint32_t flipped = w.q[i] ^ 0x88888888u;
+      const uint32_t sel[2] = {w.q[i], w.q[i] >> 16}, sel_hi[2] = {flipped, flipped >> 16};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int xi = static_cast<int>(xw[2 * i + half]);
+        s_lo =
+            __dp4a(static_cast<int>(PrmtSignMode(w.lo_tab[0], w.lo_tab[1], sel[half])), xi, s_lo);
+        s_hi = __dp4a(static_cast<int>(PrmtSignMode(w.hi_tab[0], w.hi_tab[1], sel_hi[half])), xi,
+                      s_hi);
+      }
+    }
+    return (w.dl * x.d) * IntToFloat(s_lo + s_hi);
+  }
+};
+
+// The piece for a decoded block that meets one activation row: PieceIQ4_XSOneRow for IQ4_XS when
+// STEPSERVE_IQ4_SPLIT_LOOKUP is 1 (compile time: the A/B builds both, bench/gpu/calls/), the type's
+// own piece otherwise.
+#ifndef STEPSERVE_IQ4_SPLIT_LOOKUP
+#define STEPSERVE_IQ4_SPLIT_LOOKUP 0
+#endif
+template <class P>
+struct OneRowPieceOf {
+  using type = P;
+};
+#if STEPSERVE_IQ4_SPLIT_LOOKUP
+template <>
+struct OneRowPieceOf<PieceIQ4_XS> {
+  using type = PieceIQ4_XSOneRow;
+};
+#endif
+template <class P>
+using OneRowPiece = typename OneRowPieceOf<P>::type;
+
 // ---- Q6_K: 210-byte blocks (2-byte aligned), 16 lanes per block, 2 blocks per warp step. ----
 // Lane c takes half h = c / 8 and positions l0 = 4*(c%8) .. +3 of all four 32-element quarters k
 // of that half (16 elements); each quarter is its own 32-activation quantization block.

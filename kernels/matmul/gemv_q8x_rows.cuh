@@ -134,18 +134,20 @@ __device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)
   }
 }
 
-// The warp's rows with either mapping (NR is unused when short).
+// The warp's rows with either mapping (NR is unused when short). With one activation row the
+// blocks decode through OneRowPiece (the same bits).
 template <class P, int R, int NR, int D, bool kShort>
 __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
                                             int lane, const int (&x_rows)[R],
                                             const int64_t (&y_rows)[R], int n_rows) {
+  using PD = std::conditional_t<R == 1, OneRowPiece<P>, P>;
   if constexpr (kShort) {
     float acc[R] = {};
-    AccumulateShortRows<P, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    AccumulateShortRows<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};
-    AccumulateRows<P, R, NR, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    AccumulateRows<PD, R, NR, D>(p, w, o0, lane, x_rows, n_rows, acc);
     StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
   }
 }

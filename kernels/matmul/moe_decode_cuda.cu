@@ -5,6 +5,7 @@
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
@@ -35,6 +36,7 @@ template <class P, int D>
 __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* wa,
                                            const uint8_t* wb, int x_row, int lane, float* sa,
                                            float* sb) {
+  using P1 = OneRowPiece<P>;  // the decoded blocks meet one activation row
   constexpr int kGroups = 32 / P::kLanes;
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
@@ -53,16 +55,16 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
     for (int k = 0; k < D; ++k) {
       const int b = b0 + k * kGroups;
       if (b < nb) {
-        const typename P::W va = P::Decode(ra[k], b, c, p);
-        const typename P::W vb = P::Decode(rb[k], b, c, p);
+        const typename P1::W va = P1::Decode(ra[k], b, c, p);
+        const typename P1::W vb = P1::Decode(rb[k], b, c, p);
         const int next = b + D * kGroups;
         if (next < nb) {
           ra[k] = P::LoadRaw(wa + next * P::kBytes, c);
           rb[k] = P::LoadRaw(wb + next * P::kBytes, c);
         }
         const typename P::X x = P::LoadX(p, x_row, b, c);
-        acc_a += P::Dot(va, x, c);
-        acc_b += P::Dot(vb, x, c);
+        acc_a += P1::Dot(va, x, c);
+        acc_b += P1::Dot(vb, x, c);
       }
     }
   }
@@ -232,6 +234,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const GemvParams& p = a.p;
   constexpr int kGroups = 32 / P::kLanes;
   constexpr int kAcc = kSharedOnce ? kMaxSharedTokens : 1;  // tokens per warp
+  // Blocks meet one activation row unless the shared expert's row serves every token.
+  using PD = std::conditional_t<kSharedOnce, P, OneRowPiece<P>>;
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (o >= p.out) return;
@@ -297,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (use.i < items) {  // use.i == i0 + k * kGroups
         const bool valid = loaded[k];
         const int slot = use.slot, b = use.b;
-        const typename P::W w = P::Decode(ring[k], b, c, p);
+        const typename PD::W w = PD::Decode(ring[k], b, c, p);
         load_next(ring[k], loaded[k]);
         if constexpr (kSharedOnce) {
           if (slot == shared_slot) {  // weight 1, every token's shared act row
@@ -315,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           }
         } else if (valid) {
           const float weight = slot < a.routed ? weights[slot] : 1.0f;  // shared: weight 1
-          acc[0] += weight * P::Dot(w, P::LoadX(p, t0 * per_token + slot, b, c), c);
+          acc[0] += weight * PD::Dot(w, P::LoadX(p, t0 * per_token + slot, b, c), c);
         }
         advance(use);
       }

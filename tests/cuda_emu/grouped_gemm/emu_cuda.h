@@ -88,19 +88,24 @@ inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset
 // its 3 lsbs pick one of the 8 bytes {y, x}; its msb replicates the picked byte's sign (PTX ISA,
 // prmt). The CUDA doc of __byte_perm only defines s<2:0> etc., so a set msb is flagged.
 extern long long g_byte_perm_msb;
-inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+namespace emu {
+inline unsigned Prmt(unsigned x, unsigned y, unsigned s, long long* msb_uses = nullptr) {
   const uint64_t v = (uint64_t(y) << 32) | x;
   unsigned r = 0;
   for (int n = 0; n < 4; ++n) {
     const unsigned ctl = (s >> (4 * n)) & 0xF;
     uint32_t b = (v >> (8 * (ctl & 7))) & 0xFF;
     if (ctl & 8) {
-      ++g_byte_perm_msb;
+      if (msb_uses != nullptr) ++*msb_uses;
       b = (b & 0x80) ? 0xFF : 0x00;
     }
     r |= b << (8 * n);
   }
   return r;
+}
+}  // namespace emu
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  return emu::Prmt(x, y, s, &g_byte_perm_msb);
 }
 inline float __int_as_float(int i) {
   float f;

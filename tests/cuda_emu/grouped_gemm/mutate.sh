@@ -19,7 +19,7 @@ esac
 test=${EMU_TEST:-$default_test}
 rm -rf "$work" && mkdir -p "$work"
 python3 "$here/transform.py" "$work/shadow" "$2" "$3" "$4" || { echo "$1: TRANSFORM FAILED"; exit 1; }
-g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \
+g++ -std=c++20 -O1 -ffp-contract=off -w ${EMU_CXXFLAGS:-} -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \
   "$here/$test.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" -o "$work/emu" \
   2>"$work/build.log" ||
   { echo "$1: BUILD FAILED"; head -5 "$work/build.log"; exit 1; }

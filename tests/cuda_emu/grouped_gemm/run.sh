@@ -8,7 +8,8 @@
 # coroutines in shuffled orders, cp.async landing at issue or at the wait. No GPU needed (CUDA
 # headers only). A check of indexing, fragment mapping and barriers before device time is spent,
 # not of speed or of the hardware's own MMA.
-# Usage: bash tests/cuda_emu/grouped_gemm/run.sh [SEEDS...]   (EMU_TESTS="test_f16": one kernel)
+# Usage: bash tests/cuda_emu/grouped_gemm/run.sh [SEEDS...]   (EMU_TESTS="test_f16": one kernel;
+#   EMU_CXXFLAGS="-DSTEPSERVE_IQ4_SPLIT_LOOKUP=1": the one-row IQ4_XS piece in the grouped GEMV)
 #   ./mutate.sh NAME FILE OLD NEW runs one injected bug; ./mutations_f16.sh the F16 kernel's list.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +19,7 @@ cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
 tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped}
 python3 "$here/transform.py" "$work/shadow"
 for t in $tests; do
-  g++ -std=c++20 -O1 -ffp-contract=off -w -I "$work/shadow" -I "$here" -I "$cuda_include" \
+  g++ -std=c++20 -O1 -ffp-contract=off -w ${EMU_CXXFLAGS:-} -I "$work/shadow" -I "$here" -I "$cuda_include" \
     -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" -o "$work/emu_$t"
 done
 [ $# -gt 0 ] || set -- 1 2 3  # (a quoted "${@:-1 2 3}" would be the one word "1 2 3")

@@ -40,6 +40,7 @@ reps = {
  ],
  'matmul/gemv_q8x_pieces.cuh': [
   ('__device__ __forceinline__ void PrefetchL2(', 'inline void PrefetchL2(const void*) {}'),
+  ('__device__ __forceinline__ uint32_t PrmtSignMode(', 'inline uint32_t PrmtSignMode(uint32_t a, uint32_t b, uint32_t s) { return emu::Prmt(a, b, s); }'),
  ],
  'matmul/gemm_grouped_mma_cuda.cu': [],
  'matmul/gemv_mma_cuda.cu': [],
