@@ -324,22 +324,20 @@ struct PieceIQ4_XSOneRow : PieceIQ4_XS {
   }
 };
 
-// The piece for a decoded block that meets one activation row: PieceIQ4_XSOneRow for IQ4_XS when
-// STEPSERVE_IQ4_SPLIT_LOOKUP is 1 (compile time: the A/B builds both, bench/gpu/calls/), the type's
-// own piece otherwise.
-#ifndef STEPSERVE_IQ4_SPLIT_LOOKUP
-#define STEPSERVE_IQ4_SPLIT_LOOKUP 0
-#endif
+// The piece for a decoded block that meets one activation row: PieceIQ4_XSOneRow for IQ4_XS, the
+// type's own piece otherwise. Measured on the H200 (45 layers IQ4_XS, ms per step at 1 / 2 / 4 /
+// 8 / 16 streams, two runs each, bench/gpu/results-h200-v15.txt call 2): 5.165-5.179 / 7.01-7.04 /
+// 10.12-10.22 / 15.94-15.99 / 23.94-24.04 with PieceIQ4_XS, 4.874-4.889 / 6.78-6.79 / 9.82-9.84 /
+// 15.16-15.18 / 22.84-22.91 with it (the one-row GEMV, the few-token MoE kernels and the grouped
+// GEMV's one-pair chunks).
 template <class P>
 struct OneRowPieceOf {
   using type = P;
 };
-#if STEPSERVE_IQ4_SPLIT_LOOKUP
 template <>
 struct OneRowPieceOf<PieceIQ4_XS> {
   using type = PieceIQ4_XSOneRow;
 };
-#endif
 template <class P>
 using OneRowPiece = typename OneRowPieceOf<P>::type;
 

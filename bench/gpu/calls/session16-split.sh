@@ -6,6 +6,7 @@
 # bit-identical by construction. Tree A = the default (0), tree B = 1: B's GPU tests (gemv,
 # moe_gemv, the model against the CPU, determinism), then alternating A / B decode at 1-16 streams.
 #   (timeout 560 bash bench/gpu/calls/session16-split.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+# (Run at be58633. The switch was removed once B won: PieceIQ4_XSOneRow is the one-row piece now.)
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 targets="gemv_cuda_test moe_gemv_cuda_test model_cuda_test stepserve bench_model"

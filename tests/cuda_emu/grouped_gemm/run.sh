@@ -9,7 +9,7 @@
 # headers only). A check of indexing, fragment mapping and barriers before device time is spent,
 # not of speed or of the hardware's own MMA.
 # Usage: bash tests/cuda_emu/grouped_gemm/run.sh [SEEDS...]   (EMU_TESTS="test_f16": one kernel;
-#   EMU_CXXFLAGS="-DSTEPSERVE_IQ4_SPLIT_LOOKUP=1": the one-row IQ4_XS piece in the grouped GEMV)
+#   EMU_CXXFLAGS: extra compiler flags, e.g. -D switches of the kernel sources)
 #   ./mutate.sh NAME FILE OLD NEW runs one injected bug; ./mutations_f16.sh the F16 kernel's list.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
