@@ -310,6 +310,15 @@ class Backend {
   // In place: o[:, h] *= sigmoid(gate_logits[h]); o: [H*Dh, T], gate_logits: [H, T].
   virtual absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                                 int64_t head_dim) = 0;
+  // Attention(q, batch, cache, params, out) then HeadGate(out, gate_logits, head_dim), which a
+  // backend may do in one pass (the same out). By default the two ops.
+  virtual absl::Status AttentionHeadGate(const TensorView& q, const AttentionBatch& batch,
+                                         const KvCacheView& cache, const AttentionParams& params,
+                                         const TensorView& gate_logits, int64_t head_dim,
+                                         const TensorView& out) {
+    if (absl::Status status = Attention(q, batch, cache, params, out); !status.ok()) return status;
+    return HeadGate(out, gate_logits, head_dim);
+  }
   // z = clamped SwiGLU(g, u) (spec 4.5); z may equal g or u.
   virtual absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
                               const TensorView& z) = 0;

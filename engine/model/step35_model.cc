@@ -227,7 +227,7 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
     const int64_t offset = fused != nullptr ? fused->OffsetOf(t) : -1;
     if (offset >= 0) {
       *view = rows.Cols(rows.fused, fused->rows, offset, view->cols(), n);
-    } else if (t != w.attn_gate) {  // the gate is computed after the attention (below)
+    } else {
       RETURN_IF_ERROR(ops.Matmul(a, placed_[t], *view));
     }
   }
@@ -245,12 +245,10 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   TensorView o = rows.Mat(rows.o, int64_t{l.n_head} * l.head_dim_v, n);
   AttentionParams params{.window = l.is_swa ? hparams_.sliding_window : 0,
                          .scale = 1.0f / std::sqrt(static_cast<float>(l.head_dim_k))};
-  RETURN_IF_ERROR(ops.Attention(q, batch, cache, params, o));
   if (w.attn_gate != nullptr) {
-    if (fused == nullptr || fused->OffsetOf(w.attn_gate) < 0) {
-      RETURN_IF_ERROR(ops.Matmul(a, placed_[w.attn_gate], gate));
-    }
-    RETURN_IF_ERROR(ops.HeadGate(o, gate, l.head_dim_v));
+    RETURN_IF_ERROR(ops.AttentionHeadGate(q, batch, cache, params, gate, l.head_dim_v, o));
+  } else {
+    RETURN_IF_ERROR(ops.Attention(q, batch, cache, params, o));
   }
   TensorView out = rows.Mat(rows.tmp, d, n);
   RETURN_IF_ERROR(ops.Matmul(o, placed_[w.attn_output], out));

@@ -32,6 +32,8 @@
 #include "kernels/attention/paged_attention_cuda_params.cuh"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/sigmoid.cuh"
+#include "kernels/matmul/q8_quantize.cuh"
 
 namespace stepserve::kernels {
 namespace {
@@ -272,25 +274,67 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
   if (p.arrivals != nullptr) CombineIfLast(p, w, head0, nh, row.q_row, k_s, rescale_s);
 }
 
-// One CTA per (row, head) (the two-kernel path, the default).
-__global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const KernelParams p) {
+// The combine kernels' CTA (row w, head h) = blockIdx.x: after the wait for the attention kernel,
+// the first warp's split weights into weight_s and 1 / total into *inv_total_s, then a barrier.
+struct CombineCta {
+  int64_t w, part0;
+  int h;
+};
+__device__ __forceinline__ CombineCta CombineSplitWeights(const KernelParams& p, float* weight_s,
+                                                          float* inv_total_s) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  __shared__ float weight_s[kPagedAttentionCudaMaxSplits];
-  __shared__ float inv_total_s;
-  const int64_t w = blockIdx.x / p.heads;
-  const int h = static_cast<int>(blockIdx.x % p.heads);
-  const int64_t part0 = (w * p.heads + h) * p.splits;
+  CombineCta cta;
+  cta.w = blockIdx.x / p.heads;
+  cta.h = static_cast<int>(blockIdx.x % p.heads);
+  cta.part0 = (cta.w * p.heads + cta.h) * p.splits;
   if (threadIdx.x < 32) {
     const float inv_total =
-        SplitWeights(p.part_max + part0, p.part_sum + part0, p.splits, weight_s);
-    if (threadIdx.x == 0) inv_total_s = inv_total;
+        SplitWeights(p.part_max + cta.part0, p.part_sum + cta.part0, p.splits, weight_s);
+    if (threadIdx.x == 0) *inv_total_s = inv_total;
   }
   __syncthreads();
+  return cta;
+}
+
+// One CTA per (row, head) (the two-kernel path, the default).
+__global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const KernelParams p) {
+  __shared__ float weight_s[kPagedAttentionCudaMaxSplits];
+  __shared__ float inv_total_s;
+  const auto [w, part0, h] = CombineSplitWeights(p, weight_s, &inv_total_s);
   const PagedAttentionCudaRow row = p.rows[w];
   float* out =
       p.out + static_cast<int64_t>(row.q_row) * p.out_stride + static_cast<int64_t>(h) * p.head_dim;
   CombineHeads<1>(p, part0, 1, weight_s, &inv_total_s, out, threadIdx.x, kCombineThreads);
+}
+
+// The head gate of PagedAttentionCudaArgs in the combine: its own kernel argument, so that
+// KernelParams (and the attention kernels' register allocation) stays as it is.
+struct GateEpilogue {
+  const float* gate;
+  int64_t gate_stride;
+  q8_quantize::Q8Rows q8;  // natural == nullptr: no int8 rows
+};
+
+// The combine kernel with the head gate: one CTA per (row, head), thread v taking dims 4v..4v+3
+// (head_dim / 4 threads, whole 8-thread groups: one per int8 block), the combine's floats
+// (CombineDims, the same operations as CombineSplitsKernel's), times the gate, stored in place of
+// the combine's output and quantized: the floats and bytes HeadGateQ8Kernel makes of that output.
+__global__ void __launch_bounds__(kCombineThreads)
+    CombineSplitsGateKernel(const KernelParams p, const GateEpilogue e) {
+  __shared__ float weight_s[kPagedAttentionCudaMaxSplits];
+  __shared__ float inv_total_s;
+  const auto [w, part0, h] = CombineSplitWeights(p, weight_s, &inv_total_s);
+  const int v = threadIdx.x;
+  if (v >= p.head_dim / 4) return;  // whole 8-thread groups (head_dim % 32 == 0)
+  const PagedAttentionCudaRow row = p.rows[w];
+  float o[4];
+  CombineDims<4>(p, p.part_acc + part0 * p.head_dim, weight_s, inv_total_s, v, o);
+  const float s = Sigmoid(e.gate[static_cast<int64_t>(row.q_row) * e.gate_stride + h]);
+  const float4 gated = make_float4(o[0] * s, o[1] * s, o[2] * s, o[3] * s);
+  const int64_t col = static_cast<int64_t>(h) * p.head_dim + 4 * v;
+  *reinterpret_cast<float4*>(p.out + static_cast<int64_t>(row.q_row) * p.out_stride + col) = gated;
+  if (e.q8.natural != nullptr) q8_quantize::StoreQ8Both(e.q8, row.q_row, col, gated);
 }
 
 template <typename KvT, int kDimsPerThread>
@@ -358,7 +402,7 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   // The fused combine needs the caller's counters and room in that area for the (max, sum) pairs
   // and weights of its heads (only tiny head_dims lack it: 3 x 16 heads x 64 splits against
   // 32 keys x (k_stride + dims_padded + 16)).
-  const bool fused = a.splits > 1 && a.split_arrivals != nullptr &&
+  const bool fused = a.splits > 1 && a.split_arrivals != nullptr && a.gate == nullptr &&
                      PagedAttentionCudaFusedCombine() &&
                      3 * static_cast<size_t>(p.cta_heads) * a.splits <= loop_floats;
   if (fused) p.arrivals = a.split_arrivals;
@@ -381,8 +425,17 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   }
   if (err == cudaSuccess && a.splits > 1 && !fused) {
     g_combine_launches.fetch_add(1, std::memory_order_relaxed);
-    LaunchWithPdl(CombineSplitsKernel, static_cast<unsigned>(a.n_rows * a.heads), kCombineThreads,
-                  0, stream, p);
+    const unsigned combine_ctas = static_cast<unsigned>(a.n_rows * a.heads);
+    if (a.gate != nullptr) {
+      GateEpilogue e{a.gate, a.gate_stride, {}};
+      if (a.q8_natural != nullptr) {
+        e.q8 = q8_quantize::MakeQ8Rows(a.q8_natural, a.q8_pair, a.heads * p.head_dim, a.q8_rows);
+      }
+      const int threads = (p.head_dim / 4 + 31) / 32 * 32;  // head_dim <= 512: <= 128
+      LaunchWithPdl(CombineSplitsGateKernel, combine_ctas, threads, 0, stream, p, e);
+    } else {
+      LaunchWithPdl(CombineSplitsKernel, combine_ctas, kCombineThreads, 0, stream, p);
+    }
     err = cudaGetLastError();
   }
   if (err != cudaSuccess) {

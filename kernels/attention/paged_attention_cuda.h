@@ -83,7 +83,22 @@ struct PagedAttentionCudaArgs {
   // kernel combines. Launches sharing counters must be ordered (one stream).
   int32_t* split_arrivals = nullptr;
   int64_t split_arrival_count = 0;
+  // The head gate in the split-K combine (optional; only where PagedAttentionCudaCombineGates
+  // holds): out[r][h * head_dim + d] *= sigmoid(gate[r * gate_stride + h]) for each record's
+  // query row r, and with q8_natural / q8_pair set the gated rows also as the GEMV's int8
+  // activations (the fused-quantization areas of q8_quantize.cuh's MakeQ8Rows, q8_rows rows of
+  // heads * head_dim values). The same floats and bytes as HeadGateQ8Cuda after a launch without
+  // it, one kernel fewer. The combine kernel runs even with split_arrivals set.
+  const float* gate = nullptr;
+  int64_t gate_stride = 0;
+  void* q8_natural = nullptr;
+  void* q8_pair = nullptr;
+  int64_t q8_rows = 0;
 };
+
+// Whether a launch with these arguments can take the head gate into its combine: split-K, whole
+// int8 blocks per head (head_dim % 32 == 0) and 16-byte aligned output rows.
+bool PagedAttentionCudaCombineGates(const PagedAttentionCudaArgs& a);
 
 inline constexpr int64_t kPagedAttentionCudaMaxSplits = 64;
 

@@ -38,44 +38,56 @@ __device__ __forceinline__ float SplitWeights(const float* maxes, const float* s
   return 1.0f / total;
 }
 
+// Dims kVec * v .. kVec * v + kVec - 1 of one (row, head) into o: its partials start at `acc`
+// (splits of head_dim floats), their weights at `weight`, 1 / total is `inv`. kBatch splits are
+// loaded before they are summed, in order 0, 1, ... (the same float operations for every kVec).
+template <int kVec>
+__device__ __forceinline__ void CombineDims(const KernelParams& p, const float* acc,
+                                            const float* weight, float inv, int v,
+                                            float (&o)[kVec]) {
+  using Vec = std::conditional_t<kVec == 4, float4, float>;
+  constexpr int kBatch = 4;
+  const int per_head = p.head_dim / kVec;
+  const Vec* acc_v = reinterpret_cast<const Vec*>(acc);
+#pragma unroll
+  for (int c = 0; c < kVec; ++c) o[c] = 0.0f;
+  for (int s0 = 0; s0 < p.splits; s0 += kBatch) {
+    Vec a[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j < p.splits) a[j] = __ldcg(acc_v + static_cast<int64_t>(s0 + j) * per_head + v);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j < p.splits) {
+        const float* x = reinterpret_cast<const float*>(&a[j]);
+#pragma unroll
+        for (int c = 0; c < kVec; ++c) o[c] += weight[s0 + j] * x[c];
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kVec; ++c) o[c] *= inv;
+}
+
 // Output of `nh` consecutive heads of one row: the partials of head i start at part0 + i * splits,
 // their weights at weight_s + i * splits, 1 / total at inv_s[i], the output at out + i * head_dim.
 // Threads `first`, first + step, ... take the outputs kVec dims at a time (kVec 4: float4 loads,
-// head_dim % 4 == 0), each loading kBatch splits before summing them, splits in order 0, 1, ...
-// (the same float operations for every kVec).
+// head_dim % 4 == 0).
 template <int kVec>
 __device__ __forceinline__ void CombineHeads(const KernelParams& p, int64_t part0, int nh,
                                              const float* weight_s, const float* inv_s, float* out,
                                              int first, int step) {
-  using Vec = std::conditional_t<kVec == 4, float4, float>;
-  constexpr int kBatch = 4;
   const int per_head = p.head_dim / kVec;
   for (int item = first; item < nh * per_head; item += step) {
     const int i = item / per_head;
     const int v = item - i * per_head;
-    const Vec* acc = reinterpret_cast<const Vec*>(p.part_acc + (part0 + i * p.splits) * p.head_dim);
-    const float* w = weight_s + i * p.splits;
     float o[kVec];
-#pragma unroll
-    for (int c = 0; c < kVec; ++c) o[c] = 0.0f;
-    for (int s0 = 0; s0 < p.splits; s0 += kBatch) {
-      Vec a[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (s0 + j < p.splits) a[j] = __ldcg(acc + static_cast<int64_t>(s0 + j) * per_head + v);
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (s0 + j < p.splits) {
-          const float* x = reinterpret_cast<const float*>(&a[j]);
-#pragma unroll
-          for (int c = 0; c < kVec; ++c) o[c] += w[s0 + j] * x[c];
-        }
-      }
-    }
+    CombineDims<kVec>(p, p.part_acc + (part0 + i * p.splits) * p.head_dim, weight_s + i * p.splits,
+                      inv_s[i], v, o);
     float* dst = out + static_cast<int64_t>(i) * p.head_dim + v * kVec;
 #pragma unroll
-    for (int c = 0; c < kVec; ++c) dst[c] = o[c] * inv_s[i];
+    for (int c = 0; c < kVec; ++c) dst[c] = o[c];
   }
 }
 

@@ -66,6 +66,11 @@ KernelStatus ValidatePagedKvCuda(const PagedKv& kv) {
   return KernelStatus::kOk;
 }
 
+bool PagedAttentionCudaCombineGates(const PagedAttentionCudaArgs& a) {
+  return a.splits > 1 && a.kv.head_dim % 32 == 0 && a.out_stride % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+}
+
 KernelStatus ValidatePagedAttentionCudaArgs(const PagedAttentionCudaArgs& a) {
   const PagedKv& kv = a.kv;
   if (KernelStatus s = ValidatePagedKvCuda(kv); s != KernelStatus::kOk) return s;
@@ -98,6 +103,15 @@ KernelStatus ValidatePagedAttentionCudaArgs(const PagedAttentionCudaArgs& a) {
   if (a.split_arrivals != nullptr &&
       (reinterpret_cast<uintptr_t>(a.split_arrivals) % alignof(int32_t) != 0 ||
        a.split_arrival_count < PagedAttentionCudaArrivalCount(a.n_rows, a.heads, kv.kv_heads))) {
+    return KernelStatus::kInvalidArgument;
+  }
+  if (a.gate != nullptr) {
+    if (!PagedAttentionCudaCombineGates(a) || a.gate_stride < a.heads ||
+        (a.q8_natural == nullptr) != (a.q8_pair == nullptr) ||
+        (a.q8_natural != nullptr && a.q8_rows < 1)) {
+      return KernelStatus::kInvalidArgument;
+    }
+  } else if (a.q8_natural != nullptr || a.q8_pair != nullptr) {
     return KernelStatus::kInvalidArgument;
   }
   const int64_t passes = (a.heads / kv.kv_heads + kHeadsPerCta - 1) / kHeadsPerCta;

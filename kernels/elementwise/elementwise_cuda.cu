@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/sigmoid.cuh"
 #include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/matmul/q8_quantize.cuh"
 
@@ -14,8 +15,6 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxGridY = 65535;
-
-__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // The same selections as std::min / std::clamp in the CPU kernels (also for signed zeros).
 __device__ __forceinline__ float MinLike(float a, float b) { return b < a ? b : a; }

@@ -44,6 +44,8 @@ using gpu_testing::CudaBackendOrNull;
 using gpu_testing::DeviceMat;
 using gpu_testing::DownloadMat;
 using gpu_testing::kNoDeviceMessage;
+using gpu_testing::RandomVector;
+using gpu_testing::RelError;
 using gpu_testing::UploadBytes;
 using gpu_testing::UploadMat;
 using kernels::KernelStatus;
@@ -73,23 +75,6 @@ struct Scenario {
   // Split-K steps: also run the step fused twice more and once through the combine kernel.
   bool compare_combine_paths = false;
 };
-
-std::vector<float> RandomVector(size_t n, float scale, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-double RelError(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
 
 // A host batch description: positions, per-sequence slices and the block tables they point into.
 struct HostBatch {

@@ -1,14 +1,17 @@
-// Split-K checks shared by the paged-attention kernel tests (attention_cuda_test.cc,
-// attention_q8_cuda_test.cc): the fused combine (the last CTA per (row, KV head) combines) run
-// twice in a row and the two-kernel path must give the same bytes.
+// Helpers shared by the paged-attention kernel tests (attention_cuda_test.cc,
+// attention_q8_cuda_test.cc, attention_gate_cuda_test.cc): random data, the relative error, and
+// the split-K checks - the fused combine (the last CTA per (row, KV head) combines) run twice in a
+// row and the two-kernel path must give the same bytes.
 #ifndef STEPSERVE_TESTS_GPU_ATTENTION_CUDA_TEST_UTIL_H_
 #define STEPSERVE_TESTS_GPU_ATTENTION_CUDA_TEST_UTIL_H_
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -16,6 +19,24 @@
 #include "kernels/attention/paged_attention_cuda.h"
 
 namespace stepserve::gpu_testing {
+
+inline std::vector<float> RandomVector(size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// ||got - want|| / ||want||; infinite when `got` holds a NaN or an infinity.
+inline double RelError(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
 
 // Sets the process-wide combine path for its lifetime (restored even when an assertion returns).
 class FusedCombineScope {

@@ -43,22 +43,13 @@ namespace {
 
 using gpu_testing::CudaBackendOrNull;
 using gpu_testing::kNoDeviceMessage;
+using gpu_testing::RelError;
 using gpu_testing::UploadBytes;
 using kernels::KernelStatus;
 using kernels::kKvQ8BlockBytes;
 using kernels::kKvQ8BlockElems;
 
 constexpr double kMaxRelError = 1e-4;
-
-double RelError(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
 
 // Rows of `width` values (a multiple of 32) at `stride`; each 32-value block has its own
 // magnitude 10^U(lo, hi), so scales cover a wide range.

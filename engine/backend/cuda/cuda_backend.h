@@ -87,6 +87,12 @@ class CudaBackend final : public Backend {
                                   const KvCacheView& cache) override;
   absl::Status Attention(const TensorView& q, const AttentionBatch& batch, const KvCacheView& cache,
                          const AttentionParams& params, const TensorView& out) override;
+  // The head gate (and its int8 rows for the O projection) in the split-K combine kernel when the
+  // attention splits (decode at small batches); else Attention, then HeadGate.
+  absl::Status AttentionHeadGate(const TensorView& q, const AttentionBatch& batch,
+                                 const KvCacheView& cache, const AttentionParams& params,
+                                 const TensorView& gate_logits, int64_t head_dim,
+                                 const TensorView& out) override;
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override;
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
@@ -194,6 +200,16 @@ class CudaBackend final : public Backend {
   // (`supported` false).
   absl::StatusOr<kernels::RmsNormQ8Outputs> FusedQ8Outputs(int64_t n, int64_t rows, bool supported);
   void RememberPrequantized(const TensorView& out, const kernels::RmsNormQ8Outputs& q8);
+
+  // Attention with an optional head gate (gate_logits null: none); true when the gate went into
+  // the attention's combine, false when the caller still has to apply it.
+  struct GateRequest {
+    const TensorView* gate_logits = nullptr;
+    int64_t head_dim = 0;
+  };
+  absl::StatusOr<bool> RunAttention(const TensorView& q, const AttentionBatch& batch,
+                                    const KvCacheView& cache, const AttentionParams& params,
+                                    const TensorView& out, GateRequest gate);
 
   struct PointwiseState;  // cuda_backend_pointwise.cc
   struct AttentionState;  // cuda_backend_attention.cc

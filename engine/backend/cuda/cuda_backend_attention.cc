@@ -28,6 +28,7 @@
 #include "engine/base/status_macros.h"
 #include "kernels/attention/kv_append_rope_cuda.h"
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/elementwise/elementwise_cuda.h"
 
 namespace stepserve {
 namespace {
@@ -42,6 +43,16 @@ constexpr int64_t kPrefillMinRows = 16;
 bool RopeAppendFused() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_ROPE_APPEND");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
+// The head gate in the split-K combine (AttentionHeadGate) unless STEPSERVE_ATTN_GATE_IN_COMBINE=0
+// (then Attention and HeadGate, for A/B runs).
+bool GateInCombine() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_ATTN_GATE_IN_COMBINE");
     return v == nullptr || v[0] != '0';
   }();
   return on;
@@ -142,6 +153,24 @@ absl::Status CudaBackend::QkNormRopeAppendKv(const TensorView& q, const TensorVi
 absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& batch,
                                     const KvCacheView& cache, const AttentionParams& params,
                                     const TensorView& out) {
+  return RunAttention(q, batch, cache, params, out, {}).status();
+}
+
+absl::Status CudaBackend::AttentionHeadGate(const TensorView& q, const AttentionBatch& batch,
+                                            const KvCacheView& cache, const AttentionParams& params,
+                                            const TensorView& gate_logits, int64_t head_dim,
+                                            const TensorView& out) {
+  ASSIGN_OR_RETURN(const bool gated,
+                   RunAttention(q, batch, cache, params, out,
+                                {GateInCombine() ? &gate_logits : nullptr, head_dim}));
+  if (gated) return absl::OkStatus();
+  return HeadGate(out, gate_logits, head_dim);
+}
+
+absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const AttentionBatch& batch,
+                                               const KvCacheView& cache,
+                                               const AttentionParams& params, const TensorView& out,
+                                               GateRequest gate) {
   ForgetPrequantized();
   if (!attention_) attention_ = std::make_shared<AttentionState>();
   AttentionState& state = *attention_;
@@ -150,7 +179,7 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
                    AttentionOpArgs(q, batch, cache, params, out, &state.seqs));
   RETURN_IF_ERROR(
       KernelResult(kernels::FlattenPagedAttentionBatch(host, &state.batch), "Attention"));
-  if (state.batch.n_rows == 0) return absl::OkStatus();
+  if (state.batch.n_rows == 0) return false;
 
   if (state.sm_count == 0) {
     RETURN_IF_ERROR(CudaResult(
@@ -185,10 +214,11 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
     const int32_t* words = static_cast<const int32_t*>(device_words);
     a.rows = reinterpret_cast<const kernels::PagedAttentionCudaRow*>(words);
     a.block_tables = words + state.batch.tables_offset;
-    return KernelResult(
+    RETURN_IF_ERROR(KernelResult(
         kernels::PrefillAttentionCuda(a, static_cast<const kernels::PrefillTileCuda*>(device_tiles),
                                       static_cast<int64_t>(state.prefill_tiles.size()), stream()),
-        "Attention");
+        "Attention"));
+    return false;
   }
   a.splits = kernels::PagedAttentionCudaSplits(a.n_rows, a.heads, cache.kv_heads,
                                                state.batch.max_visible, state.sm_count);
@@ -252,7 +282,26 @@ absl::Status CudaBackend::Attention(const TensorView& q, const AttentionBatch& b
   const int32_t* words = static_cast<const int32_t*>(device_words);
   a.rows = reinterpret_cast<const kernels::PagedAttentionCudaRow*>(words);
   a.block_tables = words + state.batch.tables_offset;
-  return KernelResult(kernels::PagedAttentionCuda(a, stream()), "Attention");
+  // The head gate in the combine kernel: the split count is part of a recorded step (its recipe
+  // aborts when it changes), so a replay keeps the gate where it was recorded.
+  kernels::RmsNormQ8Outputs q8;
+  bool gated = false;
+  if (gate.gate_logits != nullptr && kernels::PagedAttentionCudaCombineGates(a) &&
+      gate.head_dim == cache.head_dim) {
+    ASSIGN_OR_RETURN(const kernels::HeadGateArgs g,
+                     HeadGateOpArgs(out, *gate.gate_logits, gate.head_dim));
+    ASSIGN_OR_RETURN(
+        q8, FusedQ8Outputs(g.heads * g.head_dim, g.rows, kernels::HeadGateQ8CudaSupports(g)));
+    a.gate = g.gate;
+    a.gate_stride = g.gate_stride;
+    a.q8_natural = q8.natural;
+    a.q8_pair = q8.pair;
+    a.q8_rows = g.rows;
+    gated = true;
+  }
+  RETURN_IF_ERROR(KernelResult(kernels::PagedAttentionCuda(a, stream()), "Attention"));
+  if (q8.natural != nullptr) RememberPrequantized(out, q8);
+  return gated;
 }
 
 }  // namespace stepserve
