@@ -118,7 +118,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // each warp one row block). Measured on the H200 before this rule, with the cap and exact rows
 // (bench/gpu/results-h200-v14.txt, call 4): 4 streams 11.50-11.57 -> 11.06 ms at 193 per slot, 8
 // streams 18.57-18.67 -> 16.00 at 97.
-constexpr int64_t kGroupedRowCtas = 48;
+// With the split one-row lookup (session 16, bench/gpu/results-h200-v15.txt call 5), at least 96
+// per slot instead of 48: 16 / 32 / 64 streams 22.69-22.78 / 41.94-41.95 / 66.21-66.26 ms ->
+// 22.80 / 41.74 / 64.20 (32 per slot: 23.26 / 42.72 / 67.77).
+constexpr int64_t kGroupedRowCtas = 96;
 constexpr int64_t kGroupedLoopMinSlots = 128;
 constexpr int64_t kGroupedRowCtaBudget = 6912;
 int64_t GroupedRowCtasPerSlot(int64_t slots, bool iq4_xs) {
