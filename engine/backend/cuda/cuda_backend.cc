@@ -231,9 +231,15 @@ absl::StatusOr<WeightView> CudaBackend::PlaceWeight(const WeightView& host, std:
     placed_.push_back(data);
   }
   weight_bytes_.fetch_add(bytes);
-  err = (pitch == src_pitch) ? cudaMemcpy(data, host.data, bytes, cudaMemcpyHostToDevice)
-                             : cudaMemcpy2D(data, pitch, host.data, src_pitch, row_bytes, rows,
-                                            cudaMemcpyHostToDevice);
+  // On the backend's stream and waited for: a plain cudaMemcpy from pageable memory may return
+  // before its DMA has landed (CUDA's API synchronization rules), on the legacy default stream,
+  // which the non-blocking stream_ of every later kernel does not wait for; and the mapping the
+  // bytes come from may go away once the model is placed.
+  err = (pitch == src_pitch)
+            ? cudaMemcpyAsync(data, host.data, bytes, cudaMemcpyHostToDevice, stream_)
+            : cudaMemcpy2DAsync(data, pitch, host.data, src_pitch, row_bytes, rows,
+                                cudaMemcpyHostToDevice, stream_);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
   RETURN_IF_ERROR(CudaResult(err, absl::StrFormat("PlaceWeight(%s)", name).c_str()));
   WeightView placed = host;
   placed.data = data;
