@@ -102,13 +102,12 @@ int GemvMmaMinRows();
 // The tensor-core kernel also takes 17..GemvMmaWideMaxRows() rows of IQ4_XS in one pass
 // (GemvMmaIq4XsWideKernel; GemvCuda then takes them instead of dequantizing the weights to F16 for
 // cuBLAS: at 32 decode streams the dense projections' F16 tiles are ~4x the IQ4_XS bytes, written
-// and read again every step). STEPSERVE_GEMV_MMA_WIDE (read once): unset or `1` up to 32 rows,
-// `2` up to 64, `0` never (16). Measured on the H200 (45 layers IQ4_XS, results-h200-v13.txt):
-// 32 streams 49.39 -> 45.99 ms per step, but 64 streams 70.27 -> 77.65 ms with two passes of 32
-// rows, each copying and decoding the weights again; since session 15 33-64 rows take one pass of
-// 64 (not measured yet), and the default stays at 32.
-inline constexpr int kGemvMmaWideDefaultRows = 32;
-inline constexpr int kGemvMmaWideMaxRows = 64;
+// and read again every step). STEPSERVE_GEMV_MMA_WIDE (read once): `0` never (16), else up to 32
+// rows. Measured on the H200 (45 layers IQ4_XS, results-h200-v13.txt): 32 streams 49.39 -> 45.99
+// ms per step. Past 32 rows (F16 tiles + cuBLAS) it lost twice: two passes of 32 rows, 64 streams
+// 70.27 -> 77.65 ms (session 14), and one pass of 8 tiles (GemvMmaIq4XsWideKernel<8>), 48 / 64
+// streams 59.1 -> 62.3 / 68.5 -> 76.6 ms (session 16, results-h200-v15.txt) - removed.
+inline constexpr int kGemvMmaWideMaxRows = 32;
 int GemvMmaWideMaxRows();
 std::atomic<int>& GemvMmaWideMaxRowsSetting();  // from the variable, then SetGemvCudaMmaWideMaxRows
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,

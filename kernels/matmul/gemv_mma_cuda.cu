@@ -247,17 +247,15 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 // 17..GemvMmaWideMaxRows() rows (STEPSERVE_GEMV_MMA_WIDE): GemvMmaIq4XsKernel's single K loop
-// over the CTA's 16 rows for up to 8 * NT activation rows, in the grouped kernel's shape (4 warps)
-// under a register cap. NT = 4: 17-32 rows, 3 CTAs per SM (the default since session 15). NT = 8:
-// 33-64 rows (STEPSERVE_GEMV_MMA_WIDE=2), 2 CTAs per SM, not measured yet; it replaces two passes
-// of NT = 4 over 32 rows each (every pass copying and decoding the weights again), which measured
-// 70.27 -> 77.65 ms at 64 streams (session 14). A kernel of its own so that the measured plain
-// kernels keep their code.
+// over the CTA's 16 rows for up to 8 * NT = 32 activation rows, in the grouped kernel's shape (4
+// warps) under a register cap of 3 CTAs per SM (the default since session 15). A kernel of its own
+// so that the measured plain kernels keep their code. (8 tiles for 33-64 rows, 2 CTAs per SM,
+// measured slower than F16 tiles + cuBLAS in session 16 and were removed: gemv_cuda_internal.h.)
 template <int NT>
-__global__ void __launch_bounds__(128, NT <= 4 ? 3 : 2)
+__global__ void __launch_bounds__(128, 3)
     GemvMmaIq4XsWideKernel(const __grid_constant__ GemvParams p) {
   constexpr int kWarps = 4;
-  static_assert(NT == 4 || NT == 8, "32 (the default wide limit) or 64 rows");
+  static_assert(NT == 4, "32 rows: kGemvMmaWideMaxRows");
   extern __shared__ __align__(16) uint8_t mma_smem[];
   const MmaCta<kWarps, NT> cta(mma_smem);
   const int warp = cta.warp, lane = cta.lane, g = lane >> 2, t = lane & 3;
@@ -362,9 +360,7 @@ int GemvMmaMinRows() {
 std::atomic<int>& GemvMmaWideMaxRowsSetting() {
   static std::atomic<int> rows{[] {
     const char* v = std::getenv("STEPSERVE_GEMV_MMA_WIDE");
-    if (v != nullptr && v[0] == '0') return kGemvMmaMaxRows;
-    if (v != nullptr && v[0] == '2') return kGemvMmaWideMaxRows;
-    return kGemvMmaWideDefaultRows;
+    return v != nullptr && v[0] == '0' ? kGemvMmaMaxRows : kGemvMmaWideMaxRows;
   }()};
   return rows;
 }
@@ -379,11 +375,8 @@ cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_pr
   }
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM));
   const bool overlap = overlap_previous || PdlEnabled();
-  if (p.rows > kGemvMmaWideDefaultRows) {
-    static_assert(kGemvMmaWideMaxRows == 64, "8 tiles of 8 rows");
-    return LaunchMma<4, 8, MmaForm::kWide>(overlap, grid, p, stream);
-  }
   if (p.rows > kGemvMmaMaxRows) {
+    static_assert(kGemvMmaWideMaxRows == 32, "4 tiles of 8 rows");
     return LaunchMma<4, 4, MmaForm::kWide>(overlap, grid, p, stream);
   }
   static_assert(kGemvMmaMaxRows == 16, "one instantiation per 8 activation rows");

@@ -89,11 +89,10 @@ GroupedGemmF16Mode SetGroupedGemmF16Cuda(GroupedGemmF16Mode mode);
 bool GroupedGemmF16Enabled(GgmlType type);
 
 // The most activation rows GemvCuda takes: kGemvCudaMaxRows, or for IQ4_XS with kQ8 activations
-// the wide tensor-core GEMV's limit (one pass of up to 32 rows by default,
-// STEPSERVE_GEMV_MMA_WIDE=2: 64, =0: 16) unless the tensor-core GEMV is turned off
-// (STEPSERVE_GEMV_MMA=0).
+// the wide tensor-core GEMV's limit (one pass of up to 32 rows; STEPSERVE_GEMV_MMA_WIDE=0: 16)
+// unless the tensor-core GEMV is turned off (STEPSERVE_GEMV_MMA=0).
 int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations);
-// Sets the wide tensor-core GEMV's limit (clamped to 16..64; 16 turns it off) for tests and A/B
+// Sets the wide tensor-core GEMV's limit (clamped to 16..32; 16 turns it off) for tests and A/B
 // runs; returns the previous one.
 int64_t SetGemvCudaMmaWideMaxRows(int64_t rows);
 

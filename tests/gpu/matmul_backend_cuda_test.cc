@@ -2,7 +2,7 @@
 // use, on fresh random weights (placed with PlaceWeight, so rows are padded on the device) and
 // activations, outputs poisoned with NaN first. Bounds by kernel path (cuda_backend_matmul.cc):
 //   T <= 16, Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1e-2 (measured ~6e-3;
-//       IQ4_XS up to T = 32 by default, 64 with STEPSERVE_GEMV_MMA_WIDE=2, through the
+//       IQ4_XS up to T = 32, through the
 //       tensor-core GEMV);
 //   T <= 16, other types: generic GEMV, exact F32 up to summation order, 1e-5;
 //   T > 16, F32/BF16 weights: cuBLAS SGEMM, exact F32, 1e-5;
@@ -58,7 +58,7 @@ bool HasFastGemv(GgmlType t) {
 
 double Bound(GgmlType type, int64_t rows) {
   if (rows <= 16) return HasFastGemv(type) ? 1e-2 : 1e-5;
-  // IQ4_XS up to the wide tensor-core GEMV's limit (32, or 64 with STEPSERVE_GEMV_MMA_WIDE=2).
+  // IQ4_XS up to the wide tensor-core GEMV's limit (32).
   if (rows <= kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8)) return 1e-2;
   return (type == GgmlType::kF32 || type == GgmlType::kBF16) ? 1e-5 : 5e-3;
 }

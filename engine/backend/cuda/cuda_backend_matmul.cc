@@ -3,7 +3,7 @@
 // Matmul picks one of three kernel paths by batch size and weight type:
 //   rows <= 16 and a type the fast GEMV has (Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS): GemvCuda, int8
 //       activations (kQ8; ~6e-3 relative to the exact result, matmul_cuda.h); IQ4_XS up to 32
-//       rows (64 with STEPSERVE_GEMV_MMA_WIDE=2; kernels::GemvCudaMaxRows);
+//       rows (kernels::GemvCudaMaxRows);
 //   rows <= 16, any other type: GemvGenericCuda (weights dequantized in registers, exact F32);
 //   more rows: CublasGemm (cuBLAS, F32 accumulation; F32/BF16 weights exact, F16 and quantized
 //       weights through F16 tiles, ~5e-4 relative).
