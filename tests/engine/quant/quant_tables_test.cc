@@ -64,6 +64,10 @@ TEST(QuantTablesTest, SignedCodebooksHaveDocumentedValues) {
   const int8_t want[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                            1,    13,   25,  38,  53,  69,  89,  113};
   for (int i = 0; i < 16; ++i) EXPECT_EQ(kKvaluesIq4nl[i], want[i]) << i;
+  // The CUDA one-row lookup (PieceIQ4_XSOneRow, kernels/matmul/gemv_q8x_pieces.cuh) relies on the
+  // sign split: entries 0-7 negative, entries 8-15 plus one still a positive int8.
+  for (int i = 0; i < 8; ++i) EXPECT_LT(kKvaluesIq4nl[i], 0) << i;
+  for (int i = 8; i < 16; ++i) EXPECT_TRUE(kKvaluesIq4nl[i] >= 0 && kKvaluesIq4nl[i] < 127) << i;
 }
 
 }  // namespace
