@@ -50,16 +50,16 @@ call_model_file() {
   echo "$f"
 }
 
-# call_ab BATCHES PREFILL [VAR=value...]: one 45-layer IQ4_XS bench_model process (12 decode
-# steps), 90 s at most; prints ms per step per batch and prefill tok/s.
+# call_ab BATCHES PREFILL [VAR=value...]: one 45-layer bench_model process (12 decode steps) of the
+# $CALL_RECIPE recipe (default iq4_xs), 90 s at most; prints ms per step per batch and prefill tok/s.
 call_ab() {
   local batches=$1 prefill=$2
   shift 2
   local s=$(date +%s)
   timeout 90 env "$@" "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash \
-    --layers 45 --recipe iq4_xs --batches "$batches" --decode-steps 12 --prefill "$prefill" \
+    --layers 45 --recipe "${CALL_RECIPE:-iq4_xs}" --batches "$batches" --decode-steps 12 --prefill "$prefill" \
     --layer-times=false >"$CALL_LOGS/ab.jsonl" 2>"$CALL_LOGS/ab.err"
-  echo "ab [$*] rc=$? $(($(date +%s) - s)) s" "$(grep -E 'decode|prefill' "$CALL_LOGS/ab.jsonl" |
+  echo "ab ${CALL_RECIPE:-iq4_xs} [$*] rc=$? $(($(date +%s) - s)) s" "$(grep -E 'decode|prefill' "$CALL_LOGS/ab.jsonl" |
     grep -o '"batch":[0-9]*,"context":[0-9]*,"ms_per_step":[0-9.]*\|"prompt_tokens":[0-9]*,"seconds":[0-9.]*,"tokens_per_s":[0-9.]*' |
     sed 's/"context":[0-9]*,//' | tr '\n' ' ')"
   grep -h '"memory"' "$CALL_LOGS/ab.jsonl"
