@@ -115,13 +115,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // IQ4_XS (session 15, with the 5-CTA register cap and the exact-rows dispatch of the loop form):
 // the loop form at every slot count, at least kGroupedRowCtasIq4Xs per slot and
 // kGroupedRowCtaBudget CTAs in all (36 slots: 192, 72+: 96; a cap at or above what one warp per
-// row block needs leaves each warp one row block). Measured on the H200 before this rule, with the cap and exact rows
-// (bench/gpu/results-h200-v14.txt, call 4): 4 streams 11.50-11.57 -> 11.06 ms at 193 per slot, 8
-// streams 18.57-18.67 -> 16.00 at 97.
-// With the split one-row lookup (session 16, bench/gpu/results-h200-v15.txt calls 5-6), at least
-// 96 per slot instead of 48: 16 / 32 / 64 streams 22.69-22.78 / 41.94-41.95 / 66.21-66.26 ms ->
-// 22.80 / 41.68-41.74 / 64.20-64.33 (32 per slot: 23.26 / 42.72 / 67.77; 128: 23.14 / 42.66 /
-// 64.83; 192: 23.82 / 44.14 / 66.87). Other types keep 48 (not measured again).
+// row block needs leaves each warp one row block). Measured on the H200 before this rule, with the
+// cap and exact rows (bench/gpu/results-h200-v14.txt, call 4): 4 streams 11.50-11.57 -> 11.06 ms at
+// 193 per slot, 8 streams 18.57-18.67 -> 16.00 at 97. With the split one-row lookup (session 16,
+// bench/gpu/results-h200-v15.txt calls 5-6), at least 96 per slot instead of 48: 16 / 32 / 64
+// streams 22.69-22.78 / 41.94-41.95 / 66.21-66.26 ms -> 22.80 / 41.68-41.74 / 64.20-64.33 (32 per
+// slot: 23.26 / 42.72 / 67.77; 128: 23.14 / 42.66 / 64.83; 192: 23.82 / 44.14 / 66.87). Other types
+// keep 48 (not measured again).
 constexpr int64_t kGroupedRowCtas = 48;
 constexpr int64_t kGroupedRowCtasIq4Xs = 96;
 constexpr int64_t kGroupedLoopMinSlots = 128;
