@@ -271,20 +271,8 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
     if (err != cudaErrorNotSupported) return err;
   }
   if (p.rows > kGemvMmaMaxRows) return cudaErrorInvalidValue;  // the dp4a kernels stop at 16
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return LaunchRows<PieceQ8_0>(p, overlap_previous, stream);
-    case GgmlType::kQ4_K:
-      return LaunchRows<PieceQ4_K>(p, overlap_previous, stream);
-    case GgmlType::kQ5_K:
-      return LaunchRows<PieceQ5_K>(p, overlap_previous, stream);
-    case GgmlType::kQ6_K:
-      return LaunchRows<PieceQ6_K>(p, overlap_previous, stream);
-    case GgmlType::kIQ4_XS:
-      return LaunchRows<PieceIQ4_XS>(p, overlap_previous, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithQ8xPiece(
+      type, [&](auto piece) { return LaunchRows<decltype(piece)>(p, overlap_previous, stream); });
 }
 
 namespace {
@@ -308,20 +296,9 @@ cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t gro
       err != cudaErrorNotSupported) {
     return err;
   }
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return LaunchIndexed<PieceQ8_0>(p, groups, overlap_previous, stream);
-    case GgmlType::kQ4_K:
-      return LaunchIndexed<PieceQ4_K>(p, groups, overlap_previous, stream);
-    case GgmlType::kQ5_K:
-      return LaunchIndexed<PieceQ5_K>(p, groups, overlap_previous, stream);
-    case GgmlType::kQ6_K:
-      return LaunchIndexed<PieceQ6_K>(p, groups, overlap_previous, stream);
-    case GgmlType::kIQ4_XS:
-      return LaunchIndexed<PieceIQ4_XS>(p, groups, overlap_previous, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithQ8xPiece(type, [&](auto piece) {
+    return LaunchIndexed<decltype(piece)>(p, groups, overlap_previous, stream);
+  });
 }
 
 }  // namespace stepserve::kernels::gemv_internal

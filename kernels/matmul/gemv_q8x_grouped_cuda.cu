@@ -228,20 +228,9 @@ cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slo
       slots < 1 || slots > 65535) {
     return cudaErrorInvalidValue;
   }
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return LaunchGrouped<PieceQ8_0>(p, slots, overlap_previous, stream);
-    case GgmlType::kQ4_K:
-      return LaunchGrouped<PieceQ4_K>(p, slots, overlap_previous, stream);
-    case GgmlType::kQ5_K:
-      return LaunchGrouped<PieceQ5_K>(p, slots, overlap_previous, stream);
-    case GgmlType::kQ6_K:
-      return LaunchGrouped<PieceQ6_K>(p, slots, overlap_previous, stream);
-    case GgmlType::kIQ4_XS:
-      return LaunchGrouped<PieceIQ4_XS>(p, slots, overlap_previous, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return WithQ8xPiece(type, [&](auto piece) {
+    return LaunchGrouped<decltype(piece)>(p, slots, overlap_previous, stream);
+  });
 }
 
 }  // namespace stepserve::kernels::gemv_internal

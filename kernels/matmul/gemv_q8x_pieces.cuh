@@ -421,4 +421,24 @@ struct PieceQ6_K {
   }
 };
 
+// launch(P{}) for the int8-activation GEMV's piece of `type` (the row, indexed and grouped
+// launchers' dispatch); cudaErrorInvalidValue for a type without one.
+template <class Launch>
+cudaError_t WithQ8xPiece(GgmlType type, Launch launch) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return launch(PieceQ8_0{});
+    case GgmlType::kQ4_K:
+      return launch(PieceQ4_K{});
+    case GgmlType::kQ5_K:
+      return launch(PieceQ5_K{});
+    case GgmlType::kQ6_K:
+      return launch(PieceQ6_K{});
+    case GgmlType::kIQ4_XS:
+      return launch(PieceIQ4_XS{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 #endif  // STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
