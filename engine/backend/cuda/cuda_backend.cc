@@ -16,6 +16,21 @@ namespace {
 
 std::string Gib(uint64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / double(1ull << 30)); }
 
+// STEPSERVE_CUDA_POISON=<byte> (e.g. 0x3c, 0xff; read once; unset: off): a diagnostic. Every fresh
+// device allocation - buffers, scratch areas, the step input area, weights before their bytes land
+// (so the row padding keeps it) - is filled with that byte first. cudaMalloc hands back memory an
+// earlier allocation of the process wrote, so a kernel that reads bytes nobody wrote sees whatever
+// ran before it: results that change with what an earlier test did. Poisoned, such a read gives
+// the same wrong answer in every run.
+int PoisonByte() {
+  static const int byte = [] {
+    const char* v = std::getenv("STEPSERVE_CUDA_POISON");
+    if (v == nullptr || v[0] == '\0') return -1;
+    return static_cast<int>(std::strtol(v, nullptr, 0) & 0xff);
+  }();
+  return byte;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOptions& options) {
@@ -95,6 +110,7 @@ absl::StatusOr<void*> CudaBackend::EnsureScratch(Scratch& scratch, size_t bytes,
   }
   scratch.data = data;
   scratch.bytes = grown;
+  RETURN_IF_ERROR(PoisonFresh(data, grown, what));
   return data;
 }
 
@@ -149,10 +165,12 @@ absl::StatusOr<BackendBuffer> CudaBackend::Allocate(size_t bytes) {
   }
   buffer_bytes_->fetch_add(rounded);
   std::shared_ptr<std::atomic<uint64_t>> counter = buffer_bytes_;
-  return BackendBuffer(data, bytes, [counter, rounded](void* p) {
+  BackendBuffer buffer(data, bytes, [counter, rounded](void* p) {
     counter->fetch_sub(rounded);
     cudaFree(p);
   });
+  RETURN_IF_ERROR(PoisonFresh(data, rounded, "Allocate"));
+  return buffer;
 }
 
 absl::Status CudaBackend::Upload(const void* host, void* dst, size_t bytes) {
@@ -189,6 +207,16 @@ absl::Status CudaBackend::Zero(void* dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr) return absl::InvalidArgumentError("Zero: null pointer");
   return CudaResult(cudaMemsetAsync(dst, 0, bytes, stream_), "Zero");
+}
+
+absl::Status CudaBackend::PoisonFresh(void* data, size_t bytes, const char* what) {
+  if (PoisonByte() < 0) return absl::OkStatus();
+  // Not while a step is being captured (a memset would become part of the graph); on the stream,
+  // so every later use of the memory is ordered after it.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  RETURN_IF_ERROR(CudaResult(cudaStreamIsCapturing(stream_, &capturing), what));
+  if (capturing != cudaStreamCaptureStatusNone) return absl::OkStatus();
+  return CudaResult(cudaMemsetAsync(data, PoisonByte(), bytes, stream_), what);
 }
 
 absl::Status CudaBackend::Synchronize() {
@@ -231,6 +259,7 @@ absl::StatusOr<WeightView> CudaBackend::PlaceWeight(const WeightView& host, std:
     placed_.push_back(data);
   }
   weight_bytes_.fetch_add(bytes);
+  RETURN_IF_ERROR(PoisonFresh(data, std::max<size_t>(bytes, 16), "PlaceWeight"));
   // On the backend's stream and waited for: a plain cudaMemcpy from pageable memory may return
   // before its DMA has landed (CUDA's API synchronization rules), on the legacy default stream,
   // which the non-blocking stream_ of every later kernel does not wait for; and the mapping the

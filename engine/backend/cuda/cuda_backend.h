@@ -151,6 +151,8 @@ class CudaBackend final : public Backend {
       if (copied != nullptr) cudaEventDestroy(copied);
     }
   };
+  // Fills fresh device memory with the STEPSERVE_CUDA_POISON byte, if set (cuda_backend.cc).
+  absl::Status PoisonFresh(void* data, size_t bytes, const char* what);
   // Makes `scratch` at least `bytes` large (synchronises the stream before freeing a smaller one).
   absl::StatusOr<void*> EnsureScratch(Scratch& scratch, size_t bytes, const char* what);
   // Copies host bytes into `scratch` (grown as needed), ordered on the stream; the host memory may

@@ -234,6 +234,7 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
     RETURN_IF_ERROR(CudaResult(cudaHostAlloc(&area.pinned, grown, cudaHostAllocDefault),
                                "BeginStep: pinned input area"));
     area.bytes = grown;
+    RETURN_IF_ERROR(PoisonFresh(area.device, grown, "BeginStep: input area"));
     ++scratch_epoch_;  // other graphs read the old area
     g.epoch = scratch_epoch_;
   }
