@@ -137,8 +137,9 @@ void ReportRerun(Side& cpu, Side& cuda, const BatchSequence& cpu_step,
                 << (same(want.logits, want2.logits) ? "identical" : "CHANGED") << ", CUDA logits "
                 << (same(got.logits, got2.logits) ? "identical" : "CHANGED")
                 << "; the reruns differ by "
-                << RelErr(got2.logits.data(), want2.logits.data(), vocab) << " (bound " << kRowBound
-                << ")";
+                << RelErr(got2.logits.data(), want2.logits.data(),
+                          static_cast<int64_t>(std::min(got2.logits.size(), want2.logits.size())))
+                << " (bound " << kRowBound << " per row of " << vocab << ")";
 }
 
 // The comparison every model goes through.
@@ -177,6 +178,10 @@ void CompareCudaWithCpu(const std::string& path, bool fuse = false,
         cuda.model->Forward({&seq, 1}, *cuda.kv, &got, {.want_hidden = true});
     ASSERT_TRUE(status.ok()) << what << ": " << status;
     const double worst = CompareRows(got.logits, want.logits, vocab, what + " prefill");
+    if (worst >= kRowBound) {
+      // The prefill writes the same K / V slots again, so a rerun sees the same context.
+      ReportRerun(cpu, cuda, seq, seq, want, got, vocab, what + " prefill");
+    }
     ASSERT_EQ(got.hidden.size(), static_cast<size_t>(n * d));
     EXPECT_LT(RelErr(got.hidden.data(), want.hidden.data(), n * d), kRowBound) << what;
     ::testing::Test::RecordProperty("prefill_" + std::to_string(n) + "_worst_row_rel_err",
@@ -484,6 +489,57 @@ TEST(ModelCudaFilesTest, ModelsFromEnvironmentMatchCpu) {
   for (absl::string_view path : absl::StrSplit(list, ':', absl::SkipEmpty())) {
     SCOPED_TRACE(std::string(path));
     CompareCudaWithCpu(std::string(path));
+  }
+}
+
+// The file comparison failed once at a 16-token prefill (session 17, call 1: rows 0 and 1 at
+// 0.15 / 0.18 against a bound of 2e-3) and passed on the runs after. This repeats that prefill on
+// each backend alone - 24 times on the GPU, 4 on the CPU, one model load each - and wants the same
+// bits every time, naming the runs that differ and by how much.
+TEST(ModelCudaFilesTest, ModelsFromEnvironmentAreRunToRunStable) {
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
+  const char* list = std::getenv("STEPSERVE_GPU_TEST_MODELS");
+  if (list == nullptr || list[0] == '\0') {
+    GTEST_SKIP() << "STEPSERVE_GPU_TEST_MODELS is not set (colon-separated GGUF paths)";
+  }
+  for (absl::string_view path : absl::StrSplit(list, ':', absl::SkipEmpty())) {
+    SCOPED_TRACE(std::string(path));
+    for (const auto& [backend, runs] : {std::pair<std::string, int>{"cuda", 24}, {"cpu", 4}}) {
+      Side side = Open(std::string(path), backend, 8);
+      ASSERT_TRUE(side.kv) << backend;
+      const int64_t vocab = side.model->n_vocab();
+      const std::vector<int32_t> prompt = RandomTokens(kBlockSize, vocab, 101);  // the failed one
+      const std::vector<int32_t> table = Pages(0, 2);
+      const BatchSequence seq{.tokens = prompt,
+                              .start_pos = 0,
+                              .full_table = table,
+                              .swa_table = table,
+                              .logit_rows = kBlockSize};
+      std::vector<float> first;
+      int differing = 0;
+      for (int run = 0; run < runs; ++run) {
+        ForwardOutput out;
+        ASSERT_TRUE(side.model->Forward({&seq, 1}, *side.kv, &out).ok()) << backend;
+        if (run == 0) {
+          first = out.logits;
+          continue;
+        }
+        ASSERT_EQ(out.logits.size(), first.size()) << backend;
+        if (std::memcmp(out.logits.data(), first.data(), first.size() * sizeof(float)) == 0) {
+          continue;
+        }
+        ++differing;
+        for (int64_t r = 0; r < kBlockSize; ++r) {
+          const double err = RelErr(out.logits.data() + r * vocab, first.data() + r * vocab, vocab);
+          if (err > 0) {
+            ADD_FAILURE() << backend << " run " << run << ": logits row " << r
+                          << " differs from run 0 by " << err;
+          }
+        }
+      }
+      EXPECT_EQ(differing, 0) << backend << ": " << differing << " of " << runs - 1
+                              << " runs differ from the first";
+    }
   }
 }
 
