@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
   const int g = static_cast<int>((cta / p.passes) % p.kv_heads);
   const int64_t w = cta / (static_cast<int64_t>(p.passes) * p.kv_heads);
   const int split = blockIdx.y;
-  const int head0 = g * p.group + pass * kHeadsPerCta;
-  const int nh = min(kHeadsPerCta, p.group - pass * kHeadsPerCta);
+  const int head0 = g * p.group + pass * p.cta_heads;
+  const int nh = min(p.cta_heads, p.group - pass * p.cta_heads);
 
   const PagedAttentionCudaRow row = p.rows[w];
   const int64_t position = row.position;
@@ -380,8 +380,8 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   p.k_stride = (p.dims_padded / 4) % 2 == 1 ? p.dims_padded : p.dims_padded + 4;
   p.heads = static_cast<int>(a.heads);
   p.group = static_cast<int>(a.heads / kv.kv_heads);
-  p.passes = (p.group + kHeadsPerCta - 1) / kHeadsPerCta;
   p.cta_heads = p.group < kHeadsPerCta ? p.group : kHeadsPerCta;
+  p.passes = (p.group + p.cta_heads - 1) / p.cta_heads;
   p.window = a.window;
   p.scale = a.scale;
   p.splits = static_cast<int>(a.splits);
@@ -405,7 +405,13 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   const bool fused = a.splits > 1 && a.split_arrivals != nullptr && a.gate == nullptr &&
                      PagedAttentionCudaFusedCombine() &&
                      3 * static_cast<size_t>(p.cta_heads) * a.splits <= loop_floats;
-  if (fused) p.arrivals = a.split_arrivals;
+  if (fused) {
+    p.arrivals = a.split_arrivals;  // one counter per pass of up to kHeadsPerCta heads
+  } else {
+    p.cta_heads = static_cast<int>(
+        PagedAttentionCudaCtaHeads(a.n_rows, p.group, p.kv_heads, a.splits, a.sm_count));
+    p.passes = (p.group + p.cta_heads - 1) / p.cta_heads;
+  }
   const size_t smem_floats = static_cast<size_t>(p.cta_heads) * p.dims_padded + loop_floats +
                              3 * kHeadsPerCta + 2 * kChunk;  // base_s: kChunk int64
   const size_t smem = smem_floats * sizeof(float);

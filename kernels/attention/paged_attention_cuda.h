@@ -83,6 +83,9 @@ struct PagedAttentionCudaArgs {
   // kernel combines. Launches sharing counters must be ordered (one stream).
   int32_t* split_arrivals = nullptr;
   int64_t split_arrival_count = 0;
+  // Multiprocessors of the device (0: unknown): with few (row, KV head, split) CTAs the query heads
+  // of a GQA group are spread over more CTAs (PagedAttentionCudaCtaHeads).
+  int sm_count = 0;
   // The head gate in the split-K combine (optional; only where PagedAttentionCudaCombineGates
   // holds): out[r][h * head_dim + d] *= sigmoid(gate[r * gate_stride + h]) for each record's
   // query row r, and with q8_natural / q8_pair set the gated rows also as the GEMV's int8
@@ -120,6 +123,18 @@ int64_t PagedAttentionCudaArrivalCount(int64_t n_rows, int64_t heads, int64_t kv
 // recorded CUDA graph keeps the path it was recorded with) and returns the previous setting.
 bool PagedAttentionCudaFusedCombine();
 bool SetPagedAttentionCudaFusedCombine(bool enabled);
+
+// Query heads per CTA of the decode kernel (the combine-kernel path; the fused combine keeps up to
+// 16): the whole GQA group up to 16, and where the (row, KV head, split) CTAs would not fill one
+// wave of `sm_count` multiprocessors, halved while they do not and it stays >= 4 - each CTA's
+// chunk is a serial chain of loads and small dot products, so at batch 1 (8 KV heads x 8 splits =
+// 64 CTAs for 132 multiprocessors) two CTAs of 4 heads finish sooner than one of 8. Every head
+// does the same arithmetic in the same order whichever CTA takes it: the same bits.
+// STEPSERVE_ATTN_CTA_HEADS=N (1-16; read once) or SetPagedAttentionCudaCtaHeads(N) fixes it at
+// min(group, N); 0 restores the rule. Set returns the previous setting.
+int64_t PagedAttentionCudaCtaHeads(int64_t n_rows, int64_t group, int64_t kv_heads, int64_t splits,
+                                   int sm_count);
+int SetPagedAttentionCudaCtaHeads(int heads);
 
 // Combine-kernel launches PagedAttentionCuda has enqueued in this process (tests check the path).
 int64_t PagedAttentionCudaCombineLaunches();

@@ -45,7 +45,36 @@ std::atomic<bool>& FusedCombineSetting() {
   return setting;
 }
 
+std::atomic<int>& CtaHeadsSetting() {
+  static std::atomic<int> setting{[] {
+    const char* v = std::getenv("STEPSERVE_ATTN_CTA_HEADS");
+    const long parsed = v == nullptr ? 0 : std::strtol(v, nullptr, 10);
+    return parsed >= 1 && parsed <= kHeadsPerCta ? static_cast<int>(parsed) : 0;
+  }()};
+  return setting;
+}
+
+// The rule's floor: below 4 heads some of the kernel's 4 warps would have no head to score.
+constexpr int64_t kMinCtaHeads = 4;
+
 }  // namespace
+
+int64_t PagedAttentionCudaCtaHeads(int64_t n_rows, int64_t group, int64_t kv_heads, int64_t splits,
+                                   int sm_count) {
+  const int64_t whole = std::clamp<int64_t>(group, 1, kHeadsPerCta);
+  const int fixed = CtaHeadsSetting().load(std::memory_order_relaxed);
+  if (fixed > 0) return std::min<int64_t>(whole, fixed);
+  int64_t heads = whole;
+  auto ctas = [&](int64_t h) { return n_rows * kv_heads * ((group + h - 1) / h) * splits; };
+  while (sm_count > 0 && heads > kMinCtaHeads && ctas(heads) < sm_count) {
+    heads = std::max(kMinCtaHeads, (heads + 1) / 2);
+  }
+  return heads;
+}
+
+int SetPagedAttentionCudaCtaHeads(int heads) {
+  return CtaHeadsSetting().exchange(std::clamp(heads, 0, static_cast<int>(kHeadsPerCta)));
+}
 
 bool PagedAttentionCudaFusedCombine() {
   return FusedCombineSetting().load(std::memory_order_relaxed);

@@ -74,6 +74,9 @@ struct Scenario {
   int64_t q_pad = 0;  // extra floats per Q / out row (strided views)
   // Split-K steps: also run the step fused twice more and once through the combine kernel.
   bool compare_combine_paths = false;
+  // Also run the step with 16, 4, 3 and 1 query heads per CTA (SetPagedAttentionCudaCtaHeads):
+  // every head does the same arithmetic wherever it runs, so the same bytes.
+  bool compare_cta_heads = false;
 };
 
 // A host batch description: positions, per-sequence slices and the block tables they point into.
@@ -208,6 +211,22 @@ void RunScenario(Backend& cuda, Backend& cpu, const Scenario& sc, uint32_t seed)
                        : sc.dtype == KvDtype::kQ8_0 ? kMaxRelErrorQ8Cache
                                                     : kMaxRelErrorF32Cache;
   EXPECT_LE(RelError(got, ref), bound);
+  for (int heads : {16, 4, 3, 1}) {
+    if (!sc.compare_cta_heads) break;
+    SCOPED_TRACE(absl::StrFormat("again, %d heads per CTA", heads));
+    gpu_testing::CtaHeadsScope scope(heads);
+    DeviceMat again = gpu_testing::PoisonedMat(cuda, stride, rows);
+    st = cuda.Attention(TensorView::F32(dq.view.f32(), width, rows, stride), query.view(),
+                        dev_cache, params, TensorView::F32(again.view.f32(), width, rows, stride));
+    ASSERT_TRUE(st.ok()) << st;
+    const std::vector<float> again_padded = DownloadMat(cuda, again);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(std::memcmp(again_padded.data() + r * stride, got.data() + r * width,
+                            width * sizeof(float)),
+                0)
+          << "row " << r;
+    }
+  }
   if (!sc.compare_combine_paths) return;
 
   // The step again: fused twice in a row (the backend's arrival counters must be back at zero
@@ -356,6 +375,33 @@ TEST_F(AttentionCudaTest, SplitKFusedCombineEqualsCombineKernel) {
       sc.seqs = {{2999, 1}, {65, 1}, {1001, 1}, {7, 1}};
       sc.compare_combine_paths = true;
       RunScenario(*cuda_, *cpu_, sc, seed++);
+    }
+  }
+}
+
+// Decode steps of one or two rows (where the rule spreads a GQA group over several CTAs: batch 1
+// of Step-3.5-Flash is 8 KV heads x 8 splits = 64 CTAs) and a few more, every KV dtype, groups 1 to
+// 20 (two passes of 16, or a last CTA with fewer heads), windows: the rule's choice and fixed
+// 16 / 4 / 3 / 1 heads per CTA give the same bytes, and match the CPU.
+TEST_F(AttentionCudaTest, HeadsPerCtaDoNotChangeTheBits) {
+  uint32_t seed = 500;
+  for (KvDtype dtype : kCacheDtypes) {
+    for (int64_t group : {1, 6, 8, 12, 20}) {
+      for (int batch : {1, 2, 5}) {
+        Scenario sc;
+        sc.name =
+            absl::StrFormat("dtype %d group %d batch %d", static_cast<int>(dtype), group, batch);
+        sc.dtype = dtype;
+        sc.head_dim = 128;
+        sc.group = group;
+        sc.kv_heads = group == 20 ? 1 : 8;
+        sc.block_size = 16;
+        sc.window = batch == 2 ? 200 : 0;
+        const std::vector<SeqSpec> seqs = {{257, 1}, {1001, 1}, {64, 1}, {2, 1}, {700, 1}};
+        sc.seqs.assign(seqs.begin(), seqs.begin() + batch);
+        sc.compare_cta_heads = true;
+        RunScenario(*cuda_, *cpu_, sc, seed++);
+      }
     }
   }
 }
@@ -531,6 +577,28 @@ TEST(PagedAttentionCudaHostTest, SplitsOnlyLongContextsOnSmallGrids) {
   EXPECT_EQ(kernels::PagedAttentionCudaSplits(1, 8, 8, 1 << 20, 132), 64);
   EXPECT_LE(kernels::PagedAttentionCudaSplits(1, 1, 1, 1 << 20, 132),
             kernels::kPagedAttentionCudaMaxSplits);
+}
+
+TEST(PagedAttentionCudaHostTest, HeadsPerCtaSpreadOnlySmallGrids) {
+  using kernels::PagedAttentionCudaCtaHeads;
+  gpu_testing::CtaHeadsScope rule(0);
+  // Step-3.5-Flash decode (8 KV heads, groups of 8, 8 splits) on 132 multiprocessors.
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 8, 8, 8, 132), 4);     // 64 CTAs -> 128
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(2, 8, 8, 8, 132), 4);     // 128 -> 256
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(4, 8, 8, 8, 132), 8);     // 256: a wave already
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 8, 8, 1, 132), 4);     // short context, no split
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 16, 2, 4, 132), 4);    // 8 -> 16 -> 32 CTAs, floor 4
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 3, 8, 8, 132), 3);     // under the floor already
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 20, 1, 1, 132), 4);    // 16 -> 8 -> 4 (5 CTAs)
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 8, 8, 8, 0), 8);       // SM count unknown: whole group
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 40, 1, 64, 132), 16);  // 3 x 64 CTAs: at most 16
+  {
+    gpu_testing::CtaHeadsScope fixed(3);
+    EXPECT_EQ(PagedAttentionCudaCtaHeads(64, 8, 8, 1, 132), 3);
+    EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 2, 8, 8, 132), 2);
+  }
+  EXPECT_EQ(kernels::SetPagedAttentionCudaCtaHeads(99), 0);  // clamped to 16
+  EXPECT_EQ(kernels::SetPagedAttentionCudaCtaHeads(0), 16);
 }
 
 TEST(PagedAttentionCudaHostTest, ArrivalCountsAndCombineSwitch) {

@@ -51,6 +51,18 @@ class FusedCombineScope {
   bool previous_;
 };
 
+// Fixes the decode kernel's query heads per CTA for its lifetime (0: the rule), then restores it.
+class CtaHeadsScope {
+ public:
+  explicit CtaHeadsScope(int heads) : previous_(kernels::SetPagedAttentionCudaCtaHeads(heads)) {}
+  ~CtaHeadsScope() { kernels::SetPagedAttentionCudaCtaHeads(previous_); }
+  CtaHeadsScope(const CtaHeadsScope&) = delete;
+  CtaHeadsScope& operator=(const CtaHeadsScope&) = delete;
+
+ private:
+  int previous_;
+};
+
 // Runs PagedAttentionCuda(`a`) on the legacy default stream three times - fused combine, fused
 // again on the same counters (they must have been left at zero), the combine kernel - each with
 // `a.out` (`out_floats` floats) and `a.scratch` NaN-poisoned first, so a partial read before its

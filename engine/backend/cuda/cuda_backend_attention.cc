@@ -222,6 +222,7 @@ absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const Attent
   }
   a.splits = kernels::PagedAttentionCudaSplits(a.n_rows, a.heads, cache.kv_heads,
                                                state.batch.max_visible, state.sm_count);
+  a.sm_count = state.sm_count;
   if (a.splits > 1) {
     a.scratch_bytes =
         kernels::PagedAttentionCudaScratchBytes(a.n_rows, a.heads, cache.head_dim, a.splits);
