@@ -125,13 +125,15 @@ bool PagedAttentionCudaFusedCombine();
 bool SetPagedAttentionCudaFusedCombine(bool enabled);
 
 // Query heads per CTA of the decode kernel (the combine-kernel path; the fused combine keeps up to
-// 16): the whole GQA group up to 16, and where the (row, KV head, split) CTAs would not fill one
-// wave of `sm_count` multiprocessors, halved while they do not and it stays >= 4 - each CTA's
-// chunk is a serial chain of loads and small dot products, so at batch 1 (8 KV heads x 8 splits =
-// 64 CTAs for 132 multiprocessors) two CTAs of 4 heads finish sooner than one of 8. Every head
-// does the same arithmetic in the same order whichever CTA takes it: the same bits.
-// STEPSERVE_ATTN_CTA_HEADS=N (1-16; read once) or SetPagedAttentionCudaCtaHeads(N) fixes it at
-// min(group, N); 0 restores the rule. Set returns the previous setting.
+// 16): the whole GQA group up to 16, halved (down to 4) while the (row, KV head, split) CTAs then
+// still fit in one wave of `sm_count` multiprocessors - at batch 1 of Step-3.5-Flash 8 KV heads x
+// 8 splits: 64 CTAs of 8 heads become 128 of 4 (full layers), groups of 12 (SWA layers) 128 CTAs
+// of 6. Measured on the H200 (45 layers, 256 keys; session 17, bench/gpu/results-h200-v16.txt):
+// batch 1 4.838 / 4.850 ms -> 4.809 / 4.798 with 4 heads everywhere; halving past one wave lost
+// (batch 2 6.693 / 6.737 -> 6.786 / 6.777 ms). Every head does the same arithmetic in the same
+// order whichever CTA takes it: the same bits. STEPSERVE_ATTN_CTA_HEADS=N (1-16; read once) or
+// SetPagedAttentionCudaCtaHeads(N) fixes it at min(group, N); 0 restores the rule. Set returns
+// the previous setting.
 int64_t PagedAttentionCudaCtaHeads(int64_t n_rows, int64_t group, int64_t kv_heads, int64_t splits,
                                    int sm_count);
 int SetPagedAttentionCudaCtaHeads(int heads);

@@ -66,8 +66,10 @@ int64_t PagedAttentionCudaCtaHeads(int64_t n_rows, int64_t group, int64_t kv_hea
   if (fixed > 0) return std::min<int64_t>(whole, fixed);
   int64_t heads = whole;
   auto ctas = [&](int64_t h) { return n_rows * kv_heads * ((group + h - 1) / h) * splits; };
-  while (sm_count > 0 && heads > kMinCtaHeads && ctas(heads) < sm_count) {
-    heads = std::max(kMinCtaHeads, (heads + 1) / 2);
+  while (heads > kMinCtaHeads) {
+    const int64_t fewer = std::max(kMinCtaHeads, (heads + 1) / 2);
+    if (ctas(fewer) > sm_count) break;  // past one wave (or no SM count): measured slower
+    heads = fewer;
   }
   return heads;
 }

@@ -583,9 +583,10 @@ TEST(PagedAttentionCudaHostTest, HeadsPerCtaSpreadOnlySmallGrids) {
   using kernels::PagedAttentionCudaCtaHeads;
   gpu_testing::CtaHeadsScope rule(0);
   // Step-3.5-Flash decode (8 KV heads, groups of 8, 8 splits) on 132 multiprocessors.
-  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 8, 8, 8, 132), 4);     // 64 CTAs -> 128
-  EXPECT_EQ(PagedAttentionCudaCtaHeads(2, 8, 8, 8, 132), 4);     // 128 -> 256
-  EXPECT_EQ(PagedAttentionCudaCtaHeads(4, 8, 8, 8, 132), 8);     // 256: a wave already
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 8, 8, 8, 132), 4);   // 64 CTAs -> 128
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 12, 8, 8, 132), 6);  // 64 -> 128 (4 heads: 192)
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(2, 8, 8, 8, 132), 8);   // 256 would pass one wave
+  EXPECT_EQ(PagedAttentionCudaCtaHeads(4, 8, 8, 8, 132), 8);
   EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 8, 8, 1, 132), 4);     // short context, no split
   EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 16, 2, 4, 132), 4);    // 8 -> 16 -> 32 CTAs, floor 4
   EXPECT_EQ(PagedAttentionCudaCtaHeads(1, 3, 8, 8, 132), 3);     // under the floor already
