@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/attention/paged_attention_cuda_combine.cuh"
@@ -95,16 +96,18 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, 
   }
 }
 
-// kDimsPerThread: ceil(dims_padded / kThreads), the accumulator columns each thread owns.
-template <typename KvT, int kDimsPerThread>
+// kDimsPerThread: ceil(dims_padded / kThreads), the accumulator columns each thread owns; kDim:
+// the head dim fixed at compile time, or 0 (Geometry).
+template <typename KvT, int kDimsPerThread, int kDim>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelParams p) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
+  const Geometry<kDim> geo(p);
   extern __shared__ float4 smem4[];
   float* q_s = reinterpret_cast<float*>(smem4);      // [cta_heads][dims_padded]
-  float* k_s = q_s + p.cta_heads * p.dims_padded;    // [kChunk][k_stride]
-  float* v_s = k_s + kChunk * p.k_stride;            // [kChunk][dims_padded]
-  float* prob_s = v_s + kChunk * p.dims_padded;      // [cta_heads][kChunk]
+  float* k_s = q_s + p.cta_heads * geo.dims_padded;  // [kChunk][k_stride]
+  float* v_s = k_s + kChunk * geo.k_stride;          // [kChunk][dims_padded]
+  float* prob_s = v_s + kChunk * geo.dims_padded;    // [cta_heads][kChunk]
   float* rescale_s = prob_s + p.cta_heads * kChunk;  // [kHeadsPerCta]
   float* max_s = rescale_s + kHeadsPerCta;           // [kHeadsPerCta]
   float* sum_s = max_s + kHeadsPerCta;               // [kHeadsPerCta]
@@ -114,10 +117,23 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int64_t cta = blockIdx.x;
-  const int pass = static_cast<int>(cta % p.passes);
-  const int g = static_cast<int>((cta / p.passes) % p.kv_heads);
-  const int64_t w = cta / (static_cast<int64_t>(p.passes) * p.kv_heads);
+  int pass, g;
+  int64_t w;
+  if constexpr (kDim > 0) {
+    // 32-bit index math (the grid's x extent is below 2^31, host checks); the generic kernels
+    // keep their 64-bit form (and register allocation: the 32-bit form spilled at 4 dims/thread).
+    const unsigned cta = blockIdx.x;
+    const unsigned cta_head = cta / static_cast<unsigned>(p.passes);
+    pass = static_cast<int>(cta - cta_head * static_cast<unsigned>(p.passes));
+    const unsigned w32 = cta_head / static_cast<unsigned>(p.kv_heads);
+    g = static_cast<int>(cta_head - w32 * static_cast<unsigned>(p.kv_heads));
+    w = w32;
+  } else {
+    const int64_t cta = blockIdx.x;
+    pass = static_cast<int>(cta % p.passes);
+    g = static_cast<int>((cta / p.passes) % p.kv_heads);
+    w = cta / (static_cast<int64_t>(p.passes) * p.kv_heads);
+  }
   const int split = blockIdx.y;
   const int head0 = g * p.group + pass * p.cta_heads;
   const int nh = min(p.cta_heads, p.group - pass * p.cta_heads);
@@ -137,10 +153,10 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
   const int32_t* table = p.tables + row.table_offset;
 
   const float* q_row = p.q + static_cast<int64_t>(row.q_row) * p.q_stride;
-  for (int idx = tid; idx < nh * p.dims_padded; idx += kThreads) {
-    const int i = idx / p.dims_padded;
-    const int d = idx - i * p.dims_padded;
-    q_s[idx] = d < p.head_dim ? q_row[static_cast<int64_t>(head0 + i) * p.head_dim + d] : 0.0f;
+  for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) {
+    const int i = idx / geo.dims_padded;
+    const int d = idx - i * geo.dims_padded;
+    q_s[idx] = d < geo.head_dim ? q_row[static_cast<int64_t>(head0 + i) * geo.head_dim + d] : 0.0f;
   }
 
   float run_max[kHeadsPerWarp];
@@ -157,26 +173,26 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
     for (int c = 0; c < kDimsPerThread; ++c) acc[i][c] = 0.0f;
   }
 
-  if (warp == 0) ChunkBases<KvT>(p, table, lo, hi, g, base_s);
+  if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
   __syncthreads();
 
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int n = static_cast<int>(min(int64_t{kChunk}, hi - c0));
-    LoadChunk<KvT>(p, base_s, k_s, v_s);
+    LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
     __syncthreads();
 
     // Scores of key `lane` against this warp's heads, then the online-softmax update.
     float score[kHeadsPerWarp];
 #pragma unroll
     for (int t = 0; t < kHeadsPerWarp; ++t) score[t] = 0.0f;
-    const float* k_row = k_s + lane * p.k_stride;
-    for (int d = 0; d < p.dims_padded; d += 4) {
+    const float* k_row = k_s + lane * geo.k_stride;
+    for (int d = 0; d < geo.dims_padded; d += 4) {
       const float4 kv = *reinterpret_cast<const float4*>(k_row + d);
 #pragma unroll
       for (int t = 0; t < kHeadsPerWarp; ++t) {
         const int i = warp + t * kWarps;
         if (i < nh) {
-          const float4 qv = *reinterpret_cast<const float4*>(q_s + i * p.dims_padded + d);
+          const float4 qv = *reinterpret_cast<const float4*>(q_s + i * geo.dims_padded + d);
           score[t] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
         }
       }
@@ -214,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
 #pragma unroll
         for (int c = 0; c < kDimsPerThread; ++c) {
           const int d = tid + c * kThreads;
-          vx[jj][c] = d < p.dims_padded ? v_s[(j + jj) * p.dims_padded + d] : 0.0f;
+          vx[jj][c] = d < geo.dims_padded ? v_s[(j + jj) * geo.dims_padded + d] : 0.0f;
         }
       }
 #pragma unroll
@@ -229,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
       }
     }
     // The offsets were last read by this chunk's load, before the barrier above.
-    if (warp == 0 && c0 + kChunk < hi) ChunkBases<KvT>(p, table, c0 + kChunk, hi, g, base_s);
+    if (warp == 0 && c0 + kChunk < hi) ChunkBases<KvT>(p, geo, table, c0 + kChunk, hi, g, base_s);
     __syncthreads();  // before the next chunk overwrites K, V and the probabilities
   }
 
@@ -251,19 +267,19 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
       // sum >= 1: the row's own position is always visible.
       const float inv = 1.0f / sum_s[i];
       float* out = p.out + static_cast<int64_t>(row.q_row) * p.out_stride +
-                   static_cast<int64_t>(h) * p.head_dim;
+                   static_cast<int64_t>(h) * geo.head_dim;
 #pragma unroll
       for (int c = 0; c < kDimsPerThread; ++c) {
         const int d = tid + c * kThreads;
-        if (d < p.head_dim) out[d] = acc[i][c] * inv;
+        if (d < geo.head_dim) out[d] = acc[i][c] * inv;
       }
     } else {
       const int64_t part = (w * p.heads + h) * p.splits + split;
-      float* part_acc = p.part_acc + part * p.head_dim;
+      float* part_acc = p.part_acc + part * geo.head_dim;
 #pragma unroll
       for (int c = 0; c < kDimsPerThread; ++c) {
         const int d = tid + c * kThreads;
-        if (d < p.head_dim) part_acc[d] = acc[i][c];
+        if (d < geo.head_dim) part_acc[d] = acc[i][c];
       }
       if (tid == 0) {
         p.part_max[part] = max_s[i];  // -inf for an empty split (its sum and acc are 0)
@@ -337,9 +353,9 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (e.q8.natural != nullptr) q8_quantize::StoreQ8Both(e.q8, row.q_row, col, gated);
 }
 
-template <typename KvT, int kDimsPerThread>
+template <typename KvT, int kDimsPerThread, int kDim = 0>
 cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread>;
+  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread, kDim>;
   if (smem > 48 * 1024) {  // beyond the default dynamic shared memory limit: opt in
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -349,8 +365,20 @@ cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream
   return cudaGetLastError();
 }
 
+// Head dim 128 (Step-3.5-Flash, the tiny presets' larger layers) with its geometry fixed at
+// compile time, unless STEPSERVE_ATTN_FIXED_DIMS=0 (read once).
+bool FixedDimsEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_ATTN_FIXED_DIMS");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
 template <typename KvT>
 cudaError_t LaunchForDims(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  if (p.head_dim == 128 && FixedDimsEnabled())
+    return LaunchMain<KvT, 1, 128>(p, grid, smem, stream);
   if (p.dims_padded <= kThreads) return LaunchMain<KvT, 1>(p, grid, smem, stream);
   if (p.dims_padded <= 2 * kThreads) return LaunchMain<KvT, 2>(p, grid, smem, stream);
   return LaunchMain<KvT, 4>(p, grid, smem, stream);  // head_dim <= kMaxAttentionHeadDim = 512
@@ -375,9 +403,8 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   p.block_size = static_cast<int>(kv.block_size);
   p.kv_heads = static_cast<int>(kv.kv_heads);
   p.head_dim = static_cast<int>(kv.head_dim);
-  p.dims_padded = (p.head_dim + 3) / 4 * 4;
-  // A float4 row stride that is an odd multiple of 4 floats spreads 8 lanes over all 32 banks.
-  p.k_stride = (p.dims_padded / 4) % 2 == 1 ? p.dims_padded : p.dims_padded + 4;
+  p.dims_padded = PaddedDims(p.head_dim);
+  p.k_stride = KStride(p.dims_padded);
   p.heads = static_cast<int>(a.heads);
   p.group = static_cast<int>(a.heads / kv.kv_heads);
   p.cta_heads = p.group < kHeadsPerCta ? p.group : kHeadsPerCta;

@@ -53,25 +53,26 @@ __device__ __forceinline__ void DequantQ8Eight(const Q8Eight& q, float* out) {
 // The Q8_0 vector size is derived here rather than kept in KernelParams: a field there changes
 // the struct's layout, and with it ptxas' register allocation of the F32 / F16 kernels (one more
 // field cost them 17-39 registers and a spill).
-template <typename KvT>
-__device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const int32_t* table,
-                                           int position, int g) {
+template <typename KvT, int kDim>
+__device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const Geometry<kDim>& geo,
+                                           const int32_t* table, int position, int g) {
   const int64_t page = table[position / p.block_size];
   if (page < 0 || page >= p.num_blocks) return -1;
   const int64_t slot = page * p.block_size + position % p.block_size;
   if constexpr (std::is_same_v<KvT, KvQ8>) {
-    return (slot * p.kv_heads + g) * (p.head_dim / kKvQ8BlockElems * kKvQ8BlockBytes);
+    return (slot * p.kv_heads + g) * (geo.head_dim / kKvQ8BlockElems * kKvQ8BlockBytes);
   } else {
-    return (slot * p.kv_heads + g) * p.head_dim;
+    return (slot * p.kv_heads + g) * geo.head_dim;
   }
 }
 
 // Warp 0: the cache offsets of the chunk's keys [c0, min(c0 + kChunk, hi)), -1 past the end.
-template <typename KvT>
-__device__ __forceinline__ void ChunkBases(const KernelParams& p, const int32_t* table, int64_t c0,
-                                           int64_t hi, int g, int64_t* base_s) {
+template <typename KvT, int kDim>
+__device__ __forceinline__ void ChunkBases(const KernelParams& p, const Geometry<kDim>& geo,
+                                           const int32_t* table, int64_t c0, int64_t hi, int g,
+                                           int64_t* base_s) {
   const int lane = threadIdx.x & 31;
-  base_s[lane] = c0 + lane < hi ? KeyBase<KvT>(p, table, static_cast<int>(c0 + lane), g) : -1;
+  base_s[lane] = c0 + lane < hi ? KeyBase<KvT>(p, geo, table, static_cast<int>(c0 + lane), g) : -1;
 }
 
 // F32 / F16 pages: 16-byte loads when the rows allow them, else one element at a time.
@@ -82,14 +83,14 @@ __device__ __forceinline__ void ChunkBases(const KernelParams& p, const int32_t*
 // The cache is read through the non-coherent path: no kernel writes it while this one runs.
 constexpr int kLoadBatch = 8;
 
-template <typename KvT>
-__device__ void LoadChunkElements(const KernelParams& p, const int64_t* base_s, float* k_s,
-                                  float* v_s) {
+template <typename KvT, int kDim>
+__device__ void LoadChunkElements(const KernelParams& p, const Geometry<kDim>& geo,
+                                  const int64_t* base_s, float* k_s, float* v_s) {
   const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
   const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
   if (p.vector_loads) {
     constexpr int kVec = 16 / sizeof(KvT);  // 4 floats or 8 halves per 16-byte load
-    const int per_row = p.head_dim / kVec;
+    const int per_row = geo.head_dim / kVec;
     const int total = kChunk * per_row;
     union Vec {
       uint4 raw;
@@ -120,25 +121,25 @@ __device__ void LoadChunkElements(const KernelParams& p, const int64_t* base_s, 
           const int d = (idx - j * per_row) * kVec;
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
-            k_s[j * p.k_stride + d + e] = ToFloat(kb[b].e[e]);
-            v_s[j * p.dims_padded + d + e] = ToFloat(vb[b].e[e]);
+            k_s[j * geo.k_stride + d + e] = ToFloat(kb[b].e[e]);
+            v_s[j * geo.dims_padded + d + e] = ToFloat(vb[b].e[e]);
           }
         }
       }
     }
     return;
   }
-  for (int idx = threadIdx.x; idx < kChunk * p.dims_padded; idx += kThreads) {
-    const int j = idx / p.dims_padded;
-    const int d = idx - j * p.dims_padded;
+  for (int idx = threadIdx.x; idx < kChunk * geo.dims_padded; idx += kThreads) {
+    const int j = idx / geo.dims_padded;
+    const int d = idx - j * geo.dims_padded;
     const int64_t base = base_s[j];
     float kx = 0.0f, vx = 0.0f;
-    if (base >= 0 && d < p.head_dim) {
+    if (base >= 0 && d < geo.head_dim) {
       kx = ToFloat(k_cache[base + d]);
       vx = ToFloat(v_cache[base + d]);
     }
-    k_s[j * p.k_stride + d] = kx;
-    v_s[j * p.dims_padded + d] = vx;
+    k_s[j * geo.k_stride + d] = kx;
+    v_s[j * geo.dims_padded + d] = vx;
   }
 }
 
@@ -147,10 +148,12 @@ __device__ void LoadChunkElements(const KernelParams& p, const int64_t* base_s, 
 // in LoadChunkElements, a thread loads kQ8Batch tasks before storing any (one round trip).
 constexpr int kQ8Batch = 4;
 
-__device__ void LoadChunkQ8(const KernelParams& p, const int64_t* base_s, float* k_s, float* v_s) {
+template <int kDim>
+__device__ void LoadChunkQ8(const KernelParams& p, const Geometry<kDim>& geo, const int64_t* base_s,
+                            float* k_s, float* v_s) {
   const uint8_t* k_cache = static_cast<const uint8_t*>(p.k_cache);
   const uint8_t* v_cache = static_cast<const uint8_t*>(p.v_cache);
-  const int per_row = p.head_dim / 8;
+  const int per_row = geo.head_dim / 8;
   const int total = kChunk * per_row;
   for (int idx0 = threadIdx.x; idx0 < total; idx0 += kThreads * kQ8Batch) {
     Q8Eight kq[kQ8Batch], vq[kQ8Batch];
@@ -181,8 +184,8 @@ __device__ void LoadChunkQ8(const KernelParams& p, const int64_t* base_s, float*
       DequantQ8Eight(vq[b], vx);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        k_s[j * p.k_stride + d + e] = kx[e];
-        v_s[j * p.dims_padded + d + e] = vx[e];
+        k_s[j * geo.k_stride + d + e] = kx[e];
+        v_s[j * geo.dims_padded + d + e] = vx[e];
       }
     }
   }
@@ -190,13 +193,13 @@ __device__ void LoadChunkQ8(const KernelParams& p, const int64_t* base_s, float*
 
 // K and V of the chunk (offsets in base_s) into k_s / v_s; missing keys and the padding dims
 // become zeros, so later loops may run over whole rows and whole chunks.
-template <typename KvT>
-__device__ __forceinline__ void LoadChunk(const KernelParams& p, const int64_t* base_s, float* k_s,
-                                          float* v_s) {
+template <typename KvT, int kDim>
+__device__ __forceinline__ void LoadChunk(const KernelParams& p, const Geometry<kDim>& geo,
+                                          const int64_t* base_s, float* k_s, float* v_s) {
   if constexpr (std::is_same_v<KvT, KvQ8>) {
-    LoadChunkQ8(p, base_s, k_s, v_s);
+    LoadChunkQ8(p, geo, base_s, k_s, v_s);
   } else {
-    LoadChunkElements<KvT>(p, base_s, k_s, v_s);
+    LoadChunkElements<KvT>(p, geo, base_s, k_s, v_s);
   }
 }
 

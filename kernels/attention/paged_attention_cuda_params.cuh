@@ -52,6 +52,27 @@ struct KernelParams {
   int* arrivals;
 };
 
+// Q / V rows in shared memory are head_dim rounded up to 4 floats; K rows are padded to an odd
+// multiple of 4 floats, which spreads 8 lanes' float4 reads over all 32 banks.
+__host__ __device__ constexpr int PaddedDims(int head_dim) { return (head_dim + 3) / 4 * 4; }
+__host__ __device__ constexpr int KStride(int dims_padded) {
+  return (dims_padded / 4) % 2 == 1 ? dims_padded : dims_padded + 4;
+}
+
+// The head geometry the decode kernel and its loaders read: from KernelParams (kDim == 0), or
+// fixed at compile time (kDim > 0, the host launching that instantiation only for
+// head_dim == kDim): the divisions, bounds and strides by it then fold into shifts and constants.
+template <int kDim>
+struct Geometry {
+  int head_dim;
+  int dims_padded;
+  int k_stride;
+  __device__ __forceinline__ explicit Geometry(const KernelParams& p)
+      : head_dim(kDim > 0 ? kDim : p.head_dim),
+        dims_padded(kDim > 0 ? PaddedDims(kDim) : p.dims_padded),
+        k_stride(kDim > 0 ? KStride(PaddedDims(kDim)) : p.k_stride) {}
+};
+
 }  // namespace stepserve::kernels::paged_attention_cuda
 
 #endif  // STEPSERVE_KERNELS_ATTENTION_PAGED_ATTENTION_CUDA_PARAMS_CUH_
