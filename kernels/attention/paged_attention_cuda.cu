@@ -97,8 +97,10 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, 
 }
 
 // kDimsPerThread: ceil(dims_padded / kThreads), the accumulator columns each thread owns; kDim:
-// the head dim fixed at compile time, or 0 (Geometry).
-template <typename KvT, int kDimsPerThread, int kDim>
+// the head dim fixed at compile time, or 0 (Geometry); kEarly (EarlyLoadsEnabled): warp 0 loads
+// the first chunk's page-table entries before the query rows instead of after them, and the query
+// loads are unrolled, so those round trips overlap - the same values land in shared memory.
+template <typename KvT, int kDimsPerThread, int kDim, bool kEarly = false>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelParams p) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
@@ -153,10 +155,17 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
   const int32_t* table = p.tables + row.table_offset;
 
   const float* q_row = p.q + static_cast<int64_t>(row.q_row) * p.q_stride;
-  for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) {
+  auto load_q = [&](int idx) {
     const int i = idx / geo.dims_padded;
     const int d = idx - i * geo.dims_padded;
     q_s[idx] = d < geo.head_dim ? q_row[static_cast<int64_t>(head0 + i) * geo.head_dim + d] : 0.0f;
+  };
+  if constexpr (kEarly) {
+    if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
+#pragma unroll 4
+    for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) load_q(idx);
+  } else {
+    for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) load_q(idx);
   }
 
   float run_max[kHeadsPerWarp];
@@ -173,7 +182,9 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
     for (int c = 0; c < kDimsPerThread; ++c) acc[i][c] = 0.0f;
   }
 
-  if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
+  if constexpr (!kEarly) {
+    if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
+  }
   __syncthreads();
 
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
@@ -336,6 +347,17 @@ struct GateEpilogue {
 // (head_dim / 4 threads, whole 8-thread groups: one per int8 block), the combine's floats
 // (CombineDims, the same operations as CombineSplitsKernel's), times the gate, stored in place of
 // the combine's output and quantized: the floats and bytes HeadGateQ8Kernel makes of that output.
+// Dims 4v..4v+3 of head h of query row `q_row`, combined (o) and gated (gate logit `gate`): the
+// output floats and, with e.q8, the int8 rows.
+__device__ __forceinline__ void StoreGated(const KernelParams& p, const GateEpilogue& e, int q_row,
+                                           int h, int v, const float (&o)[4], float gate) {
+  const float s = Sigmoid(gate);
+  const float4 gated = make_float4(o[0] * s, o[1] * s, o[2] * s, o[3] * s);
+  const int64_t col = static_cast<int64_t>(h) * p.head_dim + 4 * v;
+  *reinterpret_cast<float4*>(p.out + static_cast<int64_t>(q_row) * p.out_stride + col) = gated;
+  if (e.q8.natural != nullptr) q8_quantize::StoreQ8Both(e.q8, q_row, col, gated);
+}
+
 __global__ void __launch_bounds__(kCombineThreads)
     CombineSplitsGateKernel(const KernelParams p, const GateEpilogue e) {
   __shared__ float weight_s[kPagedAttentionCudaMaxSplits];
@@ -346,16 +368,59 @@ __global__ void __launch_bounds__(kCombineThreads)
   const PagedAttentionCudaRow row = p.rows[w];
   float o[4];
   CombineDims<4>(p, p.part_acc + part0 * p.head_dim, weight_s, inv_total_s, v, o);
-  const float s = Sigmoid(e.gate[static_cast<int64_t>(row.q_row) * e.gate_stride + h]);
-  const float4 gated = make_float4(o[0] * s, o[1] * s, o[2] * s, o[3] * s);
-  const int64_t col = static_cast<int64_t>(h) * p.head_dim + 4 * v;
-  *reinterpret_cast<float4*>(p.out + static_cast<int64_t>(row.q_row) * p.out_stride + col) = gated;
-  if (e.q8.natural != nullptr) q8_quantize::StoreQ8Both(e.q8, row.q_row, col, gated);
+  StoreGated(p, e, row.q_row, h, v, o, e.gate[static_cast<int64_t>(row.q_row) * e.gate_stride + h]);
 }
 
-template <typename KvT, int kDimsPerThread, int kDim = 0>
+// CombineSplitsGateKernel for up to kEarlyCombineSplits splits (EarlyLoadsEnabled): every load
+// that does not wait for another - the row record, the thread's partials (one float4 per split,
+// held in registers), the split maxima and sums - is issued before any is used, and the gate
+// logit right after the row record, instead of a round trip each for the weights, the partials
+// and the gate. The same float operations in the same order as CombineDims: the same bytes.
+constexpr int kEarlyCombineSplits = 8;
+__global__ void __launch_bounds__(kCombineThreads)
+    CombineSplitsGateEarlyKernel(const KernelParams p, const GateEpilogue e) {
+  __shared__ float weight_s[kEarlyCombineSplits];
+  __shared__ float inv_total_s;
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t w = blockIdx.x / p.heads;
+  const int h = static_cast<int>(blockIdx.x % p.heads);
+  const int64_t part0 = (w * p.heads + h) * p.splits;
+  const int v = threadIdx.x;
+  const int per_head = p.head_dim / 4;
+  const bool active = v < per_head;  // whole 8-thread groups (head_dim % 32 == 0)
+  const PagedAttentionCudaRow row = p.rows[w];
+  const float4* acc = reinterpret_cast<const float4*>(p.part_acc + part0 * p.head_dim);
+  float4 a[kEarlyCombineSplits];
+#pragma unroll
+  for (int j = 0; j < kEarlyCombineSplits; ++j) {
+    if (active && j < p.splits) a[j] = __ldcg(acc + j * per_head + v);
+  }
+  const float gate = active ? e.gate[static_cast<int64_t>(row.q_row) * e.gate_stride + h] : 0.0f;
+  if (threadIdx.x < 32) {
+    const float inv_total =
+        SplitWeights(p.part_max + part0, p.part_sum + part0, p.splits, weight_s);
+    if (threadIdx.x == 0) inv_total_s = inv_total;
+  }
+  __syncthreads();
+  if (!active) return;
+  float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < kEarlyCombineSplits; ++j) {
+    if (j < p.splits) {
+      const float* x = reinterpret_cast<const float*>(&a[j]);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[c] += weight_s[j] * x[c];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < 4; ++c) o[c] *= inv_total_s;
+  StoreGated(p, e, row.q_row, h, v, o, gate);
+}
+
+template <typename KvT, int kDimsPerThread, int kDim = 0, bool kEarly = false>
 cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread, kDim>;
+  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread, kDim, kEarly>;
   if (smem > 48 * 1024) {  // beyond the default dynamic shared memory limit: opt in
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -363,6 +428,17 @@ cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream
   }
   LaunchWithPdl(kernel, grid, kThreads, smem, stream, p);
   return cudaGetLastError();
+}
+
+// The decode kernel's and the gated combine's early-load forms (PagedAttentionKernel<..., true>,
+// CombineSplitsGateEarlyKernel): on with STEPSERVE_ATTN_EARLY_LOADS=1 (read once); off until
+// measured on the H200 (written in session 17 after its device time ran out).
+bool EarlyLoadsEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_ATTN_EARLY_LOADS");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
 }
 
 // Head dim 128 (Step-3.5-Flash, the tiny presets' larger layers) with its geometry fixed at
@@ -378,7 +454,8 @@ bool FixedDimsEnabled() {
 template <typename KvT>
 cudaError_t LaunchForDims(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   if (p.head_dim == 128 && FixedDimsEnabled())
-    return LaunchMain<KvT, 1, 128>(p, grid, smem, stream);
+    return EarlyLoadsEnabled() ? LaunchMain<KvT, 1, 128, true>(p, grid, smem, stream)
+                               : LaunchMain<KvT, 1, 128>(p, grid, smem, stream);
   if (p.dims_padded <= kThreads) return LaunchMain<KvT, 1>(p, grid, smem, stream);
   if (p.dims_padded <= 2 * kThreads) return LaunchMain<KvT, 2>(p, grid, smem, stream);
   return LaunchMain<KvT, 4>(p, grid, smem, stream);  // head_dim <= kMaxAttentionHeadDim = 512
@@ -465,7 +542,10 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
         e.q8 = q8_quantize::MakeQ8Rows(a.q8_natural, a.q8_pair, a.heads * p.head_dim, a.q8_rows);
       }
       const int threads = (p.head_dim / 4 + 31) / 32 * 32;  // head_dim <= 512: <= 128
-      LaunchWithPdl(CombineSplitsGateKernel, combine_ctas, threads, 0, stream, p, e);
+      LaunchWithPdl(EarlyLoadsEnabled() && a.splits <= kEarlyCombineSplits
+                        ? CombineSplitsGateEarlyKernel
+                        : CombineSplitsGateKernel,
+                    combine_ctas, threads, 0, stream, p, e);
     } else {
       LaunchWithPdl(CombineSplitsKernel, combine_ctas, kCombineThreads, 0, stream, p);
     }
