@@ -343,10 +343,6 @@ struct GateEpilogue {
   q8_quantize::Q8Rows q8;  // natural == nullptr: no int8 rows
 };
 
-// The combine kernel with the head gate: one CTA per (row, head), thread v taking dims 4v..4v+3
-// (head_dim / 4 threads, whole 8-thread groups: one per int8 block), the combine's floats
-// (CombineDims, the same operations as CombineSplitsKernel's), times the gate, stored in place of
-// the combine's output and quantized: the floats and bytes HeadGateQ8Kernel makes of that output.
 // Dims 4v..4v+3 of head h of query row `q_row`, combined (o) and gated (gate logit `gate`): the
 // output floats and, with e.q8, the int8 rows.
 __device__ __forceinline__ void StoreGated(const KernelParams& p, const GateEpilogue& e, int q_row,
@@ -358,6 +354,10 @@ __device__ __forceinline__ void StoreGated(const KernelParams& p, const GateEpil
   if (e.q8.natural != nullptr) q8_quantize::StoreQ8Both(e.q8, q_row, col, gated);
 }
 
+// The combine kernel with the head gate: one CTA per (row, head), thread v taking dims 4v..4v+3
+// (head_dim / 4 threads, whole 8-thread groups: one per int8 block), the combine's floats
+// (CombineDims, the same operations as CombineSplitsKernel's), times the gate, stored in place of
+// the combine's output and quantized: the floats and bytes HeadGateQ8Kernel makes of that output.
 __global__ void __launch_bounds__(kCombineThreads)
     CombineSplitsGateKernel(const KernelParams p, const GateEpilogue e) {
   __shared__ float weight_s[kPagedAttentionCudaMaxSplits];
