@@ -189,6 +189,18 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
                      overlap_previous, stream);
 }
 
+// CTAs per SM the one-row kernel's register budget must allow (GemvQ8Kernel's kMinBlocks at one
+// activation row): 8, i.e. 64 registers. Q4_K spills 40 bytes under that cap (ptxas; the lean
+// one-row kernel IQ4_XS has instead runs uncapped at 55): -DSTEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS=N
+// builds the Q4_K one-row kernel for N instead - a compile-time A/B (bench/gpu/call-lib-h200.sh,
+// CALL_CMAKE_ARGS), not measured yet.
+template <class P>
+inline constexpr int kOneRowMinBlocks = 8;
+#ifdef STEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS
+template <>
+inline constexpr int kOneRowMinBlocks<PieceQ4_K> = STEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS;
+#endif
+
 // 2-4 activation rows of IQ4_XS through GemvQ8Kernel compiled for exactly that many (kExactRows)
 // unless STEPSERVE_GEMV_EXACT_ROWS=0 (then the R = 4 kernel with run-time row guards). Measured on
 // the H200 (45 layers IQ4_XS, ms per step at 2 / 3 / 4 / 8 streams; results-h200-v14.txt call 4):
@@ -245,7 +257,10 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
       return LaunchExactRows<P, false, 2, 2>(p, overlap_previous, stream);
     }
   }
-  if (p.rows == 1) return Launch<P, 1, 1, P::kDepth1>(p, overlap_previous, stream);
+  if (p.rows == 1) {
+    return Launch<P, 1, 1, P::kDepth1, false, false, kOneRowMinBlocks<P>>(p, overlap_previous,
+                                                                          stream);
+  }
   if (p.rows <= 4) return Launch<P, 4, 2, 2>(p, overlap_previous, stream);
   if (p.rows <= 8) return Launch<P, 8, 2, 2>(p, overlap_previous, stream);
   return Launch<P, 16, 2, 2>(p, overlap_previous, stream);

@@ -5,7 +5,8 @@
 # alone (no CUDA in the process) on this 16-core host, the thread-count determinism test 200x;
 # (2) the decode attention's early loads (STEPSERVE_ATTN_EARLY_LOADS=1, written after session 17's
 # device time ran out): attention_cuda_test with them, A/B at 1 / 2 / 4 streams, and the full
-# model test with them (also the order in which the CPU-side failures came).
+# model test with them (also the order in which the CPU-side failures came); (3) the Q4_K one-row
+# GEMV without its spills (compile-time A/B, Q4_K_M batch 1 / 2).
 #   (timeout 560 bash bench/gpu/calls/session18-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -20,6 +21,15 @@ call_test attention_cuda_test attention_early STEPSERVE_ATTN_EARLY_LOADS=1
 for round in 1 2; do
   call_ab 1,2,4 ""
   call_ab 1,2,4 "" STEPSERVE_ATTN_EARLY_LOADS=1
+done
+# (3) the Q4_K_M mix at batch 1: the Q4_K one-row GEMV spills 40 bytes under its 64-register cap;
+# a second tree builds it for 6 CTAs per SM (80 registers, no spills).
+CALL_BUILD=build-q4k CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS=6" \
+  call_build gemv_cuda_test bench_model || exit 1
+CALL_BUILD=build-q4k call_test gemv_cuda_test gemv_q4k
+for round in 1 2; do
+  CALL_RECIPE=q4_k_m call_ab 1,2 ""
+  CALL_BUILD=build-q4k CALL_RECIPE=q4_k_m call_ab 1,2 ""
 done
 model=$(call_model_file)
 call_test model_cuda_test model_early STEPSERVE_GPU_TEST_MODELS="$model" STEPSERVE_ATTN_EARLY_LOADS=1
