@@ -491,15 +491,26 @@ TEST_P(ModelCudaTest, TinyModelIsRunToRunDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(Recipes, ModelCudaTest, ::testing::Values("f32", "mix"));
 
+// The GGUF paths listed in STEPSERVE_GPU_TEST_MODELS (colon-separated); none when it is unset.
+std::vector<std::string> ModelsFromEnvironment() {
+  const char* list = std::getenv("STEPSERVE_GPU_TEST_MODELS");
+  if (list == nullptr) return {};
+  std::vector<std::string> paths;
+  for (absl::string_view path : absl::StrSplit(list, ':', absl::SkipEmpty())) {
+    paths.emplace_back(path);
+  }
+  return paths;
+}
+
 TEST(ModelCudaFilesTest, ModelsFromEnvironmentMatchCpu) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
-  const char* list = std::getenv("STEPSERVE_GPU_TEST_MODELS");
-  if (list == nullptr || list[0] == '\0') {
+  const std::vector<std::string> paths = ModelsFromEnvironment();
+  if (paths.empty()) {
     GTEST_SKIP() << "STEPSERVE_GPU_TEST_MODELS is not set (colon-separated GGUF paths)";
   }
-  for (absl::string_view path : absl::StrSplit(list, ':', absl::SkipEmpty())) {
-    SCOPED_TRACE(std::string(path));
-    CompareCudaWithCpu(std::string(path));
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    CompareCudaWithCpu(path);
   }
 }
 
@@ -539,14 +550,14 @@ TEST(ModelCudaHostTest, CudaLeavesTheHostFloatingPointModeAlone) {
 // bits every time, naming the runs that differ and by how much.
 TEST(ModelCudaFilesTest, ModelsFromEnvironmentAreRunToRunStable) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
-  const char* list = std::getenv("STEPSERVE_GPU_TEST_MODELS");
-  if (list == nullptr || list[0] == '\0') {
+  const std::vector<std::string> paths = ModelsFromEnvironment();
+  if (paths.empty()) {
     GTEST_SKIP() << "STEPSERVE_GPU_TEST_MODELS is not set (colon-separated GGUF paths)";
   }
-  for (absl::string_view path : absl::StrSplit(list, ':', absl::SkipEmpty())) {
-    SCOPED_TRACE(std::string(path));
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
     for (const auto& [backend, runs] : {std::pair<std::string, int>{"cuda", 24}, {"cpu", 4}}) {
-      Side side = Open(std::string(path), backend, 8);
+      Side side = Open(path, backend, 8);
       ASSERT_TRUE(side.kv) << backend;
       const int64_t vocab = side.model->n_vocab();
       const std::vector<int32_t> prompt = RandomTokens(kBlockSize, vocab, 101);  // the failed one
