@@ -44,7 +44,11 @@ void ThreadPool::WorkerLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      // A worker joins only a job whose caller is still waiting for it (body_ set). One that
+      // wakes after the caller closed the job must not join it: its chunk claims would land in
+      // the counter of the caller's next job and run a chunk of that job twice (seen on 2-16
+      // threads: in-place ops such as RoPE or the residual add then apply twice).
+      work_cv_.wait(lock, [&] { return stop_ || (generation_ != seen && body_ != nullptr); });
       if (stop_) return;
       seen = generation_;
       ++busy_workers_;
@@ -82,8 +86,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
   t_inside_parallel_for = true;
   RunChunks();
   t_inside_parallel_for = false;
-  // Workers that woke late may still be inside RunChunks; wait until all have left it so the
-  // job's fields stay valid for them.
+  // Workers that joined may still be inside RunChunks; wait until all have left it, then close
+  // the job under the same lock so no worker joins it from here on (see WorkerLoop).
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return busy_workers_ == 0; });
   body_ = nullptr;
