@@ -514,9 +514,9 @@ TEST(ModelCudaFilesTest, ModelsFromEnvironmentMatchCpu) {
   }
 }
 
-// The rare CPU-side mismatch (sessions 15-17: the rerun shows the CPU logits changed, the CUDA
-// ones not) suggests state that differs between the CPU reference's threads. A CUDA model load
-// and forward must leave the main thread's SSE control word as the process started with it.
+// A CUDA model load and forward must leave the main thread's SSE floating-point mode as the
+// process started with it: the CPU side of these comparisons runs in the same process. (Written
+// for the rare CPU-side mismatch of sessions 15-17, whose cause was the thread pool - session 18.)
 TEST(ModelCudaHostTest, CudaLeavesTheHostFloatingPointModeAlone) {
 #if defined(__x86_64__)
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
@@ -536,7 +536,11 @@ TEST(ModelCudaHostTest, CudaLeavesTheHostFloatingPointModeAlone) {
     ForwardOutput out;
     ASSERT_TRUE(cuda.model->Forward({&seq, 1}, *cuda.kv, &out).ok());
   }
-  EXPECT_EQ(_mm_getcsr(), g_mxcsr_at_start)
+  // Only the control bits (exception masks, rounding, flush-to-zero, denormals-are-zero) change
+  // results; the low six are sticky exception flags that any float work sets (session 18's first
+  // run: 0x1f80 -> 0x1fa2, denormal + precision flags, the mode unchanged).
+  constexpr unsigned kStatusFlags = 0x3f;
+  EXPECT_EQ(_mm_getcsr() & ~kStatusFlags, g_mxcsr_at_start & ~kStatusFlags)
       << std::hex << "MXCSR now 0x" << _mm_getcsr() << ", at start 0x" << g_mxcsr_at_start;
   std::filesystem::remove(path);
 #else
