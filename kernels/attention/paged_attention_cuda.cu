@@ -431,12 +431,14 @@ cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream
 }
 
 // The decode kernel's and the gated combine's early-load forms (PagedAttentionKernel<..., true>,
-// CombineSplitsGateEarlyKernel): on with STEPSERVE_ATTN_EARLY_LOADS=1 (read once); off until
-// measured on the H200 (written in session 17 after its device time ran out).
+// CombineSplitsGateEarlyKernel) unless STEPSERVE_ATTN_EARLY_LOADS=0 (read once). Measured on the
+// H200 (45 layers IQ4_XS, ms per step at 1 / 2 / 4 streams, two alternating pairs; session 18
+// call 1): 4.668 / 6.583 / 9.627 and 4.662 / 6.547 / 9.624 without, 4.608 / 6.510 / 9.542 and
+// 4.643 / 6.533 / 9.555 with.
 bool EarlyLoadsEnabled() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_ATTN_EARLY_LOADS");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   return on;
 }

@@ -191,15 +191,18 @@ cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stre
 
 // CTAs per SM the one-row kernel's register budget must allow (GemvQ8Kernel's kMinBlocks at one
 // activation row): 8, i.e. 64 registers. Q4_K spills 40 bytes under that cap (ptxas; the lean
-// one-row kernel IQ4_XS has instead runs uncapped at 55): -DSTEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS=N
-// builds the Q4_K one-row kernel for N instead - a compile-time A/B (bench/gpu/call-lib-h200.sh,
-// CALL_CMAKE_ARGS), not measured yet.
+// one-row kernel IQ4_XS has instead runs uncapped at 55), so its floor is 6 (80 registers, no
+// spills). Measured on the H200 (45 layers Q4_K_M mix, batch 1, alternating pairs; session 18
+// call 1): 5.922 / 5.922 ms per step at 8, 5.887 / 5.892 at 6; batch 2 equal (8.727-8.739).
+// -DSTEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS=N builds another floor for a compile-time A/B
+// (bench/gpu/call-lib-h200.sh, CALL_CMAKE_ARGS).
+#ifndef STEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS
+#define STEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS 6
+#endif
 template <class P>
 inline constexpr int kOneRowMinBlocks = 8;
-#ifdef STEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS
 template <>
 inline constexpr int kOneRowMinBlocks<PieceQ4_K> = STEPSERVE_Q4K_ONE_ROW_MIN_BLOCKS;
-#endif
 
 // 2-4 activation rows of IQ4_XS through GemvQ8Kernel compiled for exactly that many (kExactRows)
 // unless STEPSERVE_GEMV_EXACT_ROWS=0 (then the R = 4 kernel with run-time row guards). Measured on
