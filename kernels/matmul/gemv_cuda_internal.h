@@ -65,6 +65,13 @@ GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int
                           int64_t out, const float* x, int64_t x_stride, float* y,
                           int64_t y_stride);
 
+// Decode kernels whose weights do not depend on the kernel before them (the one-row IQ4_XS GEMV;
+// the MoE down + combine kernel, whose expert ids come from the router two launches back) load
+// their first weight blocks - and the down kernel all its rows into L2 - before the PDL wait
+// instead of after it. STEPSERVE_WEIGHTS_BEFORE_WAIT=1 turns it on (read once); off until
+// measured on the H200.
+bool WeightsBeforeWait();
+
 cudaError_t LaunchGemvF32x(GgmlType type, const GemvParams& p, cudaStream_t stream);
 
 // Writes xq / xd from x for p.rows rows of p.in values (p.in a multiple of 32).

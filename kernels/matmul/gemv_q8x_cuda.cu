@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // --quick 4096x12288 / 12288x4096): 16.50 / 15.69 -> 16.28 / 14.09 us; 45-layer decode batch 1
 // 7.597 -> 7.364 ms. Lifting the generic kernel's 64-register cap instead (1 or 2 rows per warp,
 // depth 2 or 4) gained 15.2-15.3 / 15.0-15.1 us and 7.48-7.50 ms, so those variants were dropped.
-template <int D, bool kRowLoop = false>
+// kEarly (WeightsBeforeWait): the first row's ring of raw blocks is loaded before the PDL wait.
+template <int D, bool kRowLoop = false, bool kEarly = false>
 __global__ void __launch_bounds__(kThreads)
     GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
   using P = OneRowPiece<PieceIQ4_XS>;
@@ -105,17 +106,21 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane / P::kLanes, ib = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
   PrefetchRows<1>(p, p.w, o_first, lane);
+  typename P::Raw ring[D];
+  const auto load_ring = [&](const uint8_t* wp) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      if (g + k * kGroups < nb) ring[k] = P::LoadRaw(wp + k * kGroups * P::kBytes, ib);
+    }
+  };
+  if constexpr (kEarly) load_ring(p.w + o_first * p.w_row_bytes + g * P::kBytes);
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   for (int64_t o = o_first; o < p.out; o += o_stride) {
     const uint8_t* wp = p.w + o * p.w_row_bytes + g * P::kBytes;
     const int8_t* xp = p.xq + g * P::kElems + 32 * ib;
     const float2* dp = p.xd + g * (P::kElems / 32) + ib;
-    typename P::Raw ring[D];
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      if (g + k * kGroups < nb) ring[k] = P::LoadRaw(wp + k * kGroups * P::kBytes, ib);
-    }
+    if (!kEarly || o != o_first) load_ring(wp);
     float acc = 0.0f;
     for (int b0 = g; b0 < nb; b0 += D * kGroups) {
 #pragma unroll
@@ -217,6 +222,14 @@ bool GemvExactRows() {
   return on;
 }
 
+bool WeightsBeforeWait() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_WEIGHTS_BEFORE_WAIT");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
 // The exact-rows kernels for 2..4 rows (IQ4_XS; short rows: one row per lane group).
 template <class P, bool kShort, int NR, int D>
 cudaError_t LaunchExactRows(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
@@ -250,11 +263,15 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   }
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (p.rows == 1) {
+      const bool early = WeightsBeforeWait();
       if (const int64_t cap = OneRowMaxCtas(); cap > 0 && cap * kWarpsPerBlock < p.out) {
-        return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1, true>, p, 1, overlap_previous,
-                                 stream, cap);
+        return LaunchWarpRows<1>(early ? GemvIq4XsOneRowKernel<P::kDepth1, true, true>
+                                       : GemvIq4XsOneRowKernel<P::kDepth1, true>,
+                                 p, 1, overlap_previous, stream, cap);
       }
-      return LaunchWarpRows<1>(GemvIq4XsOneRowKernel<P::kDepth1>, p, 1, overlap_previous, stream);
+      return LaunchWarpRows<1>(early ? GemvIq4XsOneRowKernel<P::kDepth1, false, true>
+                                     : GemvIq4XsOneRowKernel<P::kDepth1>,
+                               p, 1, overlap_previous, stream);
     }
     if (p.rows <= 4 && GemvExactRows()) {
       return LaunchExactRows<P, false, 2, 2>(p, overlap_previous, stream);

@@ -239,8 +239,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (o >= p.out) return;
-  WaitForPrimaryGrid();  // the gate/up kernel's int8 activations
-  AllowDependentLaunch();
+  const bool early = a.weights_before_wait;
+  if (!early) {
+    WaitForPrimaryGrid();  // the gate/up kernel's int8 activations
+    AllowDependentLaunch();
+  }
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
   const int per_token = a.routed + (a.shared_down != nullptr ? 1 : 0);
@@ -277,6 +280,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   };
   const Cursor first{g, g / nb, g - (g / nb) * nb};
   Cursor load = first, use = first;
+  if (early) {  // every slot's row into L2: one 128-byte line per lane and step
+    const int row_bytes = nb * P::kBytes;
+    const int lines = (row_bytes + 127) / 128 + 1;  // + 1: a row need not start on a line
+    const int slots = shared_slot + (a.shared_down != nullptr ? 1 : 0);
+    for (int i = lane; i < slots * lines; i += 32) {
+      const int slot = i / lines;
+      const int off = min((i - slot * lines) * 128, row_bytes - 1);
+      if (const uint8_t* row = row_block(Cursor{0, slot, 0})) PrefetchL2(row + off);
+    }
+  }
   typename P::Raw ring[D];
   bool loaded[D];  // the ring slot holds a block (false: an expert id out of range)
   // The next item's block into a ring slot, then the load cursor one item on.
@@ -292,6 +305,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   };
 #pragma unroll
   for (int k = 0; k < D; ++k) load_next(ring[k], loaded[k]);
+  if (early) {
+    WaitForPrimaryGrid();  // the gate/up kernel's int8 activations
+    AllowDependentLaunch();
+  }
   float acc[kAcc];
 #pragma unroll
   for (int r = 0; r < kAcc; ++r) acc[r] = 0.f;
@@ -376,7 +393,8 @@ template <class P>
 inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 
 template <class P>
-cudaError_t LaunchDownTyped(const ExpertDownParams& a, cudaStream_t stream) {
+cudaError_t LaunchDownTyped(ExpertDownParams a, cudaStream_t stream) {
+  a.weights_before_wait = WeightsBeforeWait();
   const unsigned x = static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (SharedOnce(a.shared_down, a.tokens)) {
     return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, true>, dim3(x), dim3(kThreads),

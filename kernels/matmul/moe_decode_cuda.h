@@ -81,6 +81,9 @@ struct ExpertDownParams {
   // type.
   const uint8_t* shared_down;
   int64_t shared_down_row_bytes;
+  // Set by the launcher from WeightsBeforeWait(): the warp's rows into L2 and its first blocks
+  // into registers before the PDL wait (the ids were written two launches back, by the router).
+  bool weights_before_wait;
 };
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream);
 
