@@ -222,14 +222,6 @@ bool GemvExactRows() {
   return on;
 }
 
-bool WeightsBeforeWait() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_WEIGHTS_BEFORE_WAIT");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
-}
-
 // The exact-rows kernels for 2..4 rows (IQ4_XS; short rows: one row per lane group).
 template <class P, bool kShort, int NR, int D>
 cudaError_t LaunchExactRows(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
@@ -287,6 +279,14 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
 }
 
 }  // namespace
+
+bool WeightsBeforeWait() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_WEIGHTS_BEFORE_WAIT");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
 
 cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaStream_t stream) {
   const int64_t threads = p.in / 4 * p.rows;
