@@ -68,9 +68,16 @@ GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int
 // Decode kernels whose weights do not depend on the kernel before them (the one-row IQ4_XS GEMV;
 // the MoE down + combine kernel, whose expert ids come from the router two launches back) load
 // their first weight blocks - and the down kernel all its rows into L2 - before the PDL wait
-// instead of after it. STEPSERVE_WEIGHTS_BEFORE_WAIT=1 turns it on (read once); off until
-// measured on the H200.
-bool WeightsBeforeWait();
+// instead of after it, for the uses whose bit is set in STEPSERVE_WEIGHTS_BEFORE_WAIT (read once):
+// kEarlyOneRowGemv, kEarlyDownOneToken, kEarlyDownTokens (2-4 tokens). Default: none until
+// measured on the H200 (session 18: all three, batch 1 4.62 -> 4.52 ms, 2 and 4 streams 0.5%
+// slower).
+enum EarlyWeights : int {
+  kEarlyOneRowGemv = 1,
+  kEarlyDownOneToken = 2,
+  kEarlyDownTokens = 4,
+};
+bool WeightsBeforeWait(EarlyWeights use);
 
 cudaError_t LaunchGemvF32x(GgmlType type, const GemvParams& p, cudaStream_t stream);
 

@@ -255,7 +255,7 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   }
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (p.rows == 1) {
-      const bool early = WeightsBeforeWait();
+      const bool early = WeightsBeforeWait(kEarlyOneRowGemv);
       if (const int64_t cap = OneRowMaxCtas(); cap > 0 && cap * kWarpsPerBlock < p.out) {
         return LaunchWarpRows<1>(early ? GemvIq4XsOneRowKernel<P::kDepth1, true, true>
                                        : GemvIq4XsOneRowKernel<P::kDepth1, true>,
@@ -280,12 +280,12 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
 
 }  // namespace
 
-bool WeightsBeforeWait() {
-  static const bool on = [] {
+bool WeightsBeforeWait(EarlyWeights use) {
+  static const int mask = [] {
     const char* v = std::getenv("STEPSERVE_WEIGHTS_BEFORE_WAIT");
-    return v != nullptr && v[0] == '1';
+    return v != nullptr ? std::atoi(v) : 0;
   }();
-  return on;
+  return (mask & use) != 0;
 }
 
 cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaStream_t stream) {

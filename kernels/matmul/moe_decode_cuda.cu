@@ -394,7 +394,7 @@ inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 
 template <class P>
 cudaError_t LaunchDownTyped(ExpertDownParams a, cudaStream_t stream) {
-  a.weights_before_wait = WeightsBeforeWait();
+  a.weights_before_wait = WeightsBeforeWait(a.tokens == 1 ? kEarlyDownOneToken : kEarlyDownTokens);
   const unsigned x = static_cast<unsigned>((a.p.out + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (SharedOnce(a.shared_down, a.tokens)) {
     return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, true>, dim3(x), dim3(kThreads),
