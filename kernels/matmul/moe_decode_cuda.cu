@@ -5,6 +5,7 @@
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/common/pdl.cuh"
@@ -414,6 +415,8 @@ cudaError_t DispatchPiece(GgmlType type, Launch launch) {
       return launch(PieceQ4_K{});
     case GgmlType::kQ5_K:
       return launch(PieceQ5_K{});
+    case GgmlType::kQ6_K:
+      return launch(PieceQ6_K{});
     case GgmlType::kIQ4_XS:
       return launch(PieceIQ4_XS{});
     default:
@@ -423,9 +426,21 @@ cudaError_t DispatchPiece(GgmlType type, Launch launch) {
 
 }  // namespace
 
+// Q6_K in the two kernels with STEPSERVE_MOE_DECODE_Q6K=1 (read once); off until measured on the
+// H200. Why not always: for one dense 41 MB matrix the streamed GEMV beats the warp-per-row Q6_K
+// decode (24-27 vs 30-34 us); but a layer whose down matrices are Q6_K (the Q4_K_M files' more-bits
+// layers) then also runs a combine launch and its shared expert as three more GEMVs.
+bool FusedQ6K() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_MOE_DECODE_Q6K");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
 bool ExpertDecodeFusedSupports(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
-         type == GgmlType::kIQ4_XS;
+         type == GgmlType::kIQ4_XS || (type == GgmlType::kQ6_K && FusedQ6K());
 }
 
 cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, cudaStream_t stream) {

@@ -421,9 +421,14 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 7.0f, 3},
                       DecodeParam{GgmlType::kQ5_K, GgmlType::kQ5_K, 512, 256, 7.0f, 2},
                       DecodeParam{GgmlType::kQ8_0, GgmlType::kQ8_0, 544, 96, 0.5f, 1},
-                      // Q6_K down: gate/up fused, the down GEMV (streamed) reads their int8 rows.
+                      // Q6_K down (the Q4_K_M files' more-bits layers): gate/up fused, the down
+                      // GEMV (streamed) reads their int8 rows - or with STEPSERVE_MOE_DECODE_Q6K=1
+                      // the down + combine kernel (4 tokens: the shared expert's Q6_K rows decoded
+                      // once for all; Q6_K gate and up).
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f, 1},
-                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 2}));
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 2},
+                      DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 7.0f, 4},
+                      DecodeParam{GgmlType::kQ6_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 3}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;
@@ -516,7 +521,7 @@ TEST(MoeGemvCudaValidateTest, DecodeTokenLimitAndSharedExpert) {
   EXPECT_TRUE(MoeGemvCudaTakesShared(kIq4, kIq4, 2, 1280));
   EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 3, 1280));  // past the limit
   EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 1, 1296));  // n_ff not in 32-row blocks
-  EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, GgmlType::kQ6_K, 1, 1280));  // down not decoded
+  EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, GgmlType::kQ2_K, 1, 1280));  // down not decoded
   EXPECT_TRUE(MoeGemvCudaTakesShared(GgmlType::kQ4_K, GgmlType::kQ5_K, 1, 1280));
   {
     const DecodeFusedScope off(0);
