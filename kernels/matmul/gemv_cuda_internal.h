@@ -69,9 +69,10 @@ GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int
 // the MoE down + combine kernel, whose expert ids come from the router two launches back) load
 // their first weight blocks - and the down kernel all its rows into L2 - before the PDL wait
 // instead of after it, for the uses whose bit is set in STEPSERVE_WEIGHTS_BEFORE_WAIT (read once):
-// kEarlyOneRowGemv, kEarlyDownOneToken, kEarlyDownTokens (2-4 tokens). Default: none until
-// measured on the H200 (session 18: all three, batch 1 4.62 -> 4.52 ms, 2 and 4 streams 0.5%
-// slower).
+// kEarlyOneRowGemv, kEarlyDownOneToken, kEarlyDownTokens (2-4 tokens). Default 3, the first two.
+// Measured on the H200 (45 layers IQ4_XS, ms per step, session 18): batch 1 4.607 / 4.618 with
+// none, 4.517 / 4.548 with 1, 4.593 / 4.572 with 2, 4.493 / 4.490 with 3 (call 4); with all three
+// (7) 2 / 4 streams were 0.3-0.8% slower than with none (call 3), so 4 stays off.
 enum EarlyWeights : int {
   kEarlyOneRowGemv = 1,
   kEarlyDownOneToken = 2,

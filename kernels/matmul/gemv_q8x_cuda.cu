@@ -283,7 +283,7 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
 bool WeightsBeforeWait(EarlyWeights use) {
   static const int mask = [] {
     const char* v = std::getenv("STEPSERVE_WEIGHTS_BEFORE_WAIT");
-    return v != nullptr ? std::atoi(v) : 0;
+    return v != nullptr ? std::atoi(v) : kEarlyOneRowGemv | kEarlyDownOneToken;
   }();
   return (mask & use) != 0;
 }

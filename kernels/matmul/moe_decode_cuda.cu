@@ -426,14 +426,16 @@ cudaError_t DispatchPiece(GgmlType type, Launch launch) {
 
 }  // namespace
 
-// Q6_K in the two kernels with STEPSERVE_MOE_DECODE_Q6K=1 (read once); off until measured on the
-// H200. Why not always: for one dense 41 MB matrix the streamed GEMV beats the warp-per-row Q6_K
-// decode (24-27 vs 30-34 us); but a layer whose down matrices are Q6_K (the Q4_K_M files' more-bits
-// layers) then also runs a combine launch and its shared expert as three more GEMVs.
+// Q6_K in the two kernels unless STEPSERVE_MOE_DECODE_Q6K=0 (read once). For one dense 41 MB matrix
+// the streamed GEMV beats the warp-per-row Q6_K decode (24-27 vs 30-34 us), but a layer whose down
+// matrices are Q6_K (the Q4_K_M files' more-bits layers) would then also run a combine launch and
+// its shared expert as three more GEMVs. Measured on the H200 (45 layers Q4_K_M mix, ms per step
+// at 1 / 2 streams, session 18 call 4, two alternating pairs): 5.869 / 8.690 and 5.888 / 8.716
+// without, 5.639 / 7.801 and 5.643 / 7.816 with.
 bool FusedQ6K() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_MOE_DECODE_Q6K");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   return on;
 }

@@ -38,8 +38,8 @@ __device__ __forceinline__ float ExpertSwiGlu(float g, float u, float limit, boo
 }
 #endif
 
-// Types the two kernels decode (the warp-per-row pieces; Q6_K only with STEPSERVE_MOE_DECODE_Q6K=1,
-// otherwise it keeps the streamed GEMV).
+// Types the two kernels decode (the warp-per-row pieces; with STEPSERVE_MOE_DECODE_Q6K=0 Q6_K keeps
+// the streamed GEMV).
 bool ExpertDecodeFusedSupports(GgmlType type);
 
 struct ExpertGateUpParams {

@@ -421,10 +421,10 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ4_K, 768, 512, 7.0f, 3},
                       DecodeParam{GgmlType::kQ5_K, GgmlType::kQ5_K, 512, 256, 7.0f, 2},
                       DecodeParam{GgmlType::kQ8_0, GgmlType::kQ8_0, 544, 96, 0.5f, 1},
-                      // Q6_K down (the Q4_K_M files' more-bits layers): gate/up fused, the down
-                      // GEMV (streamed) reads their int8 rows - or with STEPSERVE_MOE_DECODE_Q6K=1
-                      // the down + combine kernel (4 tokens: the shared expert's Q6_K rows decoded
-                      // once for all; Q6_K gate and up).
+                      // Q6_K down (the Q4_K_M files' more-bits layers) through the down + combine
+                      // kernel (4 tokens: the shared expert's Q6_K rows decoded once for all; Q6_K
+                      // gate and up) - or with STEPSERVE_MOE_DECODE_Q6K=0 gate/up fused and the
+                      // streamed down GEMV reading their int8 rows.
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f, 1},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 2},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 7.0f, 4},
