@@ -405,27 +405,6 @@ cudaError_t LaunchDownTyped(ExpertDownParams a, cudaStream_t stream) {
                        dim3(x, static_cast<unsigned>(a.tokens)), dim3(kThreads), 0, stream, a);
 }
 
-// launch(P{}) for the piece decoding `type`: the types of ExpertDecodeFusedSupports.
-template <class Launch>
-cudaError_t DispatchPiece(GgmlType type, Launch launch) {
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return launch(PieceQ8_0{});
-    case GgmlType::kQ4_K:
-      return launch(PieceQ4_K{});
-    case GgmlType::kQ5_K:
-      return launch(PieceQ5_K{});
-    case GgmlType::kQ6_K:
-      return launch(PieceQ6_K{});
-    case GgmlType::kIQ4_XS:
-      return launch(PieceIQ4_XS{});
-    default:
-      return cudaErrorNotSupported;
-  }
-}
-
-}  // namespace
-
 // Q6_K in the two kernels unless STEPSERVE_MOE_DECODE_Q6K=0 (read once). For one dense 41 MB matrix
 // the streamed GEMV beats the warp-per-row Q6_K decode (24-27 vs 30-34 us), but a layer whose down
 // matrices are Q6_K (the Q4_K_M files' more-bits layers) would then also run a combine launch and
@@ -440,6 +419,8 @@ bool FusedQ6K() {
   return on;
 }
 
+}  // namespace
+
 bool ExpertDecodeFusedSupports(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
          type == GgmlType::kIQ4_XS || (type == GgmlType::kQ6_K && FusedQ6K());
@@ -451,14 +432,14 @@ cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, cudaS
       a.counters == nullptr) {
     return cudaErrorInvalidValue;
   }
-  return DispatchPiece(type,
-                       [&](auto piece) { return LaunchGateUpTyped<decltype(piece)>(a, stream); });
+  return WithQ8xPiece(type,
+                      [&](auto piece) { return LaunchGateUpTyped<decltype(piece)>(a, stream); });
 }
 
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream) {
   if (a.routed < 1 || a.tokens < 1 || a.tokens > kMaxSharedTokens) return cudaErrorInvalidValue;
-  return DispatchPiece(type,
-                       [&](auto piece) { return LaunchDownTyped<decltype(piece)>(a, stream); });
+  return WithQ8xPiece(type,
+                      [&](auto piece) { return LaunchDownTyped<decltype(piece)>(a, stream); });
 }
 
 }  // namespace stepserve::kernels::gemv_internal
