@@ -131,10 +131,9 @@ double CompareRows(const std::vector<float>& cuda, const std::vector<float>& cpu
   return worst;
 }
 
-// After a decode step whose logits broke the bound: runs that step again on both sides (the same
-// token at the same position writes the same K / V slot again, so the rerun sees the same context)
-// and reports which side's logits changed - the rare mismatch (docs/cuda-engine.md, sessions 15-16)
-// is then attributed to the backend that is not run-to-run stable, or to neither.
+// After a step whose logits broke the bound: runs it again on both sides (the same tokens at the
+// same positions write the same K / V slots, so the rerun sees the same context) and reports which
+// side's logits changed (sessions 15-17: the CPU's - its thread pool, fixed in session 18).
 void ReportRerun(Side& cpu, Side& cuda, const BatchSequence& cpu_step,
                  const BatchSequence& cuda_step, const ForwardOutput& want,
                  const ForwardOutput& got, int64_t vocab, const std::string& what) {
@@ -514,9 +513,8 @@ TEST(ModelCudaFilesTest, ModelsFromEnvironmentMatchCpu) {
   }
 }
 
-// A CUDA model load and forward must leave the main thread's SSE floating-point mode as the
-// process started with it: the CPU side of these comparisons runs in the same process. (Written
-// for the rare CPU-side mismatch of sessions 15-17, whose cause was the thread pool - session 18.)
+// A CUDA load and forward must leave the main thread's SSE floating-point mode as it was: the CPU
+// side of these comparisons runs in the same process.
 TEST(ModelCudaHostTest, CudaLeavesTheHostFloatingPointModeAlone) {
 #if defined(__x86_64__)
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
@@ -536,9 +534,8 @@ TEST(ModelCudaHostTest, CudaLeavesTheHostFloatingPointModeAlone) {
     ForwardOutput out;
     ASSERT_TRUE(cuda.model->Forward({&seq, 1}, *cuda.kv, &out).ok());
   }
-  // Only the control bits (exception masks, rounding, flush-to-zero, denormals-are-zero) change
-  // results; the low six are sticky exception flags that any float work sets (session 18's first
-  // run: 0x1f80 -> 0x1fa2, denormal + precision flags, the mode unchanged).
+  // The mode bits, not the low six: sticky exception flags that any float work sets (session 18:
+  // 0x1f80 -> 0x1fa2, the denormal and precision flags).
   constexpr unsigned kStatusFlags = 0x3f;
   EXPECT_EQ(_mm_getcsr() & ~kStatusFlags, g_mxcsr_at_start & ~kStatusFlags)
       << std::hex << "MXCSR now 0x" << _mm_getcsr() << ", at start 0x" << g_mxcsr_at_start;
@@ -548,10 +545,9 @@ TEST(ModelCudaHostTest, CudaLeavesTheHostFloatingPointModeAlone) {
 #endif
 }
 
-// The file comparison failed once at a 16-token prefill (session 17, call 1: rows 0 and 1 at
-// 0.15 / 0.18 against a bound of 2e-3) and passed on the runs after. This repeats that prefill on
-// each backend alone - 24 times on the GPU, 4 on the CPU, one model load each - and wants the same
-// bits every time, naming the runs that differ and by how much.
+// The 16-token prefill of session 17's one file-comparison failure, on each backend alone - 24
+// times on the GPU, 4 on the CPU, one model load each - the same bits every time, naming the runs
+// that differ and by how much.
 TEST(ModelCudaFilesTest, ModelsFromEnvironmentAreRunToRunStable) {
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
   const std::vector<std::string> paths = ModelsFromEnvironment();
