@@ -14,8 +14,11 @@
 // its completion (~1 us a kernel, ~40 kernels a layer at batch 1). Waiting before anything else
 // keeps plain stream-order semantics: a grid completes only after the one before it completed,
 // so every earlier grid's writes are visible once WaitForPrimaryGrid returns. The only reads
-// allowed before it are of data no kernel writes (weights). STEPSERVE_PDL=0 in the environment
-// launches everything in plain stream order (for A/B runs).
+// allowed before it are of data no kernel writes (weights) and - one documented exception - data
+// written two launches back when the kernel in between waits before it allows its dependent:
+// then that writer completed before this grid could launch (the MoE down + combine kernel reads
+// the router's expert ids this way; ExpertGateUpKernel must keep its wait first). STEPSERVE_PDL=0
+// in the environment launches everything in plain stream order (for A/B runs).
 #ifndef STEPSERVE_KERNELS_COMMON_PDL_CUH_
 #define STEPSERVE_KERNELS_COMMON_PDL_CUH_
 

@@ -171,7 +171,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int k = static_cast<int>(blockIdx.y);
   const int per_token = a.routed + (a.shared_gate != nullptr ? 1 : 0);
   if (o_first >= p.out) return;  // never with n_ff % 32 == 0 (the launch's grid is exact)
-  // The router that writes the ids and the norm / quantizer that writes x's int8 form.
+  // The router that writes the ids and the norm / quantizer that writes x's int8 form. The wait
+  // stays before AllowDependentLaunch: the down kernel reads the router's ids before its own wait
+  // (WeightsBeforeWait), which is sound only while the router completes before it can launch.
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   if constexpr (kMode == kSharedOnce) {
