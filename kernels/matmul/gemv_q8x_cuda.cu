@@ -42,10 +42,13 @@ namespace {
 // 4096-row matrix is one wave only at >= 8 blocks per SM, so registers are capped at 64 there.
 // kMinBlocks: the CTAs per SM the register budget must allow (8: at most 64 registers).
 // kExactRows: p.rows == R, known at compile time (no per-row guards; GemvExactRows).
+// kEarly (WeightsBeforeWait, plain long rows only): the first ring of weight words is loaded
+// before the PDL wait (AccumulateRows' kWaitAfterRing).
 template <class P, int R, int NR, int D, bool kIndexed, bool kShort,
-          int kMinBlocks = R == 1 ? 8 : 1, bool kExactRows = false>
+          int kMinBlocks = R == 1 ? 8 : 1, bool kExactRows = false, bool kEarly = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8Kernel(const __grid_constant__ GemvParams p) {
+  static_assert(!kEarly || (!kIndexed && !kShort), "early weights: plain long rows only");
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
   const int lane = threadIdx.x & 31;
   const int64_t o0 =
@@ -70,8 +73,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     y_row0 = g;
   }
   PrefetchRows<kRows>(p, w, o0, lane);
-  WaitForPrimaryGrid();
-  AllowDependentLaunch();
+  if constexpr (!kEarly) {
+    WaitForPrimaryGrid();
+    AllowDependentLaunch();
+  }
   int x_rows[R];
   int64_t y_rows[R];
 #pragma unroll
@@ -79,7 +84,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     x_rows[r] = x_row0 + r;
     y_rows[r] = y_row0 + r;
   }
-  DotAndStore<P, R, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, kExactRows ? R : p.rows);
+  DotAndStore<P, R, NR, D, kShort, kEarly>(p, w, o0, lane, x_rows, y_rows, kExactRows ? R : p.rows);
 }
 
 // The one-row IQ4_XS GEMV (the batch-1 decode's kernel for most IQ4_XS matrices): the per-lane
@@ -185,13 +190,13 @@ int64_t OneRowMaxCtas() {
 }
 
 template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false,
-          int kMinBlocks = R == 1 ? 8 : 1, bool kExactRows = false>
+          int kMinBlocks = R == 1 ? 8 : 1, bool kExactRows = false, bool kEarly = false>
 cudaError_t Launch(const GemvParams& p, bool overlap_previous, cudaStream_t stream,
                    int64_t groups = 1) {
   return LaunchWarpRows < kShort
              ? kShortRowsPerWarp<P>
-             : NR > (GemvQ8Kernel<P, R, NR, D, kIndexed, kShort, kMinBlocks, kExactRows>, p, groups,
-                     overlap_previous, stream);
+             : NR > (GemvQ8Kernel<P, R, NR, D, kIndexed, kShort, kMinBlocks, kExactRows, kEarly>, p,
+                     groups, overlap_previous, stream);
 }
 
 // CTAs per SM the one-row kernel's register budget must allow (GemvQ8Kernel's kMinBlocks at one
@@ -270,6 +275,10 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
     }
   }
   if (p.rows == 1) {
+    if (WeightsBeforeWait(kEarlyOneRowOther)) {
+      return Launch<P, 1, 1, P::kDepth1, false, false, kOneRowMinBlocks<P>, false, true>(
+          p, overlap_previous, stream);
+    }
     return Launch<P, 1, 1, P::kDepth1, false, false, kOneRowMinBlocks<P>>(p, overlap_previous,
                                                                           stream);
   }

@@ -12,7 +12,9 @@
 // of raw weight words in flight per warp (a register ring indexed only by unrolled constants);
 // each step decodes the oldest slot, refills it with the step D ahead, then does the arithmetic,
 // so HBM latency overlaps D - 1 steps of work. Rows past `out` re-read the last row.
-template <class P, int R, int NR, int D>
+// kWaitAfterRing: the caller has not waited for the previous kernel yet; the first ring of weight
+// words is loaded before the PDL wait (WeightsBeforeWait), which then happens here.
+template <class P, int R, int NR, int D, bool kWaitAfterRing = false>
 __device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_t* w, int64_t o0,
                                                int lane, const int (&x_rows)[R], int n_rows,
                                                float (&acc)[NR][R]) {
@@ -32,6 +34,10 @@ __device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_
     for (int n = 0; n < NR; ++n) {
       if (bk < nb) ring[k][n] = P::LoadRaw(rows[n] + bk * P::kBytes, c);
     }
+  }
+  if constexpr (kWaitAfterRing) {
+    WaitForPrimaryGrid();
+    AllowDependentLaunch();
   }
   for (int64_t b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
 #pragma unroll
@@ -135,11 +141,13 @@ __device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)
 }
 
 // The warp's rows with either mapping (NR is unused when short). With one activation row the
-// blocks decode through OneRowPiece (the same bits).
-template <class P, int R, int NR, int D, bool kShort>
+// blocks decode through OneRowPiece (the same bits). kWaitAfterRing: see AccumulateRows (long rows
+// only).
+template <class P, int R, int NR, int D, bool kShort, bool kWaitAfterRing = false>
 __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
                                             int lane, const int (&x_rows)[R],
                                             const int64_t (&y_rows)[R], int n_rows) {
+  static_assert(!(kShort && kWaitAfterRing), "the short-row mapping waits before its ring");
   using PD = std::conditional_t<R == 1, OneRowPiece<P>, P>;
   if constexpr (kShort) {
     float acc[R] = {};
@@ -147,7 +155,7 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};
-    AccumulateRows<PD, R, NR, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    AccumulateRows<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
     StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
   }
 }

@@ -83,6 +83,13 @@ inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
   return static_cast<int>(emu::ShflXor(static_cast<uint32_t>(v), lane_mask));
 }
 inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset(p); }
+// Compiled in with gemv_q8x_cuda.cu's activation quantizer, which no harness runs (it shuffles
+// within 8-lane groups): a call fails.
+inline unsigned __shfl_down_sync(unsigned, unsigned, unsigned, int) {
+  emu::Fail("__shfl_down_sync is not emulated");
+  return 0;
+}
+inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 
 // prmt.b32 generic mode (what __byte_perm compiles to): selector nibble n of the low 16 bits of s;
 // its 3 lsbs pick one of the 8 bytes {y, x}; its msb replicates the picked byte's sign (PTX ISA,

@@ -14,13 +14,15 @@ case $2 in
   matmul/gemm_grouped_f16_cuda.cu) default_test=test_f16 ;;
   matmul/gemv_mma_cuda.cu) default_test=test_gemv_mma ;;
   matmul/gemv_q8x_grouped_cuda.cu | matmul/gemv_q8x_rows.cuh) default_test=test_gemv_grouped ;;
+  matmul/gemv_q8x_cuda.cu) default_test=test_gemv_one_row ;;
   *) default_test=test ;;
 esac
 test=${EMU_TEST:-$default_test}
 rm -rf "$work" && mkdir -p "$work"
 python3 "$here/transform.py" "$work/shadow" "$2" "$3" "$4" || { echo "$1: TRANSFORM FAILED"; exit 1; }
 g++ -std=c++20 -O1 -ffp-contract=off -w ${EMU_CXXFLAGS:-} -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \
-  "$here/$test.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" -o "$work/emu" \
+  "$here/$test.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" \
+  "$root/engine/quant/quant_iq.cc" "$root/engine/quant/quant_tables.cc" -o "$work/emu" \
   2>"$work/build.log" ||
   { echo "$1: BUILD FAILED"; head -5 "$work/build.log"; exit 1; }
 res=""

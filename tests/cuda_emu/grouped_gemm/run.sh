@@ -3,8 +3,10 @@
 # (kernels/matmul/gemm_grouped_mma_cuda.cu, int8, 128 threads; test.cc) and
 # GemmF16Iq4XsGroupedKernel with its activation converter (gemm_grouped_f16_cuda.cu, F16, 256
 # threads; test_f16.cc); also the tensor-core GEMV, plain and wide (gemv_mma_cuda.cu;
-# test_gemv_mma.cc), and the grouped dp4a GEMV (gemv_q8x_grouped_cuda.cu; test_gemv_grouped.cc). The real kernel sources with their inline-asm wrappers (mma.sync,
-# cp.async, cvt, f16x2 arithmetic) replaced by emulated ones (emu_cuda.*), a CTA's threads as
+# test_gemv_mma.cc), the grouped dp4a GEMV (gemv_q8x_grouped_cuda.cu; test_gemv_grouped.cc) and
+# the one-row GEMVs (gemv_q8x_cuda.cu; test_gemv_one_row.cc). The real kernel sources with their
+# inline-asm wrappers (mma.sync, cp.async, cvt, f16x2 arithmetic) replaced by emulated ones
+# (emu_cuda.*), a CTA's threads as
 # coroutines in shuffled orders, cp.async landing at issue or at the wait. No GPU needed (CUDA
 # headers only). A check of indexing, fragment mapping and barriers before device time is spent,
 # not of speed or of the hardware's own MMA.
@@ -16,17 +18,28 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-$(mktemp -d)}
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
-tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped}
+tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped test_gemv_one_row}
+quant_sources=("$root/engine/quant/quant_k.cc" "$root/engine/quant/quant_iq.cc"
+  "$root/engine/quant/quant_tables.cc")
 python3 "$here/transform.py" "$work/shadow"
 for t in $tests; do
   g++ -std=c++20 -O1 -ffp-contract=off -w ${EMU_CXXFLAGS:-} -I "$work/shadow" -I "$here" -I "$cuda_include" \
-    -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" -o "$work/emu_$t"
+    -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" "${quant_sources[@]}" -o "$work/emu_$t"
 done
 [ $# -gt 0 ] || set -- 1 2 3  # (a quoted "${@:-1 2 3}" would be the one word "1 2 3")
 for t in $tests; do
-  for seed in "$@"; do
-    for mode in 0 1; do
-      "$work/emu_$t" "$mode" "$seed"
+  # The one-row GEMVs with and without their weights before the PDL wait (bits 1 and 8), one row
+  # per warp and (3 CTAs) warps looping over rows.
+  envs=("STEPSERVE_UNUSED=0")
+  [[ $t == test_gemv_one_row ]] && envs=("STEPSERVE_WEIGHTS_BEFORE_WAIT=0"
+    "STEPSERVE_WEIGHTS_BEFORE_WAIT=9" "STEPSERVE_WEIGHTS_BEFORE_WAIT=0 STEPSERVE_GEMV_ROW_CTAS=3"
+    "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3")
+  for e in "${envs[@]}"; do
+    for seed in "$@"; do
+      for mode in 0 1; do
+        # shellcheck disable=SC2086
+        env $e "$work/emu_$t" "$mode" "$seed"
+      done
     done
   done
 done

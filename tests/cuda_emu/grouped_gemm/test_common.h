@@ -207,6 +207,28 @@ void SetGroupedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, in
   p->group_order = g.group_order.data();
 }
 
+// The fields of a plain (not grouped) GEMV's GemvParams over matrix 0 of `w` with `rows`
+// activation rows `x`, and the emulator's global buffers (weights, activations, scales).
+template <class Params>
+void SetPlainParams(QuantMatrices& w, int64_t in, int64_t out, int rows, bool pair_order,
+                    Q8Activations& x, float* y, int64_t y_stride, Params* p) {
+  p->w = w.data();
+  p->w_row_bytes = w.row_bytes;
+  p->in = in;
+  p->out = out;
+  p->rows = rows;
+  p->x_pair_order = pair_order;
+  p->xq = x.xq();
+  p->xd = x.xd.data();
+  p->y = y;
+  p->y_stride = y_stride;
+  PackIq4nlTable(p->iq4nl);
+  emu::ClearGlobals();
+  emu::AddGlobal(w.segments(), w.segment_bytes());
+  emu::AddGlobal(x.xq(), rows * in);
+  emu::AddGlobal(x.xd.data(), x.xd.size() * sizeof(float2));
+}
+
 // y against a double reference `want` (NaN: y must stay NaN there) with `scale` = the sum of the
 // terms' magnitudes (0: the row must be exactly zero, an out-of-range slot's): 1e-4 relative, or
 // for a sum that cancels to below 1e-3 of its terms, 1e-6 of the terms' sum.

@@ -42,21 +42,7 @@ bool RunCase(const Case& c, uint32_t seed) {
     }
   std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
   GemvParams p{};
-  p.w = wm.data();
-  p.w_row_bytes = wm.row_bytes;
-  p.in = c.in;
-  p.out = c.out;
-  p.rows = c.rows;
-  p.x_pair_order = true;
-  p.xq = x.xq();
-  p.xd = x.xd.data();
-  p.y = y.data();
-  p.y_stride = y_stride;
-  PackIq4nlTable(p.iq4nl);
-  emu::ClearGlobals();
-  emu::AddGlobal(wm.segments(), wm.segment_bytes());
-  emu::AddGlobal(x.xq(), c.rows * c.in);
-  emu::AddGlobal(x.xd.data(), x.xd.size() * sizeof(float2));
+  SetPlainParams(wm, c.in, c.out, c.rows, /*pair_order=*/true, x, y.data(), y_stride, &p);
   const long long mma0 = emu::n_mma, ctas0 = emu::n_ctas;
   const cudaError_t err = stepserve::kernels::gemv_internal::LaunchGemvQ8xMma(
       GgmlType::kIQ4_XS, p, /*overlap_previous=*/false, nullptr);

@@ -11,7 +11,7 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemm_f16_decoders.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
          'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_rows.cuh',
-         'matmul/gemv_q8x_grouped_cuda.cu',
+         'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
@@ -54,6 +54,8 @@ reps = {
  'matmul/gemv_cuda_internal.h': [],
  'matmul/gemv_q8x_rows.cuh': [],
  'matmul/gemv_q8x_grouped_cuda.cu': [],
+ 'matmul/gemv_q8x_cuda.cu': [],
+ 'matmul/q8_quantize.cuh': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
 for f in files:

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Injected bugs in the one-row GEMVs' weights-before-the-wait paths (gemv_q8x_cuda.cu and the ring
+# of gemv_q8x_rows.cuh), each run through mutate.sh against test_gemv_one_row.cc with both early
+# uses on (bits 1 and 8) and 3 CTAs, so the lean IQ4_XS kernel's warps loop over rows: every line
+# should report FAIL cases.
+here=$(cd "$(dirname "$0")" && pwd)
+f=matmul/gemv_q8x_cuda.cu
+m() {
+  STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3 EMU_TEST=test_gemv_one_row \
+    bash "$here/mutate.sh" "$@"
+}
+m early_ring_never_reloaded $f 'if (!kEarly || o != o_first) load_ring(wp);' \
+  'if (!kEarly) load_ring(wp);'
+m early_ring_of_row_0 $f 'if constexpr (kEarly) load_ring(p.w + o_first * p.w_row_bytes + g * P::kBytes);' \
+  'if constexpr (kEarly) load_ring(p.w + g * P::kBytes);'
+m early_ring_twice_first_step matmul/gemv_q8x_rows.cuh \
+  'const int64_t bk = g + k * kBlocksPerStep;' 'const int64_t bk = g;'
