@@ -74,12 +74,15 @@ GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int
 // none, 4.517 / 4.548 with 1, 4.593 / 4.572 with 2, 4.493 / 4.490 with 3 (call 4); with all three
 // (7) 2 / 4 streams were 0.3-0.8% slower than with none (call 3), so 4 stays off.
 // Bit 8, kEarlyOneRowOther: the one-row GEMV of the other types (GemvQ8Kernel: Q4_K, Q5_K, Q6_K,
-// Q8_0 long rows) loads its first ring of weight words before the wait - off, not yet measured.
+// Q8_0 long rows) loads its first ring of weight words before the wait; bit 16,
+// kEarlyGateUpShared: the MoE gate/up kernel's shared-expert warps prefetch their rows into L2
+// before the wait - both off, not yet run on a device.
 enum EarlyWeights : int {
   kEarlyOneRowGemv = 1,
   kEarlyDownOneToken = 2,
   kEarlyDownTokens = 4,
   kEarlyOneRowOther = 8,
+  kEarlyGateUpShared = 16,
 };
 bool WeightsBeforeWait(EarlyWeights use);
 

@@ -171,6 +171,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int k = static_cast<int>(blockIdx.y);
   const int per_token = a.routed + (a.shared_gate != nullptr ? 1 : 0);
   if (o_first >= p.out) return;  // never with n_ff % 32 == 0 (the launch's grid is exact)
+  // The shared expert's rows do not depend on the router: into L2 while it may still run (up to
+  // 4 KiB of each of the two rows, a line per lane; the first of the warp's rows).
+  if (a.prefetch_shared && a.shared_gate != nullptr &&
+      (kMode == kSharedOnce ? k == a.tokens * a.routed : k % per_token == a.routed)) {
+    const int64_t line = 128 * static_cast<int64_t>(lane);
+    if (line < a.shared_gate_row_bytes && line < 4096) {
+      PrefetchL2(a.shared_gate + o_first * a.shared_gate_row_bytes + line);
+    }
+    if (line < a.shared_up_row_bytes && line < 4096) {
+      PrefetchL2(a.shared_up + o_first * a.shared_up_row_bytes + line);
+    }
+  }
   // The router that writes the ids and the norm / quantizer that writes x's int8 form. The wait
   // stays before AllowDependentLaunch: the down kernel reads the router's ids before its own wait
   // (WeightsBeforeWait), which is sound only while the router completes before it can launch.
@@ -373,7 +385,8 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
 }
 
 template <class P>
-cudaError_t LaunchGateUpTyped(const ExpertGateUpParams& a, cudaStream_t stream) {
+cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
+  a.prefetch_shared = WeightsBeforeWait(kEarlyGateUpShared);
   // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
   // registers) at the one-row kernel's. Other IQ4_XS depths / register caps without spill (gate/up
   // 3 at 6 CTAs per SM, 4 at 4, 2 at 6 with down 4 at 6, 6 at 4, 2 at 8) measured no faster on the

@@ -65,6 +65,9 @@ struct ExpertGateUpParams {
   float2* act_d;        // [slots][n_ff / 32]
   bool act_pair_order;  // the down type's order (Q8ScratchPosition)
   int32_t* counters;    // [slots][n_ff / 32], zero on entry; every launch leaves them zero
+  // Set by the launcher from WeightsBeforeWait(kEarlyGateUpShared): the shared expert's warps
+  // prefetch their gate and up rows into L2 before the PDL wait.
+  bool prefetch_shared;
 };
 // From 3 tokens the shared expert's rows are decoded once for all the tokens (one warp per row),
 // below once per token.
