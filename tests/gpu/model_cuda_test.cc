@@ -388,22 +388,25 @@ void CompareQ8CacheWithCpu(const std::string& path) {
       median, p90, sorted.back(), all_rows, disagreements);
 }
 
+// The tiny synthetic model in `recipe`, written to a temporary file named after `tag`.
+std::string WriteTinyModel(const std::string& tag, const std::string& recipe) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("stepserve_model_cuda_" + tag + "_" + recipe + ".gguf"))
+                               .string();
+  synth::MakeModelOptions options;
+  options.preset = "tiny";
+  options.out = path;
+  options.seed = 11;
+  options.recipe = recipe;
+  absl::StatusOr<std::vector<synth::WrittenFile>> written = synth::MakeModel(options, nullptr);
+  EXPECT_TRUE(written.ok()) << written.status();
+  return path;
+}
+
 class ModelCudaTest : public ::testing::TestWithParam<std::string> {
  protected:
-  // The tiny synthetic model in the recipe GetParam(), written to a temporary file.
-  std::string MakeTiny(const std::string& tag) {
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              ("stepserve_model_cuda_" + tag + "_" + GetParam() + ".gguf"))
-                                 .string();
-    synth::MakeModelOptions options;
-    options.preset = "tiny";
-    options.out = path;
-    options.seed = 11;
-    options.recipe = GetParam();
-    absl::StatusOr<std::vector<synth::WrittenFile>> written = synth::MakeModel(options, nullptr);
-    EXPECT_TRUE(written.ok()) << written.status();
-    return path;
-  }
+  // The tiny synthetic model in the recipe GetParam().
+  std::string MakeTiny(const std::string& tag) { return WriteTinyModel(tag, GetParam()); }
 };
 
 TEST_P(ModelCudaTest, TinyModelMatchesCpu) {
@@ -518,13 +521,7 @@ TEST(ModelCudaFilesTest, ModelsFromEnvironmentMatchCpu) {
 TEST(ModelCudaHostTest, CudaLeavesTheHostFloatingPointModeAlone) {
 #if defined(__x86_64__)
   if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "stepserve_model_cuda_mxcsr.gguf").string();
-  synth::MakeModelOptions options;
-  options.preset = "tiny";
-  options.out = path;
-  options.seed = 11;
-  ASSERT_TRUE(synth::MakeModel(options, nullptr).ok());
+  const std::string path = WriteTinyModel("mxcsr", "mix");
   {
     Side cuda = Open(path, "cuda", 8);
     ASSERT_TRUE(cuda.kv);

@@ -186,19 +186,26 @@ struct Q8Activations {
   }
 };
 
-// The weight, output, table and grouping fields of the kernels' GemvParams (a template: the type
-// comes with the kernel source, included after this header).
+// The weight, output and table fields every GEMV's GemvParams takes (a template: the type comes
+// with the kernel source, included after this header).
 template <class Params>
-void SetGroupedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, int div,
-                      const Grouping& g, float* y, int64_t y_stride, Params* p) {
+void SetMatrixParams(QuantMatrices& w, int64_t in, int64_t out, bool pair_order, float* y,
+                     int64_t y_stride, Params* p) {
   p->w = w.data();
   p->w_row_bytes = w.row_bytes;
   p->in = in;
   p->out = out;
-  p->x_pair_order = true;
+  p->x_pair_order = pair_order;
   p->y = y;
   p->y_stride = y_stride;
   PackIq4nlTable(p->iq4nl);
+}
+
+// Those and the grouping fields of the grouped kernels (pair-ordered activations).
+template <class Params>
+void SetGroupedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, int div,
+                      const Grouping& g, float* y, int64_t y_stride, Params* p) {
+  SetMatrixParams(w, in, out, /*pair_order=*/true, y, y_stride, p);
   p->w_matrix_bytes = w.matrix_bytes;
   p->n_matrices = experts;
   p->x_group_div = div;
@@ -207,22 +214,15 @@ void SetGroupedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, in
   p->group_order = g.group_order.data();
 }
 
-// The fields of a plain (not grouped) GEMV's GemvParams over matrix 0 of `w` with `rows`
-// activation rows `x`, and the emulator's global buffers (weights, activations, scales).
+// A plain (not grouped) GEMV over matrix 0 of `w` with `rows` activation rows `x`: the fields and
+// the emulator's global buffers (weights, activations, scales).
 template <class Params>
 void SetPlainParams(QuantMatrices& w, int64_t in, int64_t out, int rows, bool pair_order,
                     Q8Activations& x, float* y, int64_t y_stride, Params* p) {
-  p->w = w.data();
-  p->w_row_bytes = w.row_bytes;
-  p->in = in;
-  p->out = out;
+  SetMatrixParams(w, in, out, pair_order, y, y_stride, p);
   p->rows = rows;
-  p->x_pair_order = pair_order;
   p->xq = x.xq();
   p->xd = x.xd.data();
-  p->y = y;
-  p->y_stride = y_stride;
-  PackIq4nlTable(p->iq4nl);
   emu::ClearGlobals();
   emu::AddGlobal(w.segments(), w.segment_bytes());
   emu::AddGlobal(x.xq(), rows * in);
