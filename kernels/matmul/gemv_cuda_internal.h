@@ -41,6 +41,11 @@ struct GemvParams {
   float* y;
   int64_t y_stride;
   uint32_t iq4nl[4];  // kvalues_iq4nl as 16 int8 bytes, by value so no device-global state
+  // The grids of the i-quant pieces (gemv_q8x_pieces_low_bit.cuh): device copies from
+  // DeviceDequantTables, set by SetGridTables for those types only.
+  const uint64_t* iq2xxs_grid;
+  const uint32_t* iq3xxs_grid;
+  const uint32_t* iq3s_grid;
   // Indexed mode (MoE experts), on when `matrix_ids` is set; rows must be 1. Grid y = groups:
   // group g multiplies weight matrix matrix_ids[g] (w + id * w_matrix_bytes) with activation row
   // g / x_group_div and writes output row g. An id outside [0, n_matrices) writes zeros.

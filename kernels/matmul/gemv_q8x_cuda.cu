@@ -35,6 +35,7 @@ namespace stepserve::kernels::gemv_internal {
 namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
+#include "kernels/matmul/gemv_q8x_pieces_low_bit.cuh"
 #include "kernels/matmul/gemv_q8x_rows.cuh"
 
 // One warp: output rows o0 .. o0+kRows-1 (NR, or one per lane group on short rows), all
@@ -315,7 +316,7 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
     if (err != cudaErrorNotSupported) return err;
   }
   if (p.rows > kGemvMmaMaxRows) return cudaErrorInvalidValue;  // the dp4a kernels stop at 16
-  return WithQ8xPiece(
+  return WithQ8xPieceAll(
       type, [&](auto piece) { return LaunchRows<decltype(piece)>(p, overlap_previous, stream); });
 }
 
@@ -340,7 +341,7 @@ cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t gro
       err != cudaErrorNotSupported) {
     return err;
   }
-  return WithQ8xPiece(type, [&](auto piece) {
+  return WithQ8xPieceAll(type, [&](auto piece) {
     return LaunchIndexed<decltype(piece)>(p, groups, overlap_previous, stream);
   });
 }

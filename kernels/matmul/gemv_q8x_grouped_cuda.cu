@@ -16,6 +16,7 @@ namespace stepserve::kernels::gemv_internal {
 namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
+#include "kernels/matmul/gemv_q8x_pieces_low_bit.cuh"
 #include "kernels/matmul/gemv_q8x_rows.cuh"
 
 // Groups c0 .. c0 + n_rows - 1 of the slot's order (n_rows <= RN; the rows past n_rows repeat the
@@ -175,6 +176,9 @@ bool GroupedExactRows() {
 // dispatch of GroupedExactRows (IQ4_XS only; other types were not measured with them).
 template <class P, int R, int NR, int D, bool kShort>
 auto RowLoopGroupedKernel() -> void (*)(GemvParams) {
+  // The 2-3 bit types: the exact-rows form without the register cap (not measured yet; their
+  // guarded-rows form without the loop spilled 24-400 bytes under ptxas, 255 registers).
+  if constexpr (kLowBitPiece<P>) return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 1, true>;
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (GroupedExactRows()) {
       return GroupedMinCtasPerSm() > 1
@@ -195,29 +199,38 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   // more blocks in flight) measured slower on the H200: batch 16 / 64 decode 450.9 / 709.4 vs
   // 514.9 / 827.0 tok/s (bench/gpu/results-h200-ab-v5.txt).
   constexpr int kR = 4, kNR = 2, kD = 2;
-  constexpr bool kIq4Xs = std::is_same_v<P, PieceIQ4_XS>;
-  // The row loop where the cap is below the CTAs one warp per row block would need; for IQ4_XS
-  // the loop form (register cap, exact rows) at any cap.
-  const int64_t max_blocks = GroupedRowCtasPerSlot(slots, kIq4Xs);
+  // IQ4_XS and the 2-3 bit types: the loop form (exact rows; IQ4_XS under its register cap) at
+  // any cap and IQ4_XS's CTAs per slot. Others: the row loop where the cap is below the CTAs one
+  // warp per row block would need.
+  constexpr bool kLoopForm = std::is_same_v<P, PieceIQ4_XS> || kLowBitPiece<P>;
+  const int64_t max_blocks = GroupedRowCtasPerSlot(slots, kLoopForm);
   auto loops = [&](int64_t rows_per_warp) {
     const int64_t warps = (p.out + rows_per_warp - 1) / rows_per_warp;
-    return max_blocks > 0 && (kIq4Xs || max_blocks < (warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    return max_blocks > 0 &&
+           (kLoopForm || max_blocks < (warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   };
+  // The 2-3 bit types always take the loop form (with no cap, STEPSERVE_GROUPED_ROW_CTAS=0, each
+  // warp's loop runs once), so their guarded no-loop kernels are never built.
   if (IsShortRow<P>(p.in)) {
     constexpr int kShortRows = kShortRowsPerWarp<P>;
-    if (loops(kShortRows)) {
+    if (kLowBitPiece<P> || loops(kShortRows)) {
       return LaunchWarpRows<kShortRows>(RowLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p,
                                         slots, overlap_previous, stream, max_blocks);
     }
-    return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
-                                      overlap_previous, stream);
+    if constexpr (!kLowBitPiece<P>) {
+      return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
+                                        overlap_previous, stream);
+    }
   }
-  if (loops(kNR)) {
+  if (kLowBitPiece<P> || loops(kNR)) {
     return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
                                overlap_previous, stream, max_blocks);
   }
-  return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots, overlap_previous,
-                             stream);
+  if constexpr (!kLowBitPiece<P>) {
+    return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots,
+                               overlap_previous, stream);
+  }
+  return cudaErrorInvalidValue;  // not reached: the 2-3 bit types returned above
 }
 
 }  // namespace
@@ -228,7 +241,7 @@ cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slo
       slots < 1 || slots > 65535) {
     return cudaErrorInvalidValue;
   }
-  return WithQ8xPiece(type, [&](auto piece) {
+  return WithQ8xPieceAll(type, [&](auto piece) {
     return LaunchGrouped<decltype(piece)>(p, slots, overlap_previous, stream);
   });
 }

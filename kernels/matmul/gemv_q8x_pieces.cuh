@@ -214,20 +214,43 @@ __device__ __forceinline__ uint2 Lookup16Pairs(uint32_t q, const uint32_t (&t)[4
   return make_uint2(__byte_perm(lo0, hi0, pick), __byte_perm(lo1, hi1, pick1));
 }
 
-// Word i of a sub-block's qs holds elements 4i..4i+3 (low nibbles) and 16+4i..16+4i+3 (high), so
-// Lookup16Pairs yields elements {4i, 16+4i, 4i+1, 17+4i} and {4i+2, 18+4i, 4i+3, 19+4i}: words
-// 2i and 2i+1 of the activation block in pair order.
-struct PieceIQ4_XS {
-  static constexpr int kLanes = 8, kElems = 256, kBytes = 136;
-  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
+// A lane's 32-element sub-block dotted with its 32 int8 activations: W holds the sub-block's 32
+// int8 weights as 8 words (word i = elements 4i..4i+3 in the activations' order) and its scale;
+// X the matching activations, loaded as two 16-byte words, and their scale. The base of the
+// pieces with one 32-element sub-block per lane (IQ4_XS and the i-quant grids,
+// gemv_q8x_pieces_low_bit.cuh).
+struct SubBlock32Dot {
   struct W {
-    uint32_t v[8];  // table values in the pair order of the activation block
+    uint32_t v[8];  // int8 weights, word i = elements 4i..4i+3 of the activation block
     float dl;
   };
   struct X {
-    uint4 a, b;  // the 32 int8 activations of the sub-block, pair order
+    uint4 a, b;  // the 32 int8 activations of the sub-block
     float d;
   };
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int ib) {
+    const int8_t* xq = p.xq + r * p.in + b * 256 + 32 * ib;
+    X x;
+    x.a = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.b = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+    x.d = __ldg(&p.xd[r * (p.in / 32) + b * 8 + ib].x);
+    return x;
+  }
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    const uint32_t xw[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>(w.v[i]), static_cast<int>(xw[i]), s);
+    return (w.dl * x.d) * IntToFloat(s);
+  }
+};
+
+// Word i of a sub-block's qs holds elements 4i..4i+3 (low nibbles) and 16+4i..16+4i+3 (high), so
+// Lookup16Pairs yields elements {4i, 16+4i, 4i+1, 17+4i} and {4i+2, 18+4i, 4i+3, 19+4i}: words
+// 2i and 2i+1 of the activation block in pair order.
+struct PieceIQ4_XS : SubBlock32Dot {
+  static constexpr int kLanes = 8, kElems = 256, kBytes = 136;
+  static constexpr int kDepth1 = 4;  // pipeline depth with one activation row
   struct Raw {
     uint2 h, qa, qb;
   };
@@ -252,21 +275,6 @@ struct PieceIQ4_XS {
       w.v[2 * i + 1] = v.y;
     }
     return w;
-  }
-  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int ib) {
-    const int8_t* xq = p.xq + r * p.in + b * 256 + 32 * ib;
-    X x;
-    x.a = __ldg(reinterpret_cast<const uint4*>(xq));
-    x.b = __ldg(reinterpret_cast<const uint4*>(xq + 16));
-    x.d = __ldg(&p.xd[r * (p.in / 32) + b * 8 + ib].x);
-    return x;
-  }
-  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
-    const uint32_t xw[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>(w.v[i]), static_cast<int>(xw[i]), s);
-    return (w.dl * x.d) * IntToFloat(s);
   }
 };
 

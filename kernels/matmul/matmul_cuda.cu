@@ -1,8 +1,11 @@
 // GemvCuda entry point (see matmul_cuda.h): argument checks and dispatch to the int8-activation
 // path (quantizer + dp4a kernels, gemv_q8x_cuda.cu) or the exact F32 path (gemv_f32x_cuda.cu).
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "engine/quant/quant_tables.h"
+#include "kernels/matmul/dequant_cuda.h"
 #include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/matmul_cuda.h"
 
@@ -11,7 +14,39 @@ namespace stepserve::kernels {
 using gemv_internal::GemvParams;
 using gemv_internal::kWarpsPerBlock;
 
+namespace {
+
+std::atomic<bool>& LowBitTypesSetting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("STEPSERVE_GEMV_LOW_BIT");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return on;
+}
+
+// The grids the low-bit i-quant pieces read (GemvParams): this device's table copies, made on the
+// first call for the device (which synchronizes it once, so before any step is recorded).
+KernelStatus SetGridTables(GgmlType type, GemvParams* p) {
+  if (!GemvCudaLowBitType(type)) return KernelStatus::kOk;
+  DequantTables t;
+  if (const KernelStatus s = DeviceDequantTables(&t); s != KernelStatus::kOk) return s;
+  p->iq2xxs_grid = t.iq2xxs_grid;
+  p->iq3xxs_grid = t.iq3xxs_grid;
+  p->iq3s_grid = t.iq3s_grid;
+  return KernelStatus::kOk;
+}
+
+}  // namespace
+
+bool GemvCudaLowBitType(GgmlType type) {
+  return type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ3_XXS || type == GgmlType::kIQ3_S ||
+         type == GgmlType::kQ2_K || type == GgmlType::kQ3_K;
+}
+
+bool SetGemvCudaLowBitTypes(bool on) { return LowBitTypesSetting().exchange(on); }
+
 bool GemvCudaSupports(GgmlType type) {
+  if (GemvCudaLowBitType(type)) return LowBitTypesSetting().load(std::memory_order_relaxed);
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
          type == GgmlType::kQ6_K || type == GgmlType::kIQ4_XS;
 }
@@ -46,8 +81,10 @@ KernelStatus ValidateGemvCuda(const GemvCudaArgs& a) {
   if (!GemvCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
   const bool q8 = a.activations == GemvCudaActivations::kQ8;
   if (!q8 && a.activations != GemvCudaActivations::kF32) return KernelStatus::kInvalidArgument;
-  // The exact F32 kernels have no Q5_K piece (callers take the generic GEMV for it).
-  if (!q8 && a.type == GgmlType::kQ5_K) return KernelStatus::kUnsupportedType;
+  // The exact F32 kernels have no Q5_K or low-bit piece (callers take the generic GEMV for them).
+  if (!q8 && (a.type == GgmlType::kQ5_K || GemvCudaLowBitType(a.type))) {
+    return KernelStatus::kUnsupportedType;
+  }
   const bool needs_x = !(q8 && a.x_prequantized);
   if (a.w == nullptr || a.y == nullptr || (needs_x && a.x == nullptr)) {
     return KernelStatus::kInvalidArgument;
@@ -188,6 +225,9 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   if (status != KernelStatus::kOk) return status;
   GemvParams p = gemv_internal::BaseGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x,
                                                a.x_stride, a.y, a.y_stride);
+  if (const KernelStatus s = SetGridTables(a.type, &p); s != KernelStatus::kOk) {
+    return s;
+  }
   auto* base = static_cast<uint8_t*>(a.scratch);
   // Many groups per matrix (a prefill): the tensor-core grouped kernels where they apply.
   const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
@@ -269,6 +309,9 @@ KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   GemvParams p = gemv_internal::BaseGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x,
                                                a.x_stride, a.y, a.y_stride);
   p.rows = static_cast<int>(a.rows);
+  if (const KernelStatus s = SetGridTables(a.type, &p); s != KernelStatus::kOk) {
+    return s;
+  }
   cudaError_t err = cudaSuccess;
   if (a.activations == GemvCudaActivations::kF32) {
     err = gemv_internal::LaunchGemvF32x(a.type, p, stream);

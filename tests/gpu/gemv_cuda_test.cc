@@ -218,10 +218,18 @@ struct MmaWideScope {
   int64_t before;
 };
 
+// Turns the low-bit types (GemvCudaSupports) on for a case and restores the setting after it.
+struct LowBitScope {
+  LowBitScope() : before(SetGemvCudaLowBitTypes(true)) {}
+  ~LowBitScope() { SetGemvCudaLowBitTypes(before); }
+  bool before;
+};
+
 TEST_P(GemvCudaTest, MatchesCpuReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   const auto [type, shape, rows, mode] = GetParam();
   const MmaWideScope wide(32);  // rows up to 16 never take the wide kernel
+  const LowBitScope low_bit;
   const auto [out, in] = shape;
   const bool q8 = mode == GemvCudaActivations::kQ8;
   const int64_t row_bytes = PaddedRowBytes(type, in);
@@ -396,6 +404,45 @@ INSTANTIATE_TEST_SUITE_P(Q5K, GemvCudaTest,
                                                                                           768}),
                                             ::testing::Values(1, 3, 8, 16),
                                             ::testing::Values(GemvCudaActivations::kQ8)));
+
+// The 2-3 bit types (gemv_q8x_pieces_low_bit.cuh): int8 path only. {33, 2304}: 9 blocks, so
+// the 2-byte aligned 66 / 98 / 110-byte blocks meet every phase; {37, 1280}: short rows.
+INSTANTIATE_TEST_SUITE_P(
+    LowBit, GemvCudaTest,
+    ::testing::Combine(::testing::Values(GgmlType::kIQ2_XXS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
+                                         GgmlType::kQ2_K, GgmlType::kQ3_K),
+                       ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
+                                         std::pair<int64_t, int64_t>{33, 4096},
+                                         std::pair<int64_t, int64_t>{33, 2304},
+                                         std::pair<int64_t, int64_t>{4095, 768},
+                                         std::pair<int64_t, int64_t>{37, 1280}),
+                       ::testing::Values(1, 2, 3, 8, 16),
+                       ::testing::Values(GemvCudaActivations::kQ8)));
+
+TEST(GemvCudaValidateTest, LowBitTypesOnlyWhenTurnedOnAndOnlyWithInt8Activations) {
+  const bool before = SetGemvCudaLowBitTypes(false);
+  EXPECT_FALSE(GemvCudaSupports(GgmlType::kIQ3_S));
+  EXPECT_TRUE(GemvCudaSupports(GgmlType::kIQ4_XS));
+  SetGemvCudaLowBitTypes(true);
+  for (GgmlType t : {GgmlType::kIQ2_XXS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kQ2_K,
+                     GgmlType::kQ3_K}) {
+    EXPECT_TRUE(GemvCudaSupports(t)) << GgmlTypeName(t);
+    GemvCudaArgs a{.type = t,
+                   .w = reinterpret_cast<const void*>(uintptr_t{256}),
+                   .w_row_bytes = 1024,
+                   .in = 256,
+                   .out = 4,
+                   .x = reinterpret_cast<const float*>(uintptr_t{256}),
+                   .x_stride = 256,
+                   .rows = 1,
+                   .y = reinterpret_cast<float*>(uintptr_t{256}),
+                   .y_stride = 4,
+                   .activations = GemvCudaActivations::kF32};
+    EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kUnsupportedType) << GgmlTypeName(t);
+  }
+  EXPECT_FALSE(GemvCudaSupports(GgmlType::kIQ2_XS));  // no piece
+  SetGemvCudaLowBitTypes(before);
+}
 
 }  // namespace
 }  // namespace stepserve::kernels

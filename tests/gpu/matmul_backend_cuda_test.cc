@@ -51,10 +51,9 @@ constexpr GgmlType kTypes[] = {
 constexpr int64_t kOut = 257;  // odd: partial warps, blocks and tiles
 constexpr int64_t kIn = 512;
 
-bool HasFastGemv(GgmlType t) {
-  return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_K || t == GgmlType::kQ5_K ||
-         t == GgmlType::kQ6_K || t == GgmlType::kIQ4_XS;
-}
+// The int8-activation GEMV (~5e-3 per product) rather than the exact F32 one: the types
+// GemvCudaSupports while the test runs (the 2-3 bit ones only while turned on).
+bool HasFastGemv(GgmlType t) { return kernels::GemvCudaSupports(t); }
 
 double Bound(GgmlType type, int64_t rows) {
   if (rows <= 16) return HasFastGemv(type) ? 1e-2 : 1e-5;
@@ -143,6 +142,23 @@ TEST(MatmulCudaLayoutTest, StridedActivationsAndOddPlainWidths) {
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
     for (int64_t rows : {2, 19}) CheckMatmul(*cuda, type, 77, 45, rows, 0, 2, seed + 7);
   }
+}
+
+// The 2-3 bit types through the int8-activation GEMV (turned on for this test): 1-16 rows, long
+// rows and short ones (1280 = 5 blocks: a row per lane group), padded strides.
+TEST(MatmulCudaLowBitTest, LowBitTypesThroughTheInt8Gemv) {
+  std::unique_ptr<Backend> cuda = CudaBackendOrNull();
+  if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
+  const bool was = kernels::SetGemvCudaLowBitTypes(true);
+  const uint64_t seed = std::random_device{}();
+  for (GgmlType type : {GgmlType::kIQ2_XXS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kQ2_K,
+                        GgmlType::kQ3_K}) {
+    for (int64_t rows : {1, 2, 5, 16}) {
+      CheckMatmul(*cuda, type, 2304, 37, rows, 4, 3, seed + rows);
+      CheckMatmul(*cuda, type, 1280, 70, rows, 0, 1, seed + 100 + rows);
+    }
+  }
+  kernels::SetGemvCudaLowBitTypes(was);
 }
 
 TEST(MatmulCudaErrorsTest, RejectsTypesAndShapes) {

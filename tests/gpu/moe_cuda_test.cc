@@ -2,10 +2,11 @@
 // tokens routed to a subset of the experts (several experts get no token; at T = 64 the active
 // ones get > 16 tokens each, so both the GEMV and the GEMM paths run; at T = 300 the fast mode of
 // IQ4_XS takes the grouped tensor-core GEMV on the device, the other types the host grouping), Q4_K
-// / IQ4_XS / Q8_0 weights, SwiGLU limit 0 (no clamp) and 7, y pre-filled (the op accumulates).
-// Fresh random data every run (seed printed). Bound 1e-2: experts with <= 16 rows run exact F32
-// GEMVs (~1e-6), larger groups F16 GEMM tiles (~1e-3 through gate/up, SwiGLU and down); a wrong
-// expert, slot or weight gives errors of order 1.
+// / IQ4_XS / Q8_0 weights and the 2-3 bit IQ3_S / IQ2_XXS / Q2_K (their int8 GEMVs turned on),
+// SwiGLU limit 0 (no clamp) and 7, y pre-filled (the op accumulates). Fresh random data every run
+// (seed printed). Bound 1e-2: experts with <= 16 rows run exact F32 GEMVs (~1e-6), larger groups
+// F16 GEMM tiles (~1e-3 through gate/up, SwiGLU and down); a wrong expert, slot or weight gives
+// errors of order 1.
 #include "kernels/moe/moe_cuda.h"
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "engine/backend/backend.h"
 #include "engine/quant/ggml_type.h"
 #include "gtest/gtest.h"
+#include "kernels/matmul/matmul_cuda.h"
 #include "tests/gpu/backend_test_util.h"
 #include "tests/gpu/weight_test_util.h"
 
@@ -78,6 +80,11 @@ Routing RandomRouting(int64_t tokens, std::mt19937_64& rng) {
 class MoeExpertsCudaTest : public testing::TestWithParam<std::tuple<GgmlType, int64_t, float>> {};
 
 TEST_P(MoeExpertsCudaTest, MatchesCpuBackend) {
+  // The 2-3 bit types take the int8 GEMVs and the device MoE only while turned on (matmul_cuda.h).
+  struct LowBitScope {
+    bool was = kernels::SetGemvCudaLowBitTypes(true);
+    ~LowBitScope() { kernels::SetGemvCudaLowBitTypes(was); }
+  } low_bit;
   for (const bool exact : {true, false}) {
     std::unique_ptr<Backend> cuda = CudaBackendOrNull(exact);
     if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
@@ -137,15 +144,17 @@ TEST_P(MoeExpertsCudaTest, MatchesCpuBackend) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Routed, MoeExpertsCudaTest,
-    testing::Combine(testing::Values(GgmlType::kQ4_K, GgmlType::kIQ4_XS, GgmlType::kQ8_0),
-                     testing::Values(1, 5, 64, 300), testing::Values(0.0f, 7.0f)),
-    [](const auto& info) {
-      return std::string(GgmlTypeName(std::get<0>(info.param))) + "_T" +
-             std::to_string(std::get<1>(info.param)) + "_limit" +
-             std::to_string(static_cast<int>(std::get<2>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Routed, MoeExpertsCudaTest,
+                         testing::Combine(testing::Values(GgmlType::kQ4_K, GgmlType::kIQ4_XS,
+                                                          GgmlType::kQ8_0, GgmlType::kIQ3_S,
+                                                          GgmlType::kIQ2_XXS, GgmlType::kQ2_K),
+                                          testing::Values(1, 5, 64, 300),
+                                          testing::Values(0.0f, 7.0f)),
+                         [](const auto& info) {
+                           return std::string(GgmlTypeName(std::get<0>(info.param))) + "_T" +
+                                  std::to_string(std::get<1>(info.param)) + "_limit" +
+                                  std::to_string(static_cast<int>(std::get<2>(info.param)));
+                         });
 
 TEST(MoeExpertsCudaErrorsTest, OutOfRangeExpertIdIsNamed) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull(/*exact_activations=*/true);

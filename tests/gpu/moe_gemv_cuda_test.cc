@@ -145,11 +145,18 @@ struct GroupedGemmF16Scope {
   ~GroupedGemmF16Scope() { SetGroupedGemmF16Cuda(was); }
 };
 
+// Turns the low-bit GEMV types on for a case (GemvCudaSupports, hence MoeGemvCudaSupports).
+struct LowBitScope {
+  bool was = SetGemvCudaLowBitTypes(true);
+  ~LowBitScope() { SetGemvCudaLowBitTypes(was); }
+};
+
 class MoeGemvCudaTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(MoeGemvCudaTest, MatchesReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible; GPU test skipped";
   const auto [gu_type, down_type, tokens, limit] = GetParam();
+  const LowBitScope low_bit;
   // Past kMoeGemvMaxTokens (IQ4_XS only: the grouped tensor-core GEMV, ~60 pairs per expert
   // here) the real model's odd block counts: 768 = 3 and 1280 = 5 blocks of 256 per row, so the
   // kernel's last pair of blocks holds one block.
@@ -261,7 +268,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{GgmlType::kQ4_K, GgmlType::kQ6_K, 200, 7.0f},
                       Param{GgmlType::kQ4_K, GgmlType::kQ6_K, kSkewedTokens, 0.0f},
                       Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 200, 7.0f},
-                      Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, kSkewedTokens, 0.0f}));
+                      Param{GgmlType::kIQ4_XS, GgmlType::kQ6_K, kSkewedTokens, 0.0f},
+                      // The published files' 2-3 bit experts (gemv_q8x_pieces_low_bit.cuh):
+                      // Step-5 (IQ2_XXS / Q2_K), Step-3.7 (IQ2_XXS / Q4_K), Step-3.5-Flash
+                      // (IQ3_S / IQ4_XS), and the other two types.
+                      Param{GgmlType::kIQ2_XXS, GgmlType::kQ2_K, 1, 7.0f},
+                      Param{GgmlType::kIQ2_XXS, GgmlType::kQ2_K, 6, 0.0f},
+                      Param{GgmlType::kIQ2_XXS, GgmlType::kQ4_K, 2, 0.0f},
+                      Param{GgmlType::kIQ3_S, GgmlType::kIQ4_XS, 1, 7.0f},
+                      Param{GgmlType::kIQ3_S, GgmlType::kIQ4_XS, 16, 0.0f},
+                      Param{GgmlType::kIQ3_XXS, GgmlType::kQ3_K, 3, 0.5f},
+                      Param{GgmlType::kQ2_K, GgmlType::kQ3_K, 64, 0.0f}));
 
 // One token through MoeGemvCuda's two-kernel path (moe_decode_cuda.h; counters given) against
 // the reference and against the five-launch path (SetMoeGemvCudaDecodeFusedTokens(0)): the gate,

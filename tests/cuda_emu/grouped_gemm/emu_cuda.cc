@@ -193,6 +193,16 @@ void Fail(const char* what) {
 }
 
 void ClearGlobals() { globals.clear(); }
+bool check_global_loads = false;
+void CheckGlobalLoad(const void* p, size_t bytes) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (reinterpret_cast<uintptr_t>(b) % bytes != 0) Fail("misaligned global load");
+  if (!check_global_loads) return;
+  for (const auto& [g, n] : globals) {
+    if (b >= g && b + bytes <= g + n) return;
+  }
+  Fail("global load outside every registered buffer");
+}
 void AddGlobal(const void* p, size_t bytes) {
   globals.push_back({static_cast<const uint8_t*>(p), bytes});
 }

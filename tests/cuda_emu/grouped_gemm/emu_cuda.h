@@ -22,14 +22,22 @@
 
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+namespace emu {
+// A global load's address must be aligned to its size (as the hardware requires) and, once a test
+// turns check_global_loads on, lie inside a buffer given to AddGlobal.
+void CheckGlobalLoad(const void* p, size_t bytes);
+}  // namespace emu
 template <class T>
 inline T __ldg(const T* p) {
+  emu::CheckGlobalLoad(p, sizeof(T));
   return *p;
 }
 template <class T>
 inline T __ldcs(const T* p) {
+  emu::CheckGlobalLoad(p, sizeof(T));
   return *p;
 }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 struct EmuDim {
@@ -66,6 +74,7 @@ uint32_t ShflXor(uint32_t v, int lane_mask);
 // Global buffers cp.async may read (each 16-byte source must lie inside one).
 void ClearGlobals();
 void AddGlobal(const void* p, size_t bytes);
+extern bool check_global_loads;
 }  // namespace emu
 
 inline void __syncthreads() { emu::SyncThreads(); }

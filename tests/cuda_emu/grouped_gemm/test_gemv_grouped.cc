@@ -1,9 +1,10 @@
 // Runs the real grouped int8-activation GEMV source (kernels/matmul/gemv_q8x_grouped_cuda.cu,
-// through its launcher LaunchGemvQ8xGrouped) under the host emulator for IQ4_XS: the row-looping
-// form with the register cap and the exact-rows dispatch (1-4 groups per chunk, more in several
-// chunks), long rows (16 blocks: NR = 2 rows per warp) and short ones (5 blocks: a row per lane
+// through its launcher LaunchGemvQ8xGrouped) under the host emulator for IQ4_XS (the row-looping
+// form with the register cap and the exact-rows dispatch: 1-4 groups per chunk, more in several
+// chunks), Q4_K, Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh (the guarded
+// rows form), long rows (16 blocks: NR = 2 rows per warp) and short ones (5 blocks: a row per lane
 // group), unused and out-of-range slots, groups in no slot, x_group_div 1 and 8. y is checked
-// against a double-precision reference of the same weights and pair-ordered int8 activations;
+// against a double-precision reference: the engine's CPU dequantization times the int8 activations;
 // every padding float and the rows of groups in no slot must stay untouched.
 //   test_gemv_grouped [copy_at_issue 0|1] [seed] [only_case]
 // STEPSERVE_GROUPED_ROW_CTAS is set to 2 unless already set, so warps loop over several row blocks.
@@ -17,6 +18,7 @@
 #include "emu_cuda.h"
 #include "kernels/matmul/gemv_q8x_grouped_cuda.cu"
 #include "test_common.h"
+#include "test_quant_types.h"
 
 using stepserve::GgmlType;
 using stepserve::kernels::gemv_internal::GemvParams;
@@ -24,15 +26,16 @@ using stepserve::kernels::gemv_internal::kSlotUnused;
 
 using Case = GroupedCase;
 
+GgmlType g_type = GgmlType::kIQ4_XS;  // the weight type of the cases being run
+
 bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
-  QuantMatrices wm(c.experts, c.out, c.in, 136, rng);
-  std::uniform_real_distribution<float> ud(0.5f, 2.0f);
-  wm.SetScales(c.experts, c.out, [&] { return ud(rng) * 1e-3f * ((rng() & 1) ? 1.f : -1.f); });
+  const EmuQuantType ti = EmuType(g_type);
+  QuantMatrices wm = RandomWeights(c.experts, c.out, c.in, ti, rng);
   const Grouping grouping = MakeGrouping(c.slots, c.extra_groups, rng);
   const int G = grouping.groups;
   const int64_t x_rows = (G + c.div - 1) / c.div, blocks32 = c.in / 32;
-  Q8Activations x(x_rows, c.in, /*pair_order=*/true, rng);
+  Q8Activations x(x_rows, c.in, ti.pair_order, rng);
   const int64_t y_stride = c.out + c.y_pad, kGuard = 4096;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> want(G * y_stride + kGuard, nan), scale(want.size(), 0.0);
@@ -47,8 +50,8 @@ bool RunCase(const Case& c, uint32_t seed) {
           want[g * y_stride + o] = 0.0;  // out-of-range ids write zeros
           continue;
         }
-        const Iq4XsDot dot = DotIq4XsRow(wm.data() + id * wm.matrix_bytes + o * wm.row_bytes, wm.nb,
-                                         &x.xl[r * c.in], &x.xd[r * blocks32]);
+        const RowDot dot =
+            DotRow(ti, wm.block(id, o, 0), wm.nb, &x.xl[r * c.in], &x.xd[r * blocks32]);
         want[g * y_stride + o] = dot.acc;
         scale[g * y_stride + o] = dot.abs_acc;
       }
@@ -57,6 +60,8 @@ bool RunCase(const Case& c, uint32_t seed) {
   std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
   GemvParams p{};
   SetGroupedParams(wm, c.in, c.out, c.experts, c.div, grouping, y.data(), y_stride, &p);
+  p.x_pair_order = ti.pair_order;
+  SetGridTables(&p);
   p.xq = x.xq();
   p.xd = x.xd.data();
   p.rows = 1;
@@ -64,10 +69,13 @@ bool RunCase(const Case& c, uint32_t seed) {
   emu::AddGlobal(wm.segments(), wm.segment_bytes());
   emu::AddGlobal(x.xq(), x_rows * c.in);
   emu::AddGlobal(x.xd.data(), x.xd.size() * sizeof(float2));
+  AddGridTableGlobals();
+  emu::AddGlobal(grouping.slot_matrix.data(), grouping.slot_matrix.size() * sizeof(int32_t));
+  emu::AddGlobal(grouping.slot_begin.data(), grouping.slot_begin.size() * sizeof(int32_t));
+  emu::AddGlobal(grouping.group_order.data(), grouping.group_order.size() * sizeof(int32_t));
   const long long ctas0 = emu::n_ctas;
   const cudaError_t err = stepserve::kernels::gemv_internal::LaunchGemvQ8xGrouped(
-      GgmlType::kIQ4_XS, p, static_cast<int64_t>(c.slots.size()), /*overlap_previous=*/false,
-      nullptr);
+      g_type, p, static_cast<int64_t>(c.slots.size()), /*overlap_previous=*/false, nullptr);
   if (err != cudaSuccess) {
     std::printf("FAIL %s: launcher returned %d\n", c.name.c_str(), int(err));
     return false;
@@ -78,15 +86,16 @@ bool RunCase(const Case& c, uint32_t seed) {
   std::printf(
       "%-4s %-40s grid %ux%u ctas %lld | checked %lld zero-rows %lld max rel %.2e | bad %lld "
       "stray %lld missing %lld\n",
-      ok ? "ok" : "FAIL", c.name.c_str(), emu::last_grid_x, emu::last_grid_y, emu::n_ctas - ctas0,
-      (long long)check.checked, (long long)check.zeros, check.max_rel, (long long)check.bad,
-      (long long)check.stray, (long long)check.missing);
+      ok ? "ok" : "FAIL", (std::string(ti.name) + " " + c.name).c_str(), emu::last_grid_x,
+      emu::last_grid_y, emu::n_ctas - ctas0, (long long)check.checked, (long long)check.zeros,
+      check.max_rel, (long long)check.bad, (long long)check.stray, (long long)check.missing);
   return ok;
 }
 
 int main(int argc, char** argv) {
   setenv("STEPSERVE_GROUPED_ROW_CTAS", "2", /*overwrite=*/0);
   const auto [seed, only] = SetUpEmulation(argc, argv);
+  emu::check_global_loads = true;
   const int unused = kSlotUnused;
   const std::vector<Case> cases = {
       {"long rows, 1-4 groups per slot", 4096, 40, 1, 3, 6, {{2, 1}, {0, 2}, {5, 3}, {1, 4}}, 2},
@@ -116,6 +125,13 @@ int main(int argc, char** argv) {
        {{0, 3}, {3, 6}, {1, 1}},
        6},
   };
-  const int fails = RunCases(cases, only, seed, "gemv_grouped ", 0, RunCase);
+  int fails = 0;
+  for (GgmlType t :
+       {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ2_XXS,
+        GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
+    g_type = t;
+    const std::string label = std::string("gemv_grouped ") + EmuType(t).name + " ";
+    fails = RunCases(cases, only, seed, label.c_str(), fails, RunCase);
+  }
   return fails != 0;
 }

@@ -1,7 +1,8 @@
 // Runs the real one-activation-row GEMVs (kernels/matmul/gemv_q8x_cuda.cu, through its launcher
 // LaunchGemvQ8x with p.rows = 1) under the host emulator: the lean IQ4_XS kernel (one row per warp,
 // and with STEPSERVE_GEMV_ROW_CTAS small, warps looping over rows) and GemvQ8Kernel for Q4_K,
-// Q5_K and Q6_K (long rows; 5-block rows take the short-row mapping). Session 18 moved the first
+// Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh (long rows; 5-block rows take
+// the short-row mapping). Session 18 moved the first
 // weight loads of these kernels before the PDL wait (STEPSERVE_WEIGHTS_BEFORE_WAIT bits 1 and 8);
 // run.sh runs this test with and without them, so a ring loaded for the wrong row shows here.
 // y is checked against a double-precision reference - the engine's own dequantization of the
@@ -14,9 +15,9 @@
 #include <vector>
 
 #include "emu_cuda.h"
-#include "engine/quant/quant_internal.h"
 #include "kernels/matmul/gemv_q8x_cuda.cu"
 #include "test_common.h"
+#include "test_quant_types.h"
 
 namespace stepserve::kernels::gemv_internal {
 // Host stand-ins for the launchers in other files that LaunchGemvQ8x tries first: the streamed
@@ -39,56 +40,24 @@ struct OneRowCase {
   int64_t in, out, y_pad;
 };
 
-struct TypeInfo {
-  int64_t block_bytes;
-  void (*dequant)(const uint8_t*, float*, int64_t);
-  int scale_offset;  // the block's F16 d (Q4_K / Q5_K: dmin follows it)
-  bool two_scales;
-  bool pair_order;  // IQ4_XS takes pair-ordered activations
-};
-
-TypeInfo Info(GgmlType t) {
-  namespace qi = stepserve::quant::internal;
-  switch (t) {
-    case GgmlType::kQ4_K:
-      return {144, qi::DequantQ4_K, 0, true, false};
-    case GgmlType::kQ5_K:
-      return {176, qi::DequantQ5_K, 0, true, false};
-    case GgmlType::kQ6_K:
-      return {210, qi::DequantQ6_K, 208, false, false};
-    default:
-      return {136, qi::DequantIQ4_XS, 0, false, true};
-  }
-}
-
 bool RunCase(const OneRowCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
-  const TypeInfo ti = Info(c.type);
-  QuantMatrices wm(1, c.out, c.in, ti.block_bytes, rng);
-  // Random bytes, then scales that keep every block finite and of mixed sign.
-  std::uniform_real_distribution<float> ud(0.5f, 2.0f);
-  const auto scale = [&] { return ud(rng) * 1e-3f * ((rng() & 1) ? 1.f : -1.f); };
-  wm.SetScales(1, c.out, scale, ti.scale_offset);
-  if (ti.two_scales) wm.SetScales(1, c.out, scale, ti.scale_offset + 2);
+  const EmuQuantType ti = EmuType(c.type);
+  QuantMatrices wm = RandomWeights(1, c.out, c.in, ti, rng);
   Q8Activations x(1, c.in, ti.pair_order, rng);
   const int64_t nb = c.in / 256, kGuard = 64;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> want(c.out + c.y_pad + kGuard, nan), abs_sum(want.size(), 0.0);
-  std::vector<float> w_row(c.in);
   for (int64_t o = 0; o < c.out; ++o) {
-    ti.dequant(wm.block(0, o, 0), w_row.data(), nb);
-    double acc = 0, mag = 0;
-    for (int64_t e = 0; e < c.in; ++e) {
-      const double term = double(w_row[e]) * x.xl[e] * double(x.xd[e / 32].x);
-      acc += term;
-      mag += std::fabs(term);
-    }
-    want[o] = acc;
-    abs_sum[o] = mag;
+    const RowDot dot = DotRow(ti, wm.block(0, o, 0), nb, x.xl.data(), x.xd.data());
+    want[o] = dot.acc;
+    abs_sum[o] = dot.abs_acc;
   }
   std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
   GemvParams p{};
   SetPlainParams(wm, c.in, c.out, 1, ti.pair_order, x, y.data(), c.out + c.y_pad, &p);
+  SetGridTables(&p);
+  AddGridTableGlobals();
   const long long ctas0 = emu::n_ctas;
   const cudaError_t err = stepserve::kernels::gemv_internal::LaunchGemvQ8x(
       c.type, p, /*overlap_previous=*/false, nullptr);
@@ -108,6 +77,7 @@ bool RunCase(const OneRowCase& c, uint32_t seed) {
 
 int main(int argc, char** argv) {
   const auto [seed, only] = SetUpEmulation(argc, argv);
+  emu::check_global_loads = true;
   const std::vector<OneRowCase> cases = {
       {"IQ4_XS 4096 x 37", GgmlType::kIQ4_XS, 4096, 37, 3},
       {"IQ4_XS 1024 x 70 (4 blocks)", GgmlType::kIQ4_XS, 1024, 70, 0},
@@ -117,6 +87,18 @@ int main(int argc, char** argv) {
       {"Q6_K 4096 x 11", GgmlType::kQ6_K, 4096, 11, 4},
       {"Q6_K 1280 x 9 (short rows)", GgmlType::kQ6_K, 1280, 9, 0},
       {"Q4_K 1280 x 10 (short rows)", GgmlType::kQ4_K, 1280, 10, 1},
+      {"IQ2_XXS 4096 x 19", GgmlType::kIQ2_XXS, 4096, 19, 2},
+      {"IQ2_XXS 1280 x 11 (short rows)", GgmlType::kIQ2_XXS, 1280, 11, 1},
+      {"IQ3_XXS 4096 x 17", GgmlType::kIQ3_XXS, 4096, 17, 3},
+      {"IQ3_XXS 1536 x 9 (short rows)", GgmlType::kIQ3_XXS, 1536, 9, 0},
+      {"IQ3_S 4096 x 15", GgmlType::kIQ3_S, 4096, 15, 1},
+      {"IQ3_S 2816 x 10 (11 blocks)", GgmlType::kIQ3_S, 2816, 10, 2},
+      {"IQ3_S 1280 x 7 (short rows)", GgmlType::kIQ3_S, 1280, 7, 0},
+      {"Q2_K 4096 x 21", GgmlType::kQ2_K, 4096, 21, 3},
+      {"Q2_K 1280 x 9 (short rows)", GgmlType::kQ2_K, 1280, 9, 1},
+      {"Q3_K 4096 x 13", GgmlType::kQ3_K, 4096, 13, 2},
+      {"Q3_K 2304 x 9 (9 blocks)", GgmlType::kQ3_K, 2304, 9, 0},
+      {"Q3_K 1280 x 10 (short rows)", GgmlType::kQ3_K, 1280, 10, 1},
   };
   const char* mask = std::getenv("STEPSERVE_WEIGHTS_BEFORE_WAIT");
   const char* ctas = std::getenv("STEPSERVE_GEMV_ROW_CTAS");

@@ -10,7 +10,8 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_mma_cuda.cu',
          'matmul/gemm_f16_decoders.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
-         'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_rows.cuh',
+         'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_pieces_low_bit.cuh',
+         'matmul/gemv_q8x_rows.cuh',
          'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h']
 def replace_fn(text, signature_start, new):
@@ -53,6 +54,7 @@ reps = {
  ],
  'matmul/gemv_cuda_internal.h': [],
  'matmul/gemv_q8x_rows.cuh': [],
+ 'matmul/gemv_q8x_pieces_low_bit.cuh': [],
  'matmul/gemv_q8x_grouped_cuda.cu': [],
  'matmul/gemv_q8x_cuda.cu': [],
  'matmul/q8_quantize.cuh': [],
