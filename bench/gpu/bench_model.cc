@@ -72,8 +72,8 @@ StepBytes CountStepBytes(const model::Step35Model& m) {
 }
 
 struct Args {
-  std::string model, synthetic, recipe, backend = "cuda", batches = "1,8,32,64",
-                                        prefill = "2048,4096", kv_dtype = "f32";
+  std::string model, synthetic, recipe, types, backend = "cuda", batches = "1,8,32,64",
+                                               prefill = "2048,4096", kv_dtype = "f32";
   int64_t layers = 0, decode_steps = 16, context = 256, repeats = 2, device = 0, seed = 7;
   bool layer_times = true;
   bool fuse_projections = true;
@@ -202,6 +202,9 @@ int Main(int argc, char** argv) {
               "preset (tiny | step-3.5-flash | step-5): random weights on the device, no file");
   p.AddInt("layers", &a.layers, "--synthetic: trunk layers (0 = all of the preset)");
   p.AddString("recipe", &a.recipe, "--synthetic: quantization recipe (default: the preset's)");
+  p.AddString("types", &a.types,
+              "--synthetic: per-group type overrides after the recipe, group=type comma-separated "
+              "(groups as make-model's --type-GROUP: e.g. exp-gate-up=iq3_s,exp-down=iq4_xs)");
   p.AddString("backend", &a.backend, "cpu | cuda");
   p.AddInt("device", &a.device, "device index");
   p.AddString("batches", &a.batches, "decode batch sizes, comma-separated");
@@ -246,6 +249,15 @@ int Main(int argc, char** argv) {
                                .recipe = a.recipe,
                                .mtp = synth::MtpLayout::kNone};
     mo.no_data = true;
+    const std::vector<std::string> items = absl::StrSplit(a.types, ',', absl::SkipEmpty());
+    for (const std::string& item : items) {
+      const std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+      if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
+        std::fprintf(stderr, "--types: \"%s\" is not group=type\n", item.c_str());
+        return 1;
+      }
+      mo.type_overrides.emplace_back(kv[0], kv[1]);
+    }
     absl::StatusOr<synth::ResolvedModel> resolved = synth::ResolveModel(mo);
     absl::StatusOr<std::vector<synth::WrittenFile>> made =
         resolved.ok() ? synth::MakeModel(mo, nullptr)
