@@ -17,6 +17,15 @@
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
 #define STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
 
+// What Decode may read besides the staged rows: the IQ4_NL table biased by 128 per byte (the IQ4_XS
+// decoder) and the device copies of the i-quant grids (gemm_f16_decoders_grid.cuh).
+struct F16DecodeTables {
+  uint32_t iq4nl[4];
+  const uint64_t* iq2xxs;
+  const uint32_t* iq3xxs;
+  const uint32_t* iq3s;
+};
+
 // F16 pair arithmetic and conversion, round to nearest even, subnormals kept (inline PTX so the
 // host emulation, tests/cuda_emu/grouped_gemm, can substitute these four).
 __device__ __forceinline__ uint32_t SubF16x2(uint32_t a, uint32_t b) {
@@ -89,15 +98,15 @@ struct Iq4XsF16Decoder {
     BytesTimesF16(ls_odd, 0x64206420u, d2, &r.s[2], &r.s[3]);
     return r;
   }
-  // `tbl`: the IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16). Lane t's
-  // byte word t of the sub-block's qs holds elements 4t..4t+3 (low nibbles) and 16+4t.. (high):
+  // `tbl.iq4nl`: the IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16). Lane
+  // t's byte word t of the sub-block's qs holds elements 4t..4t+3 (low nibbles) and 16+4t.. (high):
   // Lookup16Pairs yields them in the pair order of its activation chunk.
   static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
-                                               const uint32_t (&tbl)[4]) {
+                                               const F16DecodeTables& tbl) {
     const uint32_t q = *reinterpret_cast<const uint32_t*>(r.p + 8 + 16 * ib + 4 * t);
     // ib & 3 is known at compile time under the unrolled loop; ib & 4 selects between registers.
     const uint32_t pair = (ib & 1) ? ((ib & 4) ? r.s[3] : r.s[2]) : ((ib & 4) ? r.s[1] : r.s[0]);
-    return Sub{Lookup16Pairs(q, tbl), __byte_perm(pair, 0, (ib & 2) ? 0x3232u : 0x1010u)};
+    return Sub{Lookup16Pairs(q, tbl.iq4nl), __byte_perm(pair, 0, (ib & 2) ? 0x3232u : 0x1010u)};
   }
   static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
     return ScaledHalves(word, sel, s.scale);
@@ -141,7 +150,8 @@ struct Q4KF16Decoder {
     for (int i = 0; i < 4; ++i) r.nm[i] ^= 0x80008000u;  // negated: exact
     return r;
   }
-  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t, const uint32_t (&)[4]) {
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables&) {
     const uint2 q = *reinterpret_cast<const uint2*>(r.p + 16 + 32 * (ib >> 1) + 8 * t);
     const int shift = 4 * (ib & 1);
     const uint2 words = make_uint2((q.x >> shift) & 0x0F0F0F0Fu, (q.y >> shift) & 0x0F0F0F0Fu);
@@ -178,11 +188,9 @@ struct Q4KF16Decoder {
 // shift by 8 * (shift & 3), 0 or 16 bits: three word loads and two shifts per 8 bytes (8 rows
 // 224 bytes apart at 8-byte lane steps: 2-way bank conflicts on these loads; the activation loads
 // dominate the stage's shared-memory traffic).
-struct Q6KF16Decoder {
-  static constexpr int kBlockBytes = 210;
-  static constexpr int kStride = 224;  // the 14 pieces; rows 96 bytes apart mod 128
-  static constexpr int kPieceBytes = 16, kPieces = 14, kMaxShift = 14;
-  static constexpr bool kPairOrder = false;
+// The copy of a block that is not 16-byte aligned in its row (Q6_K here, the 2-3 bit types of
+// gemm_f16_decoders_grid.cuh): pieces from the block start rounded down to 16.
+struct UnalignedBlockCopy {
   static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p) {
     // The block start rounded down plus 16 * piece = (block start + 16 * piece) rounded down.
     return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15});
@@ -190,6 +198,13 @@ struct Q6KF16Decoder {
   static __device__ __forceinline__ int Shift(const uint8_t* block) {
     return static_cast<int>(reinterpret_cast<uintptr_t>(block) & 15);
   }
+};
+
+struct Q6KF16Decoder : UnalignedBlockCopy {
+  static constexpr int kBlockBytes = 210;
+  static constexpr int kStride = 224;  // the 14 pieces; rows 96 bytes apart mod 128
+  static constexpr int kPieceBytes = 16, kPieces = 14, kMaxShift = 14;
+  static constexpr bool kPairOrder = false;
   struct Row {
     const uint8_t* p;  // staged row + (shift & ~3): block bytes i.. (i % 4 == 0) from words p + i..
     uint32_t fs;       // 8 * (shift & 3): the funnel shift that realigns those words
@@ -220,7 +235,8 @@ struct Q6KF16Decoder {
     BytesTimesF16(hi, 0x64806480u, d2, &r.s[2], &r.s[3]);
     return r;
   }
-  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t, const uint32_t (&)[4]) {
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables&) {
     // ib & 3 is known at compile time under the unrolled loop; ib & 4 selects between registers.
     const int h = ib >> 2, qd = ib & 3;
     const uint2 ql = Load8(r, 64 * h + 32 * (qd & 1) + 8 * t);

@@ -1,9 +1,11 @@
 // Grouped tensor-core GEMM of a prefill's MoE experts with F16 operands: IQ4_XS, Q4_K or Q6_K
-// weights decoded to F16 with their sub-block scale (and min) folded in (gemm_f16_decoders.cuh),
-// times F16 activations, F32 accumulation (mma.sync m16n8k16). GemvParams grouped mode, like
-// gemm_grouped_mma_cuda.cu; the default for many groups per matrix on IQ4_XS, Q4_K and Q6_K
-// (STEPSERVE_GROUPED_GEMM_F16=0 keeps the int8 kernel, which decodes IQ4_XS only; =1 takes the
-// F16 form for IQ4_XS only; =2 for IQ4_XS and Q4_K).
+// (and, for the published files' 2-3 bit experts, IQ3_S, IQ3_XXS, IQ2_XXS, Q2_K:
+// gemm_f16_decoders_grid.cuh; written without a device, host-emulated) weights decoded to F16 with
+// their sub-block scale (and min) folded in (gemm_f16_decoders.cuh), times F16 activations, F32
+// accumulation (mma.sync m16n8k16). GemvParams grouped mode, like gemm_grouped_mma_cuda.cu; the
+// default for many groups per matrix on IQ4_XS, Q4_K and Q6_K (STEPSERVE_GROUPED_GEMM_F16=0 keeps
+// the int8 kernel, which decodes IQ4_XS only; =1 takes the F16 form for IQ4_XS only; =2 for IQ4_XS
+// and Q4_K).
 //
 // Why: the int8 grouped GEMM ran 2.37 ms (gate, up) and 2.42 ms (down) per projection at a
 // 2048-token prefill (ncu, H200: 16384 pairs x 4096 x 1280 in 2.4 ms = 72 int8 TOPS, 7.2 of a
@@ -42,8 +44,10 @@ namespace stepserve::kernels::gemv_internal {
 namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
-// (after the pieces: the IQ4_XS decoder uses Lookup16Pairs)
+#include "kernels/matmul/gemv_q8x_pieces_low_bit.cuh"
+// (after the pieces: the IQ4_XS decoder uses Lookup16Pairs, the grid decoders ApplySigns8)
 #include "kernels/matmul/gemm_f16_decoders.cuh"
+#include "kernels/matmul/gemm_f16_decoders_grid.cuh"
 
 constexpr int kWarps = 8;
 constexpr int kTileRows = 16 * kWarps;  // weight (output) rows per CTA, 16 per warp
@@ -137,7 +141,7 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int
 // starts in the staged rows g and g + 8 (D::Shift; 0 but for Q6_K).
 template <class D>
 __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, int g, int t,
-                                               int shift, const uint32_t (&tbl)[4],
+                                               int shift, const F16DecodeTables& tbl,
                                                float (&acc)[kColTiles][4]) {
   const uint8_t* ra = stage + (16 * warp + g) * D::kStride;
   const uint8_t* act = stage + Layout<D>::kWeightStageBytes + g * kActStride + 16 * t;
@@ -182,9 +186,13 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   const int64_t nb = p.in / 256;
   // Global row g of the warp's rows (only its address, for D::Shift: unused by aligned types).
   const uint8_t* w_row_a = w + (o0 + 16 * warp + g) * p.w_row_bytes;
-  // The IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16; IQ4_XS only).
-  const uint32_t tbl[4] = {p.iq4nl[0] ^ 0x80808080u, p.iq4nl[1] ^ 0x80808080u,
-                           p.iq4nl[2] ^ 0x80808080u, p.iq4nl[3] ^ 0x80808080u};
+  // The IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16; IQ4_XS only) and
+  // the i-quant grids (the grid decoders).
+  const F16DecodeTables tbl{{p.iq4nl[0] ^ 0x80808080u, p.iq4nl[1] ^ 0x80808080u,
+                             p.iq4nl[2] ^ 0x80808080u, p.iq4nl[3] ^ 0x80808080u},
+                            p.iq2xxs_grid,
+                            p.iq3xxs_grid,
+                            p.iq3s_grid};
   for (int c0 = begin; c0 < end; c0 += kTilePairs) {
     const int cols = end - c0 < kTilePairs ? end - c0 : kTilePairs;
     __syncthreads();  // the previous chunk is done with pair_row and the stages
@@ -277,9 +285,13 @@ std::atomic<int>& GroupedGemmF16Setting() {
 
 bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
   const int setting = GroupedGemmF16Setting().load(std::memory_order_relaxed);
+  // Mode 3 also takes the 2-3 bit decoders (gemm_f16_decoders_grid.cuh), which the MoE reaches
+  // only while those types are turned on (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).
+  const bool low_bit = type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ3_XXS ||
+                       type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K;
   const bool type_ok = (setting >= 1 && type == GgmlType::kIQ4_XS) ||
                        (setting >= 2 && type == GgmlType::kQ4_K) ||
-                       (setting >= 3 && type == GgmlType::kQ6_K);
+                       (setting >= 3 && (type == GgmlType::kQ6_K || low_bit));
   return type_ok && in % 256 == 0 && slots >= 1 && slots <= 65535;
 }
 
@@ -300,6 +312,20 @@ cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slo
   }
   if (type == GgmlType::kQ6_K && !p.x_pair_order) {
     return LaunchGemmF16<Q6KF16Decoder>(p, slots, stream);
+  }
+  if (!p.x_pair_order) {
+    switch (type) {
+      case GgmlType::kIQ2_XXS:
+        return LaunchGemmF16<Iq2XxsF16Decoder>(p, slots, stream);
+      case GgmlType::kIQ3_XXS:
+        return LaunchGemmF16<Iq3XxsF16Decoder>(p, slots, stream);
+      case GgmlType::kIQ3_S:
+        return LaunchGemmF16<Iq3SF16Decoder>(p, slots, stream);
+      case GgmlType::kQ2_K:
+        return LaunchGemmF16<Q2KF16Decoder>(p, slots, stream);
+      default:
+        break;
+    }
   }
   return cudaErrorNotSupported;
 }

@@ -14,13 +14,17 @@ call_test gemv_cuda_test gemv_low_bit GTEST_FILTER='*LowBit*'
 call_test matmul_backend_cuda_test matmul_low_bit STEPSERVE_GEMV_LOW_BIT=1
 call_test moe_gemv_cuda_test moe_gemv
 call_test moe_cuda_test moe_backend
-for round in 1 2; do
+# Batches 1-64 once (the switch off may be slow: host-grouped MoE, eager steps), batch 1 twice.
+for batches in 1,4,16,64 1; do
   for on in 0 1; do
-    CALL_PRESET=step-5 CALL_LAYERS=20 CALL_RECIPE=step5-q2 call_ab 1,4,16,64 "" \
+    CALL_PRESET=step-5 CALL_LAYERS=20 CALL_RECIPE=step5-q2 call_ab $batches "" \
       STEPSERVE_GEMV_LOW_BIT=$on
-    CALL_TYPES=exp-gate-up=iq3_s call_ab 1,4,16,64 "" STEPSERVE_GEMV_LOW_BIT=$on
+    CALL_TYPES=exp-gate-up=iq3_s call_ab $batches "" STEPSERVE_GEMV_LOW_BIT=$on
   done
 done
-CALL_PRESET=step-5 CALL_LAYERS=20 CALL_RECIPE=step5-q2 call_ab 1 2048 STEPSERVE_GEMV_LOW_BIT=1
+for on in 0 1; do
+  CALL_PRESET=step-5 CALL_LAYERS=20 CALL_RECIPE=step5-q2 call_ab 1 2048 STEPSERVE_GEMV_LOW_BIT=$on
+  CALL_TYPES=exp-gate-up=iq3_s call_ab 1 2048 STEPSERVE_GEMV_LOW_BIT=$on
+done
 tar -czf "$OUT/logs.tar.gz" -C "$CALL_LOGS" .
 call_done

@@ -21,6 +21,7 @@
 #include "engine/quant/quant_internal.h"
 #include "kernels/matmul/gemm_grouped_f16_cuda.cu"
 #include "test_common.h"
+#include "test_quant_types.h"
 
 using stepserve::F16ToF32;
 using stepserve::F32ToF16;
@@ -29,9 +30,6 @@ using stepserve::kernels::gemv_internal::GemvParams;
 using stepserve::kernels::gemv_internal::kSlotUnused;
 
 constexpr double kSub = 0x1p-25;  // half the F16 subnormal step: the rounding error near zero
-constexpr size_t kWantSmem = 2 * (128 * 144 + 64 * 576) + 64 * sizeof(int);
-constexpr size_t kWantSmemQ4K = 2 * (128 * 160 + 64 * 576) + 64 * sizeof(int);
-constexpr size_t kWantSmemQ6K = 2 * (128 * 224 + 64 * 576) + 64 * sizeof(int);
 
 // ConvertActivationsF16Kernel's value: saturated at +-65504 (an infinity would turn zero weights
 // into NaNs), then rounded to nearest even.
@@ -157,6 +155,64 @@ static void DecodeQ6K(const uint8_t* blk, int ib, int j, float* w16, double* wp,
   *wq = int8_t(q);
 }
 
+// The 2-3 bit decoders (gemm_f16_decoders_grid.cuh): element 32 ib + j's integer value and the
+// float sub-block scale the CPU dequantizer computes (engine/quant/quant_iq.cc, quant_k.cc); the
+// kernel's weight is the value times the F16-rounded scale, rounded to F16 once. *wp: the CPU
+// dequantizer's weight, filled in by the caller.
+static uint32_t Le32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+static int GridSign(uint32_t signs, int j) { return (signs >> j) & 1 ? -1 : 1; }
+static uint32_t SignsOf7(uint32_t k) { return k | ((__builtin_popcount(k) & 1u) << 7); }
+static void DecodeGrid(GgmlType type, const uint8_t* blk, int ib, int j, float* w16, double* wmag,
+                       int8_t* wq) {
+  namespace q = stepserve::quant;
+  uint16_t dh;
+  std::memcpy(&dh, blk, 2);
+  const float d = F16ToF32(dh);
+  int value = 0;
+  float scale = 0.f;
+  if (type == GgmlType::kIQ2_XXS) {
+    const uint32_t sw = Le32(blk + 6 + 8 * ib);
+    const int l = j / 8;
+    value = int((q::kIq2xxsGrid[blk[2 + 8 * ib + l]] >> (8 * (j % 8))) & 0xFF) *
+            GridSign(SignsOf7((sw >> (7 * l)) & 127), j % 8);
+    scale = d * (0.5f + float(sw >> 28)) * 0.25f;
+  } else if (type == GgmlType::kIQ3_XXS) {
+    const uint32_t sw = Le32(blk + 66 + 4 * ib);
+    value = int((q::kIq3xxsGrid[blk[2 + 8 * ib + j / 4]] >> (8 * (j % 4))) & 0xFF) *
+            GridSign(SignsOf7((sw >> (7 * (j / 8))) & 127), j % 8);
+    scale = d * (0.5f + float(sw >> 28)) * 0.5f;
+  } else {  // IQ3_S
+    const int g = j / 4;
+    const int idx = blk[2 + 8 * ib + g] | (((blk[66 + ib] >> g) & 1) << 8);
+    value = int((q::kIq3sGrid[idx] >> (8 * (j % 4))) & 0xFF) *
+            GridSign(blk[74 + 4 * ib + j / 8], j % 8);
+    scale = d * float(1 + 2 * ((blk[106 + ib / 2] >> (4 * (ib % 2))) & 15));
+  }
+  const float s16 = F16ToF32(F32ToF16(scale));
+  *w16 = F16ToF32(emu::F16Round(double(value) * s16));
+  *wmag = std::fabs(double(value) * scale);
+  *wq = int8_t(value);
+}
+// Q2_K (scales[16], qs[64], d, dmin): q * s16 - m16 rounded once (an F16 fma), as Q4_K's.
+static void DecodeQ2K(const uint8_t* blk, int ib, int j, float* w16, double* wmag, int8_t* wq) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk + 80, 2);
+  std::memcpy(&mh, blk + 82, 2);
+  const int h = ib / 4, k = ib % 4;
+  const int q = (blk[16 + 32 * h + j] >> (2 * k)) & 3;
+  const int sc = blk[8 * h + 2 * k + j / 16];
+  const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(sc & 15)));
+  const float m16 = F16ToF32(F32ToF16(F16ToF32(mh) * float(sc >> 4)));
+  *w16 = F16ToF32(emu::F16Round(double(q) * s16 - double(m16)));
+  *wmag =
+      std::fabs(double(F16ToF32(dh)) * (sc & 15) * q) + std::fabs(double(F16ToF32(mh)) * (sc >> 4));
+  *wq = int8_t(q);
+}
+
 // Q6_K blocks with the extremes forced in some of them: every q 0 or every q 63 (ql, qh all 0x00
 // or 0xFF), scales -128 and 127 alternating.
 static void ForceQ6KExtremes(QuantMatrices& wm, int experts, int64_t out) {
@@ -175,9 +231,18 @@ static void ForceQ6KExtremes(QuantMatrices& wm, int experts, int64_t out) {
 bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const bool q4k = c.type == GgmlType::kQ4_K, q6k = c.type == GgmlType::kQ6_K;
+  const bool q2k = c.type == GgmlType::kQ2_K;
+  const bool grid =
+      c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ3_XXS || c.type == GgmlType::kIQ3_S;
   const bool pair_order = c.type == GgmlType::kIQ4_XS;
-  QuantMatrices wm(c.experts, c.out, c.in, q4k ? 144 : (q6k ? 210 : 136), rng, c.row_align,
-                   c.offset);
+  const int64_t block_bytes = q4k                            ? 144
+                              : q6k                          ? 210
+                              : q2k                          ? 84
+                              : c.type == GgmlType::kIQ2_XXS ? 66
+                              : c.type == GgmlType::kIQ3_XXS ? 98
+                              : c.type == GgmlType::kIQ3_S   ? 110
+                                                             : 136;
+  QuantMatrices wm(c.experts, c.out, c.in, block_bytes, rng, c.row_align, c.offset);
   const int64_t nb = wm.nb;
   uint8_t* w = wm.data();
   std::uniform_real_distribution<float> ud(0.25f, 4.0f);
@@ -191,6 +256,9 @@ bool RunCase(const Case& c, uint32_t seed) {
   if (q6k) {
     ForceQ6KExtremes(wm, c.experts, c.out);
     wm.SetScales(c.experts, c.out, next_scale, 208);
+  } else if (q2k) {
+    wm.SetScales(c.experts, c.out, next_scale, 80);
+    wm.SetScales(c.experts, c.out, next_scale, 82);
   } else {
     wm.SetScales(c.experts, c.out, next_scale);
   }
@@ -208,6 +276,12 @@ bool RunCase(const Case& c, uint32_t seed) {
     for (int64_t o = 0; o < c.out; ++o)
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wm.block(e, o, b);
+        namespace qi = stepserve::quant::internal;
+        if (q2k) qi::DequantQ2_K(blk, cpu, 1);
+        if (c.type == GgmlType::kIQ2_XXS) qi::DequantIQ2_XXS(blk, cpu, 1);
+        if (c.type == GgmlType::kIQ3_XXS) qi::DequantIQ3_XXS(blk, cpu, 1);
+        if (c.type == GgmlType::kIQ3_S) qi::DequantIQ3_S(blk, cpu, 1);
+        if (grid || q2k) ++n_shift[(reinterpret_cast<uintptr_t>(blk) & 15) / 2];
         if (q6k) {
           stepserve::quant::internal::DequantQ6_K(blk, cpu, 1);
           ++n_shift[(reinterpret_cast<uintptr_t>(blk) & 15) / 2];
@@ -219,7 +293,17 @@ bool RunCase(const Case& c, uint32_t seed) {
         for (int ib = 0; ib < 8; ++ib) {
           for (int j = 0; j < 32; ++j) {
             const int64_t at = (e * c.out + o) * c.in + 256 * b + 32 * ib + j;
-            if (q4k) {
+            if (grid || q2k) {
+              if (q2k) {
+                DecodeQ2K(blk, ib, j, &w16[at], &wmag[at], &wq[at]);
+              } else {
+                DecodeGrid(c.type, blk, ib, j, &w16[at], &wmag[at], &wq[at]);
+              }
+              wp[at] = cpu[32 * ib + j];
+              // The model's value times its float scale must be the CPU's weight (Q2_K: within
+              // its own two roundings, checked through the bound of reference 2 instead).
+              if (grid) cpu_bad += std::fabs(double(cpu[32 * ib + j])) != wmag[at];
+            } else if (q4k) {
               DecodeQ4K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
             } else if (q6k) {
               DecodeQ6K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
@@ -233,6 +317,12 @@ bool RunCase(const Case& c, uint32_t seed) {
         }
       }
   bool coverage_ok = true;
+  if (grid || q2k) {
+    coverage_ok = cpu_bad == 0;
+    std::printf("     %s blocks at shift 0..14: ", c.name.substr(0, c.name.find(' ')).c_str());
+    for (int64_t n : n_shift) std::printf("%lld ", (long long)n);
+    std::printf("| |value * scale| vs the CPU dequantizer: %lld differ\n", (long long)cpu_bad);
+  }
   if (q6k) {
     coverage_ok = cpu_bad == 0 && n_q0 > 0 && n_q63 > 0 && n_sc_min > 0 && n_sc_max > 0;
     std::printf("     Q6_K blocks at shift 0..14: ");
@@ -318,7 +408,7 @@ bool RunCase(const Case& c, uint32_t seed) {
           // relative each (3 * 4.9e-4 < 2e-3) of the magnitudes they apply to, or below 2^-14
           // half a subnormal step each, scaled by the other factors.
           bound += 2e-3 * wmag[wrow + kk] * std::fabs(xv) +
-                   kSub * (std::fabs(xv) * (std::abs(wq[wrow + kk]) + (q4k ? 2 : 1)) +
+                   kSub * (std::fabs(xv) * (std::abs(wq[wrow + kk]) + (q4k || q2k ? 2 : 1)) +
                            2 * std::fabs(wv));
         }
         want[i] = acc;
@@ -335,6 +425,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   p.xh = xh;
   p.rows = static_cast<int>(x_rows);
   p.x_pair_order = pair_order;
+  SetGridTables(&p);
   emu::ClearGlobals();  // the only buffers cp.async may read (Q6_K: segments past its blocks)
   emu::AddGlobal(wm.segments(), wm.segment_bytes());
   emu::AddGlobal(xh, x_rows * c.in * 2);
@@ -386,7 +477,12 @@ bool RunCase(const Case& c, uint32_t seed) {
           sum_abs[i]);
     }
   }
-  const size_t want_smem = q4k ? kWantSmemQ4K : (q6k ? kWantSmemQ6K : kWantSmem);
+  const int stride = q4k                                     ? 160
+                     : q6k                                   ? 224
+                     : (q2k || c.type == GgmlType::kIQ3_XXS) ? 112
+                     : c.type == GgmlType::kIQ2_XXS          ? 80
+                                                             : 144;  // IQ4_XS, IQ3_S
+  const size_t want_smem = 2 * (128 * stride + 64 * 576) + 64 * sizeof(int);
   const bool ok =
       coverage_ok && conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 &&
       missing == 0 && err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&
@@ -446,6 +542,20 @@ int main(int argc, char** argv) {
        2},
       {"Q6_K in 1280 out 72 div 1 rows 1050 base+6", 1280, 72, 1, 0, 4, E, slots, 3,
        GgmlType::kQ6_K, 2, 6},
+      // The 2-3 bit decoders: padded rows (the device's), unpadded ones (every shift) and
+      // matrices 2 bytes past a 16-byte boundary; Q2_K's 84-byte blocks stay 4-byte aligned.
+      {"IQ2_XXS in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kIQ2_XXS},
+      {"IQ2_XXS in 768 out 143 div 1 rows 198", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kIQ2_XXS,
+       2},
+      {"IQ3_XXS in 1536 out 128 div 1 base+2", 1536, 128, 1, 3, 0, E, slots, 6, GgmlType::kIQ3_XXS,
+       16, 2},
+      {"IQ3_XXS in 1280 out 72 div 4 rows 490", 1280, 72, 4, 0, 4, E, slots, 3, GgmlType::kIQ3_XXS,
+       2},
+      {"IQ3_S in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kIQ3_S},
+      {"IQ3_S in 768 out 143 div 1 rows 330 base+6", 768, 143, 1, 1, 8, E, slots, 2,
+       GgmlType::kIQ3_S, 2, 6},
+      {"Q2_K in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ2_K},
+      {"Q2_K in 768 out 143 div 1 rows 252", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ2_K, 4},
   };
   fails = RunCases(cases, only, seed, "F16 kernel, ", fails, RunCase);
   return fails != 0;

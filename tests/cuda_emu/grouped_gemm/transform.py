@@ -8,7 +8,7 @@ M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '
 out = sys.argv[1]
 files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_mma_cuda.cu',
-         'matmul/gemm_f16_decoders.cuh',
+         'matmul/gemm_f16_decoders.cuh', 'matmul/gemm_f16_decoders_grid.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
          'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_pieces_low_bit.cuh',
          'matmul/gemv_q8x_rows.cuh',
@@ -55,6 +55,7 @@ reps = {
  'matmul/gemv_cuda_internal.h': [],
  'matmul/gemv_q8x_rows.cuh': [],
  'matmul/gemv_q8x_pieces_low_bit.cuh': [],
+ 'matmul/gemm_f16_decoders_grid.cuh': [],
  'matmul/gemv_q8x_grouped_cuda.cu': [],
  'matmul/gemv_q8x_cuda.cu': [],
  'matmul/q8_quantize.cuh': [],

@@ -1,0 +1,142 @@
+// Weight decoders of the grouped F16 GEMM (gemm_grouped_f16_cuda.cu) for the 2-3 bit types of the
+// published Step files' experts: IQ3_S and IQ3_XXS (Step-3.5-Flash's gate/up), IQ2_XXS and Q2_K
+// (Step-5's gate/up and down; Step-3.7's gate/up). The decoder contract is gemm_f16_decoders.cuh's
+// (included before this file, with gemv_q8x_pieces_low_bit.cuh for the sign helpers); natural
+// activation order: lane t's 8 weights are elements 8t..8t+7 of sub-block ib.
+//
+// Staging: none of these blocks is 16-byte aligned in a row (66 / 98 / 110 bytes: 2-byte
+// aligned; 84: 4-byte aligned), so each row's block is copied as Q6KF16Decoder's is - 16-byte
+// pieces from its start rounded down to 16, the block then at `shift` (<= 14) in the staged row;
+// the copy reads only 16-byte segments that also hold bytes of the block. Fields are read as the
+// aligned words around them, realigned by a funnel shift (StagedWord).
+//
+// The i-quants: a grid entry per 4 or 8 weights looked up in the device table copies
+// (F16DecodeTables, from GemvParams), signs applied with ApplySigns4, +128 per byte so
+// ScaledHalves turns the int8 values into F16 exactly; the sub-block scale, computed in float as
+// the CPU dequantizer does, is rounded to F16 once and each weight once more in the product.
+// Q2_K: Q4KF16Decoder's arithmetic (q * scale - min, one F16 fma) with 2-bit q and the 4-bit
+// scale and min of the lane's 16-element sub-block.
+#ifndef STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_GRID_CUH_
+#define STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_GRID_CUH_
+
+// Block bytes at - shift .. at - shift + 3 of a staged row (`at` = shift + the byte's offset in
+// the block, any alignment): the aligned word holding byte `at` and the next, funnel-shifted. The
+// next word may lie past the staged row (in the next row or the activation stage: still shared
+// memory) when its bytes are not needed.
+__device__ __forceinline__ uint32_t StagedWord(const uint8_t* row, int at) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(row + (at & ~3));
+  return __funnelshift_r(w[0], w[1], 8 * (at & 3));
+}
+
+// v as an F16 pair {v, v}, rounded once.
+__device__ __forceinline__ uint32_t F16Pair(float v) {
+  const uint32_t h = F16FromF32(v);
+  return h | (h << 16);
+}
+
+// The staging geometry of kBytes-byte blocks whose start in a row is a multiple of 16 - kMaxShift.
+template <int kBytes, int kShiftLimit, int kStrideBytes>
+struct UnalignedF16Staging : UnalignedBlockCopy {
+  static constexpr int kBlockBytes = kBytes;
+  static constexpr int kStride = kStrideBytes;
+  static constexpr int kPieceBytes = 16, kMaxShift = kShiftLimit;
+  static constexpr int kPieces = (kShiftLimit + kBytes + 15) / 16;
+  static constexpr bool kPairOrder = false;
+  struct Row {
+    const uint8_t* p;  // the staged row
+    int shift;         // where the block starts in it
+    float d;           // the block's F16 d (at offset 0 for the i-quants)
+  };
+  struct Sub {
+    uint2 words;  // int8 weights + 128 per byte: elements 8t..8t+3, 8t+4..8t+7
+    uint32_t scale;
+  };
+  static __device__ __forceinline__ Row Begin(const uint8_t* row, int shift, int) {
+    return Row{row, shift, F16Bits(StagedWord(row, shift))};
+  }
+  static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
+    return ScaledHalves(word, sel, s.scale);
+  }
+};
+
+// ---- IQ2_XXS: 66-byte blocks {d, 8 x (4 grid indices, signs-and-scale word)}. Lane t: grid entry
+// idx[t] of sub-block ib (8 weights), sign index bits 7t..7t+6, scale d * (0.5 + ls) / 4. ----
+struct Iq2XxsF16Decoder : UnalignedF16Staging<66, 14, 80> {  // 5 pieces; 8 rows in distinct banks
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables& tbl) {
+    const int at = r.shift + 2 + 8 * ib;
+    const uint32_t idx = StagedWord(r.p, at), sw = StagedWord(r.p, at + 4);
+    const uint2 g = __ldg(reinterpret_cast<const uint2*>(tbl.iq2xxs + Byte(idx, t)));
+    const uint32_t signs = SignsFromIndex((sw >> (7 * t)) & 127u);
+    const float scale = r.d * (0.5f + static_cast<float>(static_cast<int>(sw >> 28))) * 0.25f;
+    return Sub{make_uint2(ApplySigns4(g.x, signs) ^ 0x80808080u,
+                          ApplySigns4(g.y, signs >> 4) ^ 0x80808080u),
+               F16Pair(scale)};
+  }
+};
+
+// ---- IQ3_XXS: 98-byte blocks {d, qs[64] (a grid index per 4 weights), 8 signs-and-scale words}.
+// Lane t: indices qs[8 ib + 2t], qs[8 ib + 2t + 1], sign index bits 7t.. of word ib, scale
+// d * (0.5 + ls) / 2. ----
+struct Iq3XxsF16Decoder : UnalignedF16Staging<98, 14, 112> {  // 7 pieces
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables& tbl) {
+    const uint32_t q = StagedWord(r.p, r.shift + 2 + 8 * ib + 2 * t);
+    const uint32_t sw = StagedWord(r.p, r.shift + 66 + 4 * ib);
+    const uint32_t g0 = __ldg(tbl.iq3xxs + (q & 0xFFu)),
+                   g1 = __ldg(tbl.iq3xxs + ((q >> 8) & 0xFFu));
+    const uint32_t signs = SignsFromIndex((sw >> (7 * t)) & 127u);
+    const float scale = r.d * (0.5f + static_cast<float>(static_cast<int>(sw >> 28))) * 0.5f;
+    return Sub{
+        make_uint2(ApplySigns4(g0, signs) ^ 0x80808080u, ApplySigns4(g1, signs >> 4) ^ 0x80808080u),
+        F16Pair(scale)};
+  }
+};
+
+// ---- IQ3_S: 110-byte blocks {d, qs[64], qh[8], signs[32], scales[4]}. Lane t: 9-bit indices
+// qs[8 ib + 2t + k] | bit 2t + k of qh[ib] << 8 (k = 0, 1), sign byte signs[4 ib + t], scale
+// d * (1 + 2 ls) with ls nibble ib % 2 of scales[ib / 2]. ----
+struct Iq3SF16Decoder : UnalignedF16Staging<110, 14, 144> {  // 8 pieces; rows 16 apart mod 128
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables& tbl) {
+    const uint32_t q = StagedWord(r.p, r.shift + 2 + 8 * ib + 2 * t);
+    const uint8_t* blk = r.p + r.shift;  // single bytes: plain byte loads
+    const uint32_t qh = static_cast<uint32_t>(blk[66 + ib]) >> (2 * t);
+    const uint32_t signs = blk[74 + 4 * ib + t];
+    const uint32_t ls = (static_cast<uint32_t>(blk[106 + (ib >> 1)]) >> (4 * (ib & 1))) & 15u;
+    const uint32_t g0 = __ldg(tbl.iq3s + ((q & 0xFFu) | (qh & 1u) << 8));
+    const uint32_t g1 = __ldg(tbl.iq3s + (((q >> 8) & 0xFFu) | ((qh >> 1) & 1u) << 8));
+    const float scale = r.d * static_cast<float>(static_cast<int>(1 + 2 * ls));
+    return Sub{
+        make_uint2(ApplySigns4(g0, signs) ^ 0x80808080u, ApplySigns4(g1, signs >> 4) ^ 0x80808080u),
+        F16Pair(scale)};
+  }
+};
+
+// ---- Q2_K: 84-byte blocks {scales[16], qs[64], d, dmin}, 4-byte aligned in a row (shift 0, 4, 8
+// or 12). Sub-block ib = 4h + k: element 128h + 32k + l is bits 2k, 2k + 1 of qs[32h + l], so
+// lane t's elements l = 8t..8t+7 are 8 consecutive qs bytes; they share the 16-element sub-block
+// 8h + 2k + (t >> 1), scale byte {sc (low nibble), m}: weight d * sc * q - dmin * m. ----
+struct Q2KF16Decoder : UnalignedF16Staging<84, 12, 112> {  // 6 pieces; 8 rows in distinct banks
+  using Sub = Q4KF16Decoder::Sub;
+  static __device__ __forceinline__ Row Begin(const uint8_t* row, int shift, int) {
+    return Row{row, shift, 0.f};  // d and dmin are read per sub-block with the scale byte
+  }
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables&) {
+    const int h = ib >> 2, k = ib & 3;
+    const int at = r.shift + 16 + 32 * h + 8 * t;  // a multiple of 4: plain word loads
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(r.p + at);
+    const uint32_t sc = r.p[r.shift + 8 * h + 2 * k + (t >> 1)];
+    const uint32_t dd = *reinterpret_cast<const uint32_t*>(r.p + r.shift + 80);
+    const float ds = F16Bits(dd) * static_cast<float>(static_cast<int>(sc & 15u));
+    const float dm = F16Bits(dd >> 16) * static_cast<float>(static_cast<int>((sc >> 4) & 15u));
+    return Sub{make_uint2((q[0] >> (2 * k)) & 0x03030303u, (q[1] >> (2 * k)) & 0x03030303u),
+               F16Pair(ds), F16Pair(dm) ^ 0x80008000u};
+  }
+  static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
+    return Q4KF16Decoder::Halves(s, word, sel);
+  }
+};
+
+#endif  // STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_GRID_CUH_
