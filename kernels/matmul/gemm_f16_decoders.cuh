@@ -10,8 +10,8 @@
 // negated min), turned into F16 pairs by Halves(). kPairOrder: the activations this decoder reads
 // are in the pair order of Q8ScratchPosition (IQ4_XS), else in natural order.
 // Blocks that are not piece-aligned in a row (Q6_K: 210 bytes) are copied from their start
-// rounded down: CopySource(piece address) gives the source of a piece, Shift(global block start)
-// where the block then starts in its staged row (at most kMaxShift; the pieces cover
+// rounded down: CopySource(piece address, piece) gives the source of a piece, Shift(global block
+// start) where the block then starts in its staged row (at most kMaxShift; the pieces cover
 // kMaxShift + kBlockBytes), and Begin(staged row, shift, lane t) reads it there. For the aligned
 // types CopySource is the identity and Shift 0 at compile time (their code is unchanged).
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMM_F16_DECODERS_CUH_
@@ -72,7 +72,7 @@ struct Iq4XsF16Decoder {
   static constexpr int kStride = 144;  // rows 16 bytes apart mod 128
   static constexpr int kPieceBytes = 8, kPieces = 17, kMaxShift = 0;
   static constexpr bool kPairOrder = true;
-  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p) { return p; }
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p, int) { return p; }
   static __device__ __forceinline__ int Shift(const uint8_t*) { return 0; }
   struct Row {
     const uint8_t* p;
@@ -122,7 +122,7 @@ struct Q4KF16Decoder {
   static constexpr int kStride = 160;  // rows 32 bytes apart mod 128 (8-byte fragment loads)
   static constexpr int kPieceBytes = 16, kPieces = 9, kMaxShift = 0;
   static constexpr bool kPairOrder = false;
-  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p) { return p; }
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p, int) { return p; }
   static __device__ __forceinline__ int Shift(const uint8_t*) { return 0; }
   struct Row {
     const uint8_t* p;
@@ -191,7 +191,7 @@ struct Q4KF16Decoder {
 // The copy of a block that is not 16-byte aligned in its row (Q6_K here, the 2-3 bit types of
 // gemm_f16_decoders_grid.cuh): pieces from the block start rounded down to 16.
 struct UnalignedBlockCopy {
-  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p) {
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p, int) {
     // The block start rounded down plus 16 * piece = (block start + 16 * piece) rounded down.
     return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15});
   }

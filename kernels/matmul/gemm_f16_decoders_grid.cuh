@@ -1,14 +1,14 @@
 // Weight decoders of the grouped F16 GEMM (gemm_grouped_f16_cuda.cu) for the 2-3 bit types of the
-// published Step files' experts: IQ3_S and IQ3_XXS (Step-3.5-Flash's gate/up), IQ2_XXS and Q2_K
-// (Step-5's gate/up and down; Step-3.7's gate/up). The decoder contract is gemm_f16_decoders.cuh's
+// published Step files' experts: IQ3_S and IQ3_XXS (Step-3.5-Flash's gate/up), IQ2_XXS, Q2_K and
+// Q3_K (Step-5; Step-3.7's gate/up). The decoder contract is gemm_f16_decoders.cuh's
 // (included before this file, with gemv_q8x_pieces_low_bit.cuh for the sign helpers); natural
 // activation order: lane t's 8 weights are elements 8t..8t+7 of sub-block ib.
 //
 // Staging: none of these blocks is 16-byte aligned in a row (66 / 98 / 110 bytes: 2-byte
 // aligned; 84: 4-byte aligned), so each row's block is copied as Q6KF16Decoder's is - 16-byte
 // pieces from its start rounded down to 16, the block then at `shift` (<= 14) in the staged row;
-// the copy reads only 16-byte segments that also hold bytes of the block. Fields are read as the
-// aligned words around them, realigned by a funnel shift (StagedWord).
+// the copy reads only 16-byte segments that also hold bytes of the block (CopySource). Fields are
+// read as the aligned words around them, realigned by a funnel shift (StagedWord).
 //
 // The i-quants: a grid entry per 4 or 8 weights looked up in the device table copies
 // (F16DecodeTables, from GemvParams), signs applied with ApplySigns4, +128 per byte so
@@ -42,6 +42,17 @@ struct UnalignedF16Staging : UnalignedBlockCopy {
   static constexpr int kPieceBytes = 16, kMaxShift = kShiftLimit;
   static constexpr int kPieces = (kShiftLimit + kBytes + 15) / 16;
   static constexpr bool kPairOrder = false;
+  // UnalignedBlockCopy's source, except that where the pieces outgrow the largest shift plus a
+  // block (110-byte blocks: 8 pieces for 124 bytes) a last piece past the block's end - at
+  // shifts 0 and 2 - copies the piece before it instead: a segment past the block may lie past
+  // the allocation (the last row's end), and those staged bytes are never read.
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p, int piece) {
+    const uint8_t* src = UnalignedBlockCopy::CopySource(p, piece);
+    if constexpr (kPieces * 16 > kShiftLimit + kBytes) {
+      if (src >= p - 16 * piece + kBytes) src -= 16;
+    }
+    return src;
+  }
   struct Row {
     const uint8_t* p;  // the staged row
     int shift;         // where the block starts in it
@@ -136,6 +147,38 @@ struct Q2KF16Decoder : UnalignedF16Staging<84, 12, 112> {  // 6 pieces; 8 rows i
   }
   static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
     return Q4KF16Decoder::Halves(s, word, sel);
+  }
+};
+
+// ---- Q3_K: 110-byte blocks {hmask[32], qs[64], scales[12], d}. Sub-block ib = 4h + k: element
+// 128h + 32k + l has q = (bits 2k.. of qs[32h + l]) + 4 * (bit 4h + k of hmask[l]) - 4, so lane
+// t's elements l = 8t..8t+7 are 8 consecutive bytes of each; their 16-element sub-block
+// s = 8h + 2k + (t >> 1) has the signed 6-bit scale (low 4 bits: nibble h of scales[2k + (t >> 1)],
+// high 2: bits 2(s / 4).. of scales[8 + s % 4]) - 32: weight d * scale * q. ----
+struct Q3KF16Decoder : UnalignedF16Staging<110, 14, 144> {  // IQ3_S's geometry
+  static __device__ __forceinline__ Row Begin(const uint8_t* row, int shift, int) {
+    return Row{row, shift, F16Bits(StagedWord(row, shift + 108))};
+  }
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables&) {
+    const int h = ib >> 2, k = ib & 3, half = t >> 1;
+    const int qs_at = r.shift + 32 + 32 * h + 8 * t, hm_at = r.shift + 8 * t;
+    const uint32_t q[2] = {StagedWord(r.p, qs_at), StagedWord(r.p, qs_at + 4)};
+    const uint32_t hm[2] = {StagedWord(r.p, hm_at), StagedWord(r.p, hm_at + 4)};
+    uint32_t words[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      // 0..7 per byte, + 124: the value q + 128 (no byte carries).
+      words[i] =
+          (((q[i] >> (2 * k)) & 0x03030303u) | (((hm[i] >> (4 * h + k)) & 0x01010101u) << 2)) +
+          0x7C7C7C7Cu;
+    }
+    const uint8_t* blk = r.p + r.shift;
+    const int s = 8 * h + 2 * k + half;
+    const uint32_t low4 = (static_cast<uint32_t>(blk[96 + 2 * k + half]) >> (4 * h)) & 15u;
+    const uint32_t high2 = (static_cast<uint32_t>(blk[104 + (s & 3)]) >> (2 * (s >> 2))) & 3u;
+    const float scale = r.d * static_cast<float>(static_cast<int>(low4 | high2 << 4) - 32);
+    return Sub{make_uint2(words[0], words[1]), F16Pair(scale)};
   }
 };
 

@@ -1,5 +1,5 @@
 // Grouped tensor-core GEMM of a prefill's MoE experts with F16 operands: IQ4_XS, Q4_K or Q6_K
-// (and, for the published files' 2-3 bit experts, IQ3_S, IQ3_XXS, IQ2_XXS, Q2_K:
+// (and, for the published files' 2-3 bit experts, IQ3_S, IQ3_XXS, IQ2_XXS, Q2_K, Q3_K:
 // gemm_f16_decoders_grid.cuh; written without a device, host-emulated) weights decoded to F16 with
 // their sub-block scale (and min) folded in (gemm_f16_decoders.cuh), times F16 activations, F32
 // accumulation (mma.sync m16n8k16). GemvParams grouped mode, like gemm_grouped_mma_cuda.cu; the
@@ -83,6 +83,7 @@ struct Layout {
 // either (an MMA column depends on its own B column only, and those are dropped).
 struct CopyPlan {
   const uint8_t* w_src;  // the thread's piece of block 0 of its first weight row
+  int w_piece;           // which piece of a block that is (D::CopySource)
   const uint8_t* x_src;  // the thread's first piece of element 0 of its activation row
   int w_dst, x_dst;      // offsets within a stage
   int w_rows;            // rows of the thread's weight passes (0 for threads past the last row)
@@ -102,6 +103,7 @@ __device__ __forceinline__ CopyPlan MakeCopyPlan(const GemvParams& p, const uint
   c.w_rows =
       r0 < kRowsPerPass && r0 < valid ? static_cast<int>((valid - 1 - r0) / kRowsPerPass) + 1 : 0;
   c.w_src = w + (o0 + r0) * p.w_row_bytes + D::kPieceBytes * piece;
+  c.w_piece = piece;
   c.w_dst = r0 * D::kStride + D::kPieceBytes * piece;
   c.w_pass_bytes = kRowsPerPass * p.w_row_bytes;
   const int rx = tid >> 2, q = tid & 3;
@@ -122,9 +124,9 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int
     // Q6_K: the piece's source rounded down per row and block (the rounding is not the same for
     // every block or, in general, every row: no constant increment), D::CopySource.
     if constexpr (D::kPieceBytes == 8) {
-      CopyAsync8(wd, D::CopySource(ws));
+      CopyAsync8(wd, D::CopySource(ws, c.w_piece));
     } else {
-      CopyAsync16(wd, D::CopySource(ws));
+      CopyAsync16(wd, D::CopySource(ws, c.w_piece));
     }
     ws += c.w_pass_bytes;
     wd += kRowsPerPass * D::kStride;
@@ -288,7 +290,8 @@ bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
   // Mode 3 also takes the 2-3 bit decoders (gemm_f16_decoders_grid.cuh), which the MoE reaches
   // only while those types are turned on (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).
   const bool low_bit = type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ3_XXS ||
-                       type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K;
+                       type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K ||
+                       type == GgmlType::kQ3_K;
   const bool type_ok = (setting >= 1 && type == GgmlType::kIQ4_XS) ||
                        (setting >= 2 && type == GgmlType::kQ4_K) ||
                        (setting >= 3 && (type == GgmlType::kQ6_K || low_bit));
@@ -323,6 +326,8 @@ cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slo
         return LaunchGemmF16<Iq3SF16Decoder>(p, slots, stream);
       case GgmlType::kQ2_K:
         return LaunchGemmF16<Q2KF16Decoder>(p, slots, stream);
+      case GgmlType::kQ3_K:
+        return LaunchGemmF16<Q3KF16Decoder>(p, slots, stream);
       default:
         break;
     }

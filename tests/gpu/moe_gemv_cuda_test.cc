@@ -212,7 +212,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     if (many) modes.push_back({GroupedGemmMode::kManyGroups, F16Mode::kIq4XsAndQ4K});
     modes.push_back({GroupedGemmMode::kAlways, F16Mode::kIq4XsAndQ4K});
   }
-  // The 2-3 bit types' F16 decoders (gemm_f16_decoders_grid.cuh; not Q3_K) are in kAll too.
+  // The 2-3 bit types' F16 decoders (gemm_f16_decoders_grid.cuh) are in kAll too.
   const bool low_bit_types = GemvCudaLowBitType(gu_type) || GemvCudaLowBitType(down_type);
   if (q6k || low_bit_types) {
     if (many) modes.push_back({GroupedGemmMode::kManyGroups, F16Mode::kAll});
@@ -284,7 +284,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // Prefill chunks of them through the grouped F16 GEMM's decoders.
                       Param{GgmlType::kIQ3_S, GgmlType::kIQ4_XS, 200, 7.0f},
                       Param{GgmlType::kIQ2_XXS, GgmlType::kQ2_K, 200, 0.0f},
-                      Param{GgmlType::kIQ3_XXS, GgmlType::kIQ3_XXS, kSkewedTokens, 0.0f}));
+                      Param{GgmlType::kIQ3_XXS, GgmlType::kIQ3_XXS, kSkewedTokens, 0.0f},
+                      Param{GgmlType::kQ2_K, GgmlType::kQ3_K, 97, 0.5f}));
 
 // One token through MoeGemvCuda's two-kernel path (moe_decode_cuda.h; counters given) against
 // the reference and against the five-launch path (SetMoeGemvCudaDecodeFusedTokens(0)): the gate,

@@ -213,6 +213,20 @@ static void DecodeQ2K(const uint8_t* blk, int ib, int j, float* w16, double* wma
   *wq = int8_t(q);
 }
 
+// Q3_K (hmask[32], qs[64], scales[12], d): q in -4..3 times the F16-rounded d * (scale - 32).
+static void DecodeQ3K(const uint8_t* blk, int ib, int j, float* w16, double* wmag, int8_t* wq) {
+  uint16_t dh;
+  std::memcpy(&dh, blk + 108, 2);
+  const int h = ib / 4, k = ib % 4, s = 8 * h + 2 * k + j / 16;
+  const int q = ((blk[32 + 32 * h + j] >> (2 * k)) & 3) + 4 * ((blk[j] >> (4 * h + k)) & 1) - 4;
+  const int low4 = s < 8 ? blk[96 + s] & 15 : blk[96 + s - 8] >> 4;
+  const int high2 = (blk[104 + s % 4] >> (2 * (s / 4))) & 3;
+  const float scale = F16ToF32(dh) * float((low4 | high2 << 4) - 32);
+  *w16 = F16ToF32(emu::F16Round(double(q) * F16ToF32(F32ToF16(scale))));
+  *wmag = std::fabs(double(q) * scale);
+  *wq = int8_t(q);
+}
+
 // Q6_K blocks with the extremes forced in some of them: every q 0 or every q 63 (ql, qh all 0x00
 // or 0xFF), scales -128 and 127 alternating.
 static void ForceQ6KExtremes(QuantMatrices& wm, int experts, int64_t out) {
@@ -232,16 +246,17 @@ bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const bool q4k = c.type == GgmlType::kQ4_K, q6k = c.type == GgmlType::kQ6_K;
   const bool q2k = c.type == GgmlType::kQ2_K;
-  const bool grid =
-      c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ3_XXS || c.type == GgmlType::kIQ3_S;
+  const bool grid = c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ3_XXS ||
+                    c.type == GgmlType::kIQ3_S ||
+                    c.type == GgmlType::kQ3_K;  // (and Q3_K: value times a float scale too)
   const bool pair_order = c.type == GgmlType::kIQ4_XS;
-  const int64_t block_bytes = q4k                            ? 144
-                              : q6k                          ? 210
-                              : q2k                          ? 84
-                              : c.type == GgmlType::kIQ2_XXS ? 66
-                              : c.type == GgmlType::kIQ3_XXS ? 98
-                              : c.type == GgmlType::kIQ3_S   ? 110
-                                                             : 136;
+  const int64_t block_bytes = q4k                                                         ? 144
+                              : q6k                                                       ? 210
+                              : q2k                                                       ? 84
+                              : c.type == GgmlType::kIQ2_XXS                              ? 66
+                              : c.type == GgmlType::kIQ3_XXS                              ? 98
+                              : (c.type == GgmlType::kIQ3_S || c.type == GgmlType::kQ3_K) ? 110
+                                                                                          : 136;
   QuantMatrices wm(c.experts, c.out, c.in, block_bytes, rng, c.row_align, c.offset);
   const int64_t nb = wm.nb;
   uint8_t* w = wm.data();
@@ -259,6 +274,8 @@ bool RunCase(const Case& c, uint32_t seed) {
   } else if (q2k) {
     wm.SetScales(c.experts, c.out, next_scale, 80);
     wm.SetScales(c.experts, c.out, next_scale, 82);
+  } else if (c.type == GgmlType::kQ3_K) {
+    wm.SetScales(c.experts, c.out, next_scale, 108);
   } else {
     wm.SetScales(c.experts, c.out, next_scale);
   }
@@ -281,6 +298,7 @@ bool RunCase(const Case& c, uint32_t seed) {
         if (c.type == GgmlType::kIQ2_XXS) qi::DequantIQ2_XXS(blk, cpu, 1);
         if (c.type == GgmlType::kIQ3_XXS) qi::DequantIQ3_XXS(blk, cpu, 1);
         if (c.type == GgmlType::kIQ3_S) qi::DequantIQ3_S(blk, cpu, 1);
+        if (c.type == GgmlType::kQ3_K) qi::DequantQ3_K(blk, cpu, 1);
         if (grid || q2k) ++n_shift[(reinterpret_cast<uintptr_t>(blk) & 15) / 2];
         if (q6k) {
           stepserve::quant::internal::DequantQ6_K(blk, cpu, 1);
@@ -296,6 +314,8 @@ bool RunCase(const Case& c, uint32_t seed) {
             if (grid || q2k) {
               if (q2k) {
                 DecodeQ2K(blk, ib, j, &w16[at], &wmag[at], &wq[at]);
+              } else if (c.type == GgmlType::kQ3_K) {
+                DecodeQ3K(blk, ib, j, &w16[at], &wmag[at], &wq[at]);
               } else {
                 DecodeGrid(c.type, blk, ib, j, &w16[at], &wmag[at], &wq[at]);
               }
@@ -556,6 +576,9 @@ int main(int argc, char** argv) {
        GgmlType::kIQ3_S, 2, 6},
       {"Q2_K in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ2_K},
       {"Q2_K in 768 out 143 div 1 rows 252", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ2_K, 4},
+      {"Q3_K in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ3_K},
+      {"Q3_K in 768 out 143 div 1 rows 330 base+2", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ3_K,
+       2, 2},
   };
   fails = RunCases(cases, only, seed, "F16 kernel, ", fails, RunCase);
   return fails != 0;
