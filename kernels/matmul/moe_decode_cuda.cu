@@ -11,6 +11,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/matmul_cuda.h"
 #include "kernels/matmul/moe_decode_cuda.h"
 #include "kernels/matmul/q8_quantize.cuh"
 
@@ -18,6 +19,7 @@ namespace stepserve::kernels::gemv_internal {
 namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
+#include "kernels/matmul/gemv_q8x_pieces_low_bit.cuh"
 
 // 8 CTAs of 4 warps per SM (at most 64 registers), as the one-row GEMV: a launch of a few
 // thousand warps is then about one wave.
@@ -437,6 +439,8 @@ bool FusedQ6K() {
 }  // namespace
 
 bool ExpertDecodeFusedSupports(GgmlType type) {
+  // The 2-3 bit types while they are on at all (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).
+  if (GemvCudaLowBitType(type)) return GemvCudaSupports(type);
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
          type == GgmlType::kIQ4_XS || (type == GgmlType::kQ6_K && FusedQ6K());
 }
@@ -447,14 +451,14 @@ cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, cudaS
       a.counters == nullptr) {
     return cudaErrorInvalidValue;
   }
-  return WithQ8xPiece(type,
-                      [&](auto piece) { return LaunchGateUpTyped<decltype(piece)>(a, stream); });
+  return WithQ8xPieceAll(type,
+                         [&](auto piece) { return LaunchGateUpTyped<decltype(piece)>(a, stream); });
 }
 
 cudaError_t LaunchExpertDownCombine(GgmlType type, const ExpertDownParams& a, cudaStream_t stream) {
   if (a.routed < 1 || a.tokens < 1 || a.tokens > kMaxSharedTokens) return cudaErrorInvalidValue;
-  return WithQ8xPiece(type,
-                      [&](auto piece) { return LaunchDownTyped<decltype(piece)>(a, stream); });
+  return WithQ8xPieceAll(type,
+                         [&](auto piece) { return LaunchDownTyped<decltype(piece)>(a, stream); });
 }
 
 }  // namespace stepserve::kernels::gemv_internal

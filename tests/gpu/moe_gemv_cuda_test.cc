@@ -307,6 +307,7 @@ class MoeGemvCudaDecodeTest : public ::testing::TestWithParam<DecodeParam> {};
 TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible; GPU test skipped";
   const auto [gu_type, down_type, d, ff, limit, T] = GetParam();
+  const LowBitScope low_bit;
   const int64_t E = 16, K = 8;
   Experts gate(gu_type, d, ff, E, 21), up(gu_type, d, ff, E, 22), down(down_type, ff, d, E, 23);
   std::mt19937 rng(static_cast<uint32_t>(d + ff + T));
@@ -452,7 +453,12 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeParam{GgmlType::kIQ4_XS, GgmlType::kQ6_K, 512, 1280, 7.0f, 1},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 2},
                       DecodeParam{GgmlType::kQ4_K, GgmlType::kQ6_K, 512, 1280, 7.0f, 4},
-                      DecodeParam{GgmlType::kQ6_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 3}));
+                      DecodeParam{GgmlType::kQ6_K, GgmlType::kQ6_K, 512, 1280, 0.0f, 3},
+                      // The published files' 2-3 bit experts (gemv_q8x_pieces_low_bit.cuh).
+                      DecodeParam{GgmlType::kIQ3_S, GgmlType::kIQ4_XS, 4096, 1280, 7.0f, 1},
+                      DecodeParam{GgmlType::kIQ2_XXS, GgmlType::kQ2_K, 4096, 1280, 0.0f, 2},
+                      DecodeParam{GgmlType::kIQ3_XXS, GgmlType::kQ3_K, 768, 512, 7.0f, 1},
+                      DecodeParam{GgmlType::kQ2_K, GgmlType::kIQ3_S, 512, 256, 0.0f, 4}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;
