@@ -22,6 +22,8 @@
 struct F16DecodeTables {
   uint32_t iq4nl[4];
   const uint64_t* iq2xxs;
+  const uint64_t* iq2xs;
+  const uint64_t* iq2s;
   const uint32_t* iq3xxs;
   const uint32_t* iq3s;
 };

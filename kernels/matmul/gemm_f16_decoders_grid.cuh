@@ -1,8 +1,9 @@
 // Weight decoders of the grouped F16 GEMM (gemm_grouped_f16_cuda.cu) for the 2-3 bit types of the
 // published Step files' experts: IQ3_S and IQ3_XXS (Step-3.5-Flash's gate/up), IQ2_XXS, Q2_K and
-// Q3_K (Step-5; Step-3.7's gate/up). The decoder contract is gemm_f16_decoders.cuh's
-// (included before this file, with gemv_q8x_pieces_low_bit.cuh for the sign helpers); natural
-// activation order: lane t's 8 weights are elements 8t..8t+7 of sub-block ib.
+// Q3_K (Step-5; Step-3.7's gate/up), IQ2_XS and IQ2_S (community Step-3.5-Flash files). The decoder
+// contract is gemm_f16_decoders.cuh's (included before this file, with gemv_q8x_pieces_low_bit.cuh
+// for the sign helpers); natural activation order: lane t's 8 weights are elements 8t..8t+7 of
+// sub-block ib.
 //
 // Staging: none of these blocks is 16-byte aligned in a row (66 / 98 / 110 bytes: 2-byte
 // aligned; 84: 4-byte aligned), so each row's block is copied as Q6KF16Decoder's is - 16-byte
@@ -83,6 +84,38 @@ struct Iq2XxsF16Decoder : UnalignedF16Staging<66, 14, 80> {  // 5 pieces; 8 rows
     return Sub{make_uint2(ApplySigns4(g.x, signs) ^ 0x80808080u,
                           ApplySigns4(g.y, signs >> 4) ^ 0x80808080u),
                F16Pair(scale)};
+  }
+};
+
+// ---- IQ2_XS: 74-byte blocks {d, qs[32] (uint16: 9-bit grid index, 7-bit sign index),
+// scales[8]}. Lane t: index word qs[4 ib + t], scale nibble t / 2 of scales[ib] (a 4-bit scale
+// per 16 elements), d * (0.5 + ls) / 4. ----
+struct Iq2XsF16Decoder : UnalignedF16Staging<74, 14, 112> {  // 6 pieces; rows 112 bytes apart
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables& tbl) {
+    const uint32_t v = StagedWord(r.p, r.shift + 2 + 8 * ib + 2 * t) & 0xFFFFu;
+    const uint2 g = __ldg(reinterpret_cast<const uint2*>(tbl.iq2xs + (v & 511u)));
+    const uint32_t signs = SignsFromIndex(v >> 9);
+    const uint32_t sc = r.p[r.shift + 66 + ib];
+    return Sub{make_uint2(ApplySigns4(g.x, signs) ^ 0x80808080u,
+                          ApplySigns4(g.y, signs >> 4) ^ 0x80808080u),
+               F16Pair(HalfScale(r.d, sc, t >> 1))};
+  }
+};
+
+// ---- IQ2_S: 82-byte blocks {d, qs[32], signs[32], qh[8], scales[8]}. Lane t: 10-bit index
+// qs[4 ib + t] | bits 2t, 2t + 1 of qh[ib] << 8, sign byte signs[4 ib + t], IQ2_XS's scales. ----
+struct Iq2SF16Decoder : UnalignedF16Staging<82, 14, 112> {  // 6 pieces
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables& tbl) {
+    const uint8_t* blk = r.p + r.shift;  // single bytes: plain byte loads
+    const uint32_t idx =
+        blk[2 + 4 * ib + t] | ((static_cast<uint32_t>(blk[66 + ib]) >> (2 * t)) & 3u) << 8;
+    const uint2 g = __ldg(reinterpret_cast<const uint2*>(tbl.iq2s + idx));
+    const uint32_t signs = blk[34 + 4 * ib + t];
+    return Sub{make_uint2(ApplySigns4(g.x, signs) ^ 0x80808080u,
+                          ApplySigns4(g.y, signs >> 4) ^ 0x80808080u),
+               F16Pair(HalfScale(r.d, blk[74 + ib], t >> 1))};
   }
 };
 

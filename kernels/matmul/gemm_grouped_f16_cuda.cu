@@ -1,5 +1,6 @@
 // Grouped tensor-core GEMM of a prefill's MoE experts with F16 operands: IQ4_XS, Q4_K or Q6_K
-// (and, for the published files' 2-3 bit experts, IQ3_S, IQ3_XXS, IQ2_XXS, Q2_K, Q3_K:
+// (and, for the published files' 2-3 bit experts, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, Q2_K,
+// Q3_K:
 // gemm_f16_decoders_grid.cuh; written without a device, host-emulated) weights decoded to F16 with
 // their sub-block scale (and min) folded in (gemm_f16_decoders.cuh), times F16 activations, F32
 // accumulation (mma.sync m16n8k16). GemvParams grouped mode, like gemm_grouped_mma_cuda.cu; the
@@ -193,6 +194,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   const F16DecodeTables tbl{{p.iq4nl[0] ^ 0x80808080u, p.iq4nl[1] ^ 0x80808080u,
                              p.iq4nl[2] ^ 0x80808080u, p.iq4nl[3] ^ 0x80808080u},
                             p.iq2xxs_grid,
+                            p.iq2xs_grid,
+                            p.iq2s_grid,
                             p.iq3xxs_grid,
                             p.iq3s_grid};
   for (int c0 = begin; c0 < end; c0 += kTilePairs) {
@@ -289,7 +292,8 @@ bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
   const int setting = GroupedGemmF16Setting().load(std::memory_order_relaxed);
   // Mode 3 also takes the 2-3 bit decoders (gemm_f16_decoders_grid.cuh), which the MoE reaches
   // only while those types are turned on (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).
-  const bool low_bit = type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ3_XXS ||
+  const bool low_bit = type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ2_XS ||
+                       type == GgmlType::kIQ2_S || type == GgmlType::kIQ3_XXS ||
                        type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K ||
                        type == GgmlType::kQ3_K;
   const bool type_ok = (setting >= 1 && type == GgmlType::kIQ4_XS) ||
@@ -320,6 +324,10 @@ cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slo
     switch (type) {
       case GgmlType::kIQ2_XXS:
         return LaunchGemmF16<Iq2XxsF16Decoder>(p, slots, stream);
+      case GgmlType::kIQ2_XS:
+        return LaunchGemmF16<Iq2XsF16Decoder>(p, slots, stream);
+      case GgmlType::kIQ2_S:
+        return LaunchGemmF16<Iq2SF16Decoder>(p, slots, stream);
       case GgmlType::kIQ3_XXS:
         return LaunchGemmF16<Iq3XxsF16Decoder>(p, slots, stream);
       case GgmlType::kIQ3_S:

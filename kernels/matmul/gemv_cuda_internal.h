@@ -44,6 +44,8 @@ struct GemvParams {
   // The grids of the i-quant pieces (gemv_q8x_pieces_low_bit.cuh): device copies from
   // DeviceDequantTables, set by SetGridTables for those types only.
   const uint64_t* iq2xxs_grid;
+  const uint64_t* iq2xs_grid;
+  const uint64_t* iq2s_grid;
   const uint32_t* iq3xxs_grid;
   const uint32_t* iq3s_grid;
   // Indexed mode (MoE experts), on when `matrix_ids` is set; rows must be 1. Grid y = groups:

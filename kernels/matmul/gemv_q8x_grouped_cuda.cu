@@ -178,18 +178,21 @@ template <class P, int R, int NR, int D, bool kShort>
 auto RowLoopGroupedKernel() -> void (*)(GemvParams) {
   // The 2-3 bit types: the exact-rows form without the register cap (not measured yet; their
   // guarded-rows form without the loop spilled 24-400 bytes under ptxas, 255 registers).
-  if constexpr (kLowBitPiece<P>) return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 1, true>;
-  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
-    if (GroupedExactRows()) {
-      return GroupedMinCtasPerSm() > 1
-                 ? GemvQ8GroupedKernel<P, R, NR, D, kShort, true, kGroupedMinCtasPerSm, true>
-                 : GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 1, true>;
+  if constexpr (kLowBitPiece<P>) {
+    return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 1, true>;
+  } else {
+    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+      if (GroupedExactRows()) {
+        return GroupedMinCtasPerSm() > 1
+                   ? GemvQ8GroupedKernel<P, R, NR, D, kShort, true, kGroupedMinCtasPerSm, true>
+                   : GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 1, true>;
+      }
+      if (GroupedMinCtasPerSm() > 1) {
+        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, kGroupedMinCtasPerSm>;
+      }
     }
-    if (GroupedMinCtasPerSm() > 1) {
-      return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, kGroupedMinCtasPerSm>;
-    }
+    return GemvQ8GroupedKernel<P, R, NR, D, kShort, true>;
   }
-  return GemvQ8GroupedKernel<P, R, NR, D, kShort, true>;
 }
 
 template <class P>

@@ -1,8 +1,9 @@
 // Block decoders of the int8-activation GEMV for the 2-3 bit types of the published Step files:
 // IQ3_S and IQ3_XXS (Step-3.5-Flash's expert gate/up), IQ2_XXS (Step-5, Step-3.7), Q2_K and Q3_K
-// (Step-5). Same Piece interface as gemv_q8x_pieces.cuh (included before this file), natural
-// activation order. Without them these types took the exact F32 warp-per-row GEMV and, as MoE
-// experts, the host-grouped path (ids to the host every MoE layer, so no step graphs).
+// (Step-5), IQ2_XS and IQ2_S (community Step-3.5-Flash files). Same Piece interface as
+// gemv_q8x_pieces.cuh (included before this file), natural activation order. Without them these
+// types took the exact F32 warp-per-row GEMV and, as MoE experts, the host-grouped path (ids to the
+// host every MoE layer, so no step graphs).
 //
 // The i-quants: one 32-element sub-block per lane (8 lanes per block), grid entries looked up
 // through GemvParams' device copies of the tables (DeviceDequantTables), signs applied to the
@@ -82,6 +83,108 @@ struct PieceIQ2_XXS : SubBlock32Dot {
       ApplySigns8(w.v, l, SignsFromIndex((q[1] >> (7 * l)) & 127u));
     }
     w.dl = F16Bits(raw.d) * (0.5f + static_cast<float>(q[1] >> 28)) * 0.25f;
+    return w;
+  }
+};
+
+// Words 0-3 (elements 0..15) and 4-7 (16..31) of a sub-block under scales of their own (IQ2_XS,
+// IQ2_S: a 4-bit scale per 16 elements): two dp4a chains.
+struct SubBlockHalvesDot : SubBlock32Dot {
+  struct W {
+    uint32_t v[8];
+    float dl[2];  // the scales of elements 0..15 and 16..31
+  };
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    const uint32_t xw[8] = {x.a.x, x.a.y, x.a.z, x.a.w, x.b.x, x.b.y, x.b.z, x.b.w};
+    int s[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      s[i >> 2] = __dp4a(static_cast<int>(w.v[i]), static_cast<int>(xw[i]), s[i >> 2]);
+    }
+    return x.d * (w.dl[0] * IntToFloat(s[0]) + w.dl[1] * IntToFloat(s[1]));
+  }
+};
+
+// The IQ2_XS / IQ2_S scale of a 16-element half: d * (0.5 + ls) / 4, ls nibble `half` of `sc`.
+__device__ __forceinline__ float HalfScale(float d, uint32_t sc, int half) {
+  return d * (0.5f + static_cast<float>((sc >> (4 * half)) & 15u)) * 0.25f;
+}
+
+// ---- IQ2_XS: 74-byte blocks {d, qs[32] (uint16: 9-bit grid index, 7-bit sign index), scales[8]}.
+// Lane ib: the 4 index words at 2 + 8 ib (one per 8 elements) and scale byte 66 + ib. ----
+struct PieceIQ2_XS : SubBlockHalvesDot {
+  static constexpr int kLanes = 8, kElems = 256, kBytes = 74;
+  static constexpr int kDepth1 = 4;
+  struct Raw {
+    uint32_t q[3];
+    unsigned short d;
+    unsigned char sc;
+  };
+  template <class L = StreamLoad>
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int ib) {
+    Raw raw;
+    LoadUnaligned<L, 2>(blk + 2 + 8 * ib, raw.q);
+    raw.d = L::Load(reinterpret_cast<const unsigned short*>(blk));
+    raw.sc = L::Load(blk + 66 + ib);
+    return raw;
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int, const GemvParams& p) {
+    uint32_t q[2];
+    Realign<2>(raw.q, static_cast<uint32_t>((2 * b + 2) & 3), q);  // (74 b + 2 + 8 ib) mod 4
+    W w;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const uint32_t v = (q[l >> 1] >> (16 * (l & 1))) & 0xFFFFu;
+      const uint2 g = __ldg(reinterpret_cast<const uint2*>(p.iq2xs_grid + (v & 511u)));
+      w.v[2 * l] = g.x;
+      w.v[2 * l + 1] = g.y;
+      ApplySigns8(w.v, l, SignsFromIndex(v >> 9));
+    }
+    const float d = F16Bits(raw.d);
+    w.dl[0] = HalfScale(d, raw.sc, 0);
+    w.dl[1] = HalfScale(d, raw.sc, 1);
+    return w;
+  }
+};
+
+// ---- IQ2_S: 82-byte blocks {d, qs[32] (low index bytes), signs[32], qh[8] (2 high index bits per
+// 8 elements), scales[8]}. Lane ib: qs[4 ib ..] (2 + 4 ib), signs[4 ib ..] (34 + 4 ib), qh[ib],
+// scales[ib]. ----
+struct PieceIQ2_S : SubBlockHalvesDot {
+  static constexpr int kLanes = 8, kElems = 256, kBytes = 82;
+  static constexpr int kDepth1 = 2;  // 8 raw registers a step
+  struct Raw {
+    uint32_t q[2], s[2];
+    unsigned short d;
+    unsigned char qh, sc;
+  };
+  template <class L = StreamLoad>
+  static __device__ __forceinline__ Raw LoadRaw(const uint8_t* blk, int ib) {
+    Raw raw;
+    LoadUnaligned<L, 1>(blk + 2 + 4 * ib, raw.q);
+    LoadUnaligned<L, 1>(blk + 34 + 4 * ib, raw.s);
+    raw.d = L::Load(reinterpret_cast<const unsigned short*>(blk));
+    raw.qh = L::Load(blk + 66 + ib);
+    raw.sc = L::Load(blk + 74 + ib);
+    return raw;
+  }
+  static __device__ __forceinline__ W Decode(const Raw& raw, int64_t b, int, const GemvParams& p) {
+    const uint32_t off = static_cast<uint32_t>((2 * b + 2) & 3);  // both fields: (82 b + 2) mod 4
+    uint32_t q[1], sw[1];
+    Realign<1>(raw.q, off, q);
+    Realign<1>(raw.s, off, sw);
+    W w;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const uint32_t idx = Byte(q[0], l) | ((static_cast<uint32_t>(raw.qh) >> (2 * l)) & 3u) << 8;
+      const uint2 g = __ldg(reinterpret_cast<const uint2*>(p.iq2s_grid + idx));
+      w.v[2 * l] = g.x;
+      w.v[2 * l + 1] = g.y;
+      ApplySigns8(w.v, l, Byte(sw[0], l));
+    }
+    const float d = F16Bits(raw.d);
+    w.dl[0] = HalfScale(d, raw.sc, 0);
+    w.dl[1] = HalfScale(d, raw.sc, 1);
     return w;
   }
 };
@@ -316,6 +419,10 @@ inline constexpr bool kLowBitPiece = false;
 template <>
 inline constexpr bool kLowBitPiece<PieceIQ2_XXS> = true;
 template <>
+inline constexpr bool kLowBitPiece<PieceIQ2_XS> = true;
+template <>
+inline constexpr bool kLowBitPiece<PieceIQ2_S> = true;
+template <>
 inline constexpr bool kLowBitPiece<PieceIQ3_XXS> = true;
 template <>
 inline constexpr bool kLowBitPiece<PieceIQ3_S> = true;
@@ -332,6 +439,10 @@ cudaError_t WithQ8xPieceAll(GgmlType type, Launch launch) {
   switch (type) {
     case GgmlType::kIQ2_XXS:
       return launch(PieceIQ2_XXS{});
+    case GgmlType::kIQ2_XS:
+      return launch(PieceIQ2_XS{});
+    case GgmlType::kIQ2_S:
+      return launch(PieceIQ2_S{});
     case GgmlType::kIQ3_XXS:
       return launch(PieceIQ3_XXS{});
     case GgmlType::kIQ3_S:

@@ -31,6 +31,8 @@ KernelStatus SetGridTables(GgmlType type, GemvParams* p) {
   DequantTables t;
   if (const KernelStatus s = DeviceDequantTables(&t); s != KernelStatus::kOk) return s;
   p->iq2xxs_grid = t.iq2xxs_grid;
+  p->iq2xs_grid = t.iq2xs_grid;
+  p->iq2s_grid = t.iq2s_grid;
   p->iq3xxs_grid = t.iq3xxs_grid;
   p->iq3s_grid = t.iq3s_grid;
   return KernelStatus::kOk;
@@ -39,8 +41,9 @@ KernelStatus SetGridTables(GgmlType type, GemvParams* p) {
 }  // namespace
 
 bool GemvCudaLowBitType(GgmlType type) {
-  return type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ3_XXS || type == GgmlType::kIQ3_S ||
-         type == GgmlType::kQ2_K || type == GgmlType::kQ3_K;
+  return type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ2_XS || type == GgmlType::kIQ2_S ||
+         type == GgmlType::kIQ3_XXS || type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K ||
+         type == GgmlType::kQ3_K;
 }
 
 bool SetGemvCudaLowBitTypes(bool on) { return LowBitTypesSetting().exchange(on); }

@@ -102,11 +102,11 @@ int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 // activations: 2 bytes per value) included; GemvCudaScratchBytes suffices for the int8 ones.
 int64_t GemvIndexedCudaScratchBytes(int64_t in, int64_t rows);
 
-// Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS; while the low-bit types are on (below) also IQ2_XXS, IQ3_XXS,
-// IQ3_S, Q2_K and Q3_K (Q5_K and those with kQ8 activations only).
+// Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS; while the low-bit types are on (below) also IQ2_XXS, IQ2_XS,
+// IQ2_S, IQ3_XXS, IQ3_S, Q2_K and Q3_K (Q5_K and those with kQ8 activations only).
 bool GemvCudaSupports(GgmlType type);
 // The 2-3 bit types of the published Step files (Step-3.5-Flash's IQ3_S / IQ3_XXS expert gate/up,
-// Step-5's IQ2_XXS / Q2_K / Q3_K, Step-3.7's IQ2_XXS): int8-activation pieces for the one-row,
+// Step-5's IQ2_XXS / Q2_K / Q3_K, Step-3.7's IQ2_XXS, community files' IQ2_XS / IQ2_S): int8-activation pieces for the one-row,
 // 2-16 row, indexed and grouped GEMVs (gemv_q8x_pieces_low_bit.cuh), and through them the
 // device MoE (MoeGemvCuda) instead of the host-grouped path. Off unless STEPSERVE_GEMV_LOW_BIT=1
 // (read once) or SetGemvCudaLowBitTypes(true): checked by the host emulation only

@@ -406,11 +406,12 @@ INSTANTIATE_TEST_SUITE_P(Q5K, GemvCudaTest,
                                             ::testing::Values(GemvCudaActivations::kQ8)));
 
 // The 2-3 bit types (gemv_q8x_pieces_low_bit.cuh): int8 path only. {33, 2304}: 9 blocks, so
-// the 2-byte aligned 66 / 98 / 110-byte blocks meet every phase; {37, 1280}: short rows.
+// the 2-byte aligned 66 / 74 / 82 / 98 / 110-byte blocks meet every phase; {37, 1280}: short rows.
 INSTANTIATE_TEST_SUITE_P(
     LowBit, GemvCudaTest,
-    ::testing::Combine(::testing::Values(GgmlType::kIQ2_XXS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
-                                         GgmlType::kQ2_K, GgmlType::kQ3_K),
+    ::testing::Combine(::testing::Values(GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+                                         GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kQ2_K,
+                                         GgmlType::kQ3_K),
                        ::testing::Values(std::pair<int64_t, int64_t>{33, 256},
                                          std::pair<int64_t, int64_t>{33, 4096},
                                          std::pair<int64_t, int64_t>{33, 2304},
@@ -424,8 +425,8 @@ TEST(GemvCudaValidateTest, LowBitTypesOnlyWhenTurnedOnAndOnlyWithInt8Activations
   EXPECT_FALSE(GemvCudaSupports(GgmlType::kIQ3_S));
   EXPECT_TRUE(GemvCudaSupports(GgmlType::kIQ4_XS));
   SetGemvCudaLowBitTypes(true);
-  for (GgmlType t : {GgmlType::kIQ2_XXS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kQ2_K,
-                     GgmlType::kQ3_K}) {
+  for (GgmlType t : {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
+                     GgmlType::kIQ3_S, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
     EXPECT_TRUE(GemvCudaSupports(t)) << GgmlTypeName(t);
     GemvCudaArgs a{.type = t,
                    .w = reinterpret_cast<const void*>(uintptr_t{256}),
@@ -440,7 +441,7 @@ TEST(GemvCudaValidateTest, LowBitTypesOnlyWhenTurnedOnAndOnlyWithInt8Activations
                    .activations = GemvCudaActivations::kF32};
     EXPECT_EQ(ValidateGemvCuda(a), KernelStatus::kUnsupportedType) << GgmlTypeName(t);
   }
-  EXPECT_FALSE(GemvCudaSupports(GgmlType::kIQ2_XS));  // no piece
+  EXPECT_FALSE(GemvCudaSupports(GgmlType::kIQ1_S));  // no piece
   SetGemvCudaLowBitTypes(before);
 }
 

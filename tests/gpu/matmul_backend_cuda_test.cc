@@ -151,8 +151,8 @@ TEST(MatmulCudaLowBitTest, LowBitTypesThroughTheInt8Gemv) {
   if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
   const bool was = kernels::SetGemvCudaLowBitTypes(true);
   const uint64_t seed = std::random_device{}();
-  for (GgmlType type : {GgmlType::kIQ2_XXS, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kQ2_K,
-                        GgmlType::kQ3_K}) {
+  for (GgmlType type : {GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
+                        GgmlType::kIQ3_S, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
     for (int64_t rows : {1, 2, 5, 16}) {
       CheckMatmul(*cuda, type, 2304, 37, rows, 4, 3, seed + rows);
       CheckMatmul(*cuda, type, 1280, 70, rows, 0, 1, seed + 100 + rows);

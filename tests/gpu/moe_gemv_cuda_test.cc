@@ -285,7 +285,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{GgmlType::kIQ3_S, GgmlType::kIQ4_XS, 200, 7.0f},
                       Param{GgmlType::kIQ2_XXS, GgmlType::kQ2_K, 200, 0.0f},
                       Param{GgmlType::kIQ3_XXS, GgmlType::kIQ3_XXS, kSkewedTokens, 0.0f},
-                      Param{GgmlType::kQ2_K, GgmlType::kQ3_K, 97, 0.5f}));
+                      Param{GgmlType::kQ2_K, GgmlType::kQ3_K, 97, 0.5f},
+                      // The community IQ2_S card's mix (gate/up IQ2_XS, down IQ3_XXS), and IQ2_S.
+                      Param{GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, 1, 7.0f},
+                      Param{GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, 200, 0.0f},
+                      Param{GgmlType::kIQ2_S, GgmlType::kIQ2_S, 5, 0.0f},
+                      Param{GgmlType::kIQ2_S, GgmlType::kIQ3_S, 97, 7.0f}));
 
 // One token through MoeGemvCuda's two-kernel path (moe_decode_cuda.h; counters given) against
 // the reference and against the five-launch path (SetMoeGemvCudaDecodeFusedTokens(0)): the gate,
@@ -458,7 +463,9 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeParam{GgmlType::kIQ3_S, GgmlType::kIQ4_XS, 4096, 1280, 7.0f, 1},
                       DecodeParam{GgmlType::kIQ2_XXS, GgmlType::kQ2_K, 4096, 1280, 0.0f, 2},
                       DecodeParam{GgmlType::kIQ3_XXS, GgmlType::kQ3_K, 768, 512, 7.0f, 1},
-                      DecodeParam{GgmlType::kQ2_K, GgmlType::kIQ3_S, 512, 256, 0.0f, 4}));
+                      DecodeParam{GgmlType::kQ2_K, GgmlType::kIQ3_S, 512, 256, 0.0f, 4},
+                      DecodeParam{GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, 4096, 1280, 7.0f, 1},
+                      DecodeParam{GgmlType::kIQ2_S, GgmlType::kIQ2_S, 768, 512, 0.0f, 2}));
 
 TEST(MoeGemvCudaValidateTest, RejectsBadArguments) {
   MoeGemvCudaArgs a;

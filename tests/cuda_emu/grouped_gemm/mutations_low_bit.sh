@@ -18,6 +18,8 @@ m q2k_min_sign $f 'return w.d * scaled - w.dmin * mins;' 'return w.d * scaled + 
 m q3k_high_bits $f 'const uint32_t high2 = (Byte(hi[0], s & 3) >> (2 * (s >> 2))) & 3u;' \
   'const uint32_t high2 = (Byte(hi[0], s & 3) >> (2 * (s & 3))) & 3u;'
 m q3k_hmask_bit $f '(((hm[t] >> (4 * h + k)) & 0x01010101u) << 2)' '(((hm[t] >> (4 * k + h)) & 0x01010101u) << 2)'
+m iq2xs_half_scale $f 'w.dl[1] = HalfScale(d, raw.sc, 1);' 'w.dl[1] = HalfScale(d, raw.sc, 0);'
+m iq2s_high_index_bits $f '((static_cast<uint32_t>(raw.qh) >> (2 * l)) & 3u) << 8' '((static_cast<uint32_t>(raw.qh) >> l) & 3u) << 8'
 m kx_sum_row $f 'x.sum[k] = __dp4a(ones, static_cast<int>(x.q[k].y),' 'x.sum[k] = __dp4a(ones, static_cast<int>(x.q[k].x),'
 # The grouped F16 GEMM's decoders of the same types (gemm_f16_decoders_grid.cuh), against
 # test_f16.cc (padded and unpadded rows, every block shift).

@@ -185,6 +185,22 @@ static void DecodeGrid(GgmlType type, const uint8_t* blk, int ib, int j, float* 
     value = int((q::kIq3xxsGrid[blk[2 + 8 * ib + j / 4]] >> (8 * (j % 4))) & 0xFF) *
             GridSign(SignsOf7((sw >> (7 * (j / 8))) & 127), j % 8);
     scale = d * (0.5f + float(sw >> 28)) * 0.5f;
+  } else if (type == GgmlType::kIQ2_XS || type == GgmlType::kIQ2_S) {
+    const int l = j / 8;
+    int idx, sign;
+    if (type == GgmlType::kIQ2_XS) {
+      uint16_t v;
+      std::memcpy(&v, blk + 2 + 2 * (4 * ib + l), 2);
+      idx = v & 511;
+      sign = GridSign(SignsOf7(v >> 9), j % 8);
+    } else {
+      idx = blk[2 + 4 * ib + l] | (((blk[66 + ib] >> (2 * l)) & 3) << 8);
+      sign = GridSign(blk[34 + 4 * ib + l], j % 8);
+    }
+    const uint64_t* grid = type == GgmlType::kIQ2_XS ? q::kIq2xsGrid : q::kIq2sGrid;
+    value = int((grid[idx] >> (8 * (j % 8))) & 0xFF) * sign;
+    const int sc = blk[(type == GgmlType::kIQ2_XS ? 66 : 74) + ib];
+    scale = d * (0.5f + float((sc >> (4 * (l / 2))) & 15)) * 0.25f;
   } else {  // IQ3_S
     const int g = j / 4;
     const int idx = blk[2 + 8 * ib + g] | (((blk[66 + ib] >> g) & 1) << 8);
@@ -246,7 +262,8 @@ bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const bool q4k = c.type == GgmlType::kQ4_K, q6k = c.type == GgmlType::kQ6_K;
   const bool q2k = c.type == GgmlType::kQ2_K;
-  const bool grid = c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ3_XXS ||
+  const bool grid = c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ2_XS ||
+                    c.type == GgmlType::kIQ2_S || c.type == GgmlType::kIQ3_XXS ||
                     c.type == GgmlType::kIQ3_S ||
                     c.type == GgmlType::kQ3_K;  // (and Q3_K: value times a float scale too)
   const bool pair_order = c.type == GgmlType::kIQ4_XS;
@@ -254,6 +271,8 @@ bool RunCase(const Case& c, uint32_t seed) {
                               : q6k                                                       ? 210
                               : q2k                                                       ? 84
                               : c.type == GgmlType::kIQ2_XXS                              ? 66
+                              : c.type == GgmlType::kIQ2_XS                               ? 74
+                              : c.type == GgmlType::kIQ2_S                                ? 82
                               : c.type == GgmlType::kIQ3_XXS                              ? 98
                               : (c.type == GgmlType::kIQ3_S || c.type == GgmlType::kQ3_K) ? 110
                                                                                           : 136;
@@ -296,6 +315,8 @@ bool RunCase(const Case& c, uint32_t seed) {
         namespace qi = stepserve::quant::internal;
         if (q2k) qi::DequantQ2_K(blk, cpu, 1);
         if (c.type == GgmlType::kIQ2_XXS) qi::DequantIQ2_XXS(blk, cpu, 1);
+        if (c.type == GgmlType::kIQ2_XS) qi::DequantIQ2_XS(blk, cpu, 1);
+        if (c.type == GgmlType::kIQ2_S) qi::DequantIQ2_S(blk, cpu, 1);
         if (c.type == GgmlType::kIQ3_XXS) qi::DequantIQ3_XXS(blk, cpu, 1);
         if (c.type == GgmlType::kIQ3_S) qi::DequantIQ3_S(blk, cpu, 1);
         if (c.type == GgmlType::kQ3_K) qi::DequantQ3_K(blk, cpu, 1);
@@ -497,11 +518,13 @@ bool RunCase(const Case& c, uint32_t seed) {
           sum_abs[i]);
     }
   }
-  const int stride = q4k                                     ? 160
-                     : q6k                                   ? 224
-                     : (q2k || c.type == GgmlType::kIQ3_XXS) ? 112
-                     : c.type == GgmlType::kIQ2_XXS          ? 80
-                                                             : 144;  // IQ4_XS, IQ3_S
+  const bool stride_112 = q2k || c.type == GgmlType::kIQ3_XXS || c.type == GgmlType::kIQ2_XS ||
+                          c.type == GgmlType::kIQ2_S;
+  const int stride = q4k                            ? 160
+                     : q6k                          ? 224
+                     : stride_112                   ? 112
+                     : c.type == GgmlType::kIQ2_XXS ? 80
+                                                    : 144;  // IQ4_XS, IQ3_S
   const size_t want_smem = 2 * (128 * stride + 64 * 576) + 64 * sizeof(int);
   const bool ok =
       coverage_ok && conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 &&
@@ -566,6 +589,11 @@ int main(int argc, char** argv) {
       // matrices 2 bytes past a 16-byte boundary; Q2_K's 84-byte blocks stay 4-byte aligned.
       {"IQ2_XXS in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kIQ2_XXS},
       {"IQ2_XXS in 768 out 143 div 1 rows 198", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kIQ2_XXS,
+       2},
+      {"IQ2_XS in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kIQ2_XS},
+      {"IQ2_XS in 768 out 143 div 1 rows 222 base+2", 768, 143, 1, 1, 8, E, slots, 2,
+       GgmlType::kIQ2_XS, 2, 2},
+      {"IQ2_S in 1536 out 128 div 1 rows 492", 1536, 128, 1, 3, 0, E, slots, 6, GgmlType::kIQ2_S,
        2},
       {"IQ3_XXS in 1536 out 128 div 1 base+2", 1536, 128, 1, 3, 0, E, slots, 6, GgmlType::kIQ3_XXS,
        16, 2},

@@ -126,9 +126,9 @@ int main(int argc, char** argv) {
        6},
   };
   int fails = 0;
-  for (GgmlType t :
-       {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ2_XXS,
-        GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
+  for (GgmlType t : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                     GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
+                     GgmlType::kIQ3_S, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
     g_type = t;
     const std::string label = std::string("gemv_grouped ") + EmuType(t).name + " ";
     fails = RunCases(cases, only, seed, label.c_str(), fails, RunCase);

@@ -39,6 +39,10 @@ inline EmuQuantType EmuType(stepserve::GgmlType t) {
       return {"Q3_K", t, 110, qi::DequantQ3_K, 108, false, false};
     case GgmlType::kIQ2_XXS:
       return {"IQ2_XXS", t, 66, qi::DequantIQ2_XXS, 0, false, false};
+    case GgmlType::kIQ2_XS:
+      return {"IQ2_XS", t, 74, qi::DequantIQ2_XS, 0, false, false};
+    case GgmlType::kIQ2_S:
+      return {"IQ2_S", t, 82, qi::DequantIQ2_S, 0, false, false};
     case GgmlType::kIQ3_XXS:
       return {"IQ3_XXS", t, 98, qi::DequantIQ3_XXS, 0, false, false};
     case GgmlType::kIQ3_S:
@@ -83,12 +87,16 @@ template <class Params>
 void SetGridTables(Params* p) {
   namespace q = stepserve::quant;
   p->iq2xxs_grid = q::kIq2xxsGrid;
+  p->iq2xs_grid = q::kIq2xsGrid;
+  p->iq2s_grid = q::kIq2sGrid;
   p->iq3xxs_grid = q::kIq3xxsGrid;
   p->iq3s_grid = q::kIq3sGrid;
 }
 inline void AddGridTableGlobals() {
   namespace q = stepserve::quant;
   emu::AddGlobal(q::kIq2xxsGrid, sizeof(q::kIq2xxsGrid));
+  emu::AddGlobal(q::kIq2xsGrid, sizeof(q::kIq2xsGrid));
+  emu::AddGlobal(q::kIq2sGrid, sizeof(q::kIq2sGrid));
   emu::AddGlobal(q::kIq3xxsGrid, sizeof(q::kIq3xxsGrid));
   emu::AddGlobal(q::kIq3sGrid, sizeof(q::kIq3sGrid));
 }
