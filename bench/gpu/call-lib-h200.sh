@@ -36,7 +36,7 @@ call_test() {
   local t=$1 log=$2
   shift 2
   local s=$(date +%s)
-  timeout 100 env "$@" "$CALL_BUILD/tests/gpu/$t" >"$CALL_LOGS/$log.log" 2>&1
+  timeout "${CALL_TEST_TIMEOUT:-100}" env "$@" "$CALL_BUILD/tests/gpu/$t" >"$CALL_LOGS/$log.log" 2>&1
   echo "$t [$*] rc=$? $(($(date +%s) - s)) s" \
     "$(grep -E '^\[  (PASSED|FAILED)' "$CALL_LOGS/$log.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" -A3 "$CALL_LOGS/$log.log" | head -12
