@@ -11,9 +11,9 @@
 // 8 (c % 4) .. +7 of all four 32-element groups of half c / 4 (each qs byte holds the 2-bit
 // values of 4 elements 32 apart), so one pair of qs words serves 32 weights.
 //
-// Blocks of 66 / 98 / 110 bytes are only 2-byte aligned: a field is read as the aligned words
-// around it and realigned by a funnel shift whose phase comes from the block index (rows start
-// 16-byte aligned), as PieceQ8_0 does.
+// Blocks of 66 / 74 / 82 / 98 / 110 bytes are only 2-byte aligned: a field is read as the aligned
+// words around it and realigned by a funnel shift whose phase comes from the block index (rows
+// start 16-byte aligned), as PieceQ8_0 does.
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_LOW_BIT_CUH_
 #define STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_LOW_BIT_CUH_
 
