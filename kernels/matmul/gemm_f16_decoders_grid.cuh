@@ -163,8 +163,14 @@ struct Iq3SF16Decoder : UnalignedF16Staging<110, 14, 144> {  // 8 pieces; rows 1
 // 8h + 2k + (t >> 1), scale byte {sc (low nibble), m}: weight d * sc * q - dmin * m. ----
 struct Q2KF16Decoder : UnalignedF16Staging<84, 12, 112> {  // 6 pieces; 8 rows in distinct banks
   using Sub = Q4KF16Decoder::Sub;
+  struct Row {
+    const uint8_t* p;
+    int shift;
+    float d, dmin;
+  };
   static __device__ __forceinline__ Row Begin(const uint8_t* row, int shift, int) {
-    return Row{row, shift, 0.f};  // d and dmin are read per sub-block with the scale byte
+    const uint32_t dd = *reinterpret_cast<const uint32_t*>(row + shift + 80);  // shift % 4 == 0
+    return Row{row, shift, F16Bits(dd), F16Bits(dd >> 16)};
   }
   static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
                                                const F16DecodeTables&) {
@@ -172,9 +178,8 @@ struct Q2KF16Decoder : UnalignedF16Staging<84, 12, 112> {  // 6 pieces; 8 rows i
     const int at = r.shift + 16 + 32 * h + 8 * t;  // a multiple of 4: plain word loads
     const uint32_t* q = reinterpret_cast<const uint32_t*>(r.p + at);
     const uint32_t sc = r.p[r.shift + 8 * h + 2 * k + (t >> 1)];
-    const uint32_t dd = *reinterpret_cast<const uint32_t*>(r.p + r.shift + 80);
-    const float ds = F16Bits(dd) * static_cast<float>(static_cast<int>(sc & 15u));
-    const float dm = F16Bits(dd >> 16) * static_cast<float>(static_cast<int>((sc >> 4) & 15u));
+    const float ds = r.d * static_cast<float>(static_cast<int>(sc & 15u));
+    const float dm = r.dmin * static_cast<float>(static_cast<int>((sc >> 4) & 15u));
     return Sub{make_uint2((q[0] >> (2 * k)) & 0x03030303u, (q[1] >> (2 * k)) & 0x03030303u),
                F16Pair(ds), F16Pair(dm) ^ 0x80008000u};
   }

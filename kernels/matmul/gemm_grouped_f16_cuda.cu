@@ -39,6 +39,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
+#include "kernels/matmul/matmul_cuda.h"
 #include "kernels/matmul/mma_iq4_util.cuh"
 
 namespace stepserve::kernels::gemv_internal {
@@ -292,10 +293,7 @@ bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
   const int setting = GroupedGemmF16Setting().load(std::memory_order_relaxed);
   // Mode 3 also takes the 2-3 bit decoders (gemm_f16_decoders_grid.cuh), which the MoE reaches
   // only while those types are turned on (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).
-  const bool low_bit = type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ2_XS ||
-                       type == GgmlType::kIQ2_S || type == GgmlType::kIQ3_XXS ||
-                       type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K ||
-                       type == GgmlType::kQ3_K;
+  const bool low_bit = GemvCudaLowBitType(type);
   const bool type_ok = (setting >= 1 && type == GgmlType::kIQ4_XS) ||
                        (setting >= 2 && type == GgmlType::kQ4_K) ||
                        (setting >= 3 && (type == GgmlType::kQ6_K || low_bit));

@@ -195,6 +195,18 @@ auto RowLoopGroupedKernel() -> void (*)(GemvParams) {
   }
 }
 
+// One warp per row block, launched without a cap: GemvQ8GroupedKernel's guarded form, except for
+// the 2-3 bit types, whose loop form then runs its loop once (their guarded form spilled 24-400
+// bytes at 255 registers under ptxas, so it is never built).
+template <class P, int R, int NR, int D, bool kShort>
+auto NoLoopGroupedKernel() -> void (*)(GemvParams) {
+  if constexpr (kLowBitPiece<P>) {
+    return RowLoopGroupedKernel<P, R, NR, D, kShort>();
+  } else {
+    return GemvQ8GroupedKernel<P, R, NR, D, kShort>;
+  }
+}
+
 template <class P>
 cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
                           cudaStream_t stream) {
@@ -212,28 +224,21 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
     return max_blocks > 0 &&
            (kLoopForm || max_blocks < (warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   };
-  // The 2-3 bit types always take the loop form (with no cap, STEPSERVE_GROUPED_ROW_CTAS=0, each
-  // warp's loop runs once), so their guarded no-loop kernels are never built.
   if (IsShortRow<P>(p.in)) {
     constexpr int kShortRows = kShortRowsPerWarp<P>;
-    if (kLowBitPiece<P> || loops(kShortRows)) {
+    if (loops(kShortRows)) {
       return LaunchWarpRows<kShortRows>(RowLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p,
                                         slots, overlap_previous, stream, max_blocks);
     }
-    if constexpr (!kLowBitPiece<P>) {
-      return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true>, p, slots,
-                                        overlap_previous, stream);
-    }
+    return LaunchWarpRows<kShortRows>(NoLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p, slots,
+                                      overlap_previous, stream);
   }
-  if (kLowBitPiece<P> || loops(kNR)) {
+  if (loops(kNR)) {
     return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
                                overlap_previous, stream, max_blocks);
   }
-  if constexpr (!kLowBitPiece<P>) {
-    return LaunchWarpRows<kNR>(GemvQ8GroupedKernel<P, kR, kNR, kD, false>, p, slots,
-                               overlap_previous, stream);
-  }
-  return cudaErrorInvalidValue;  // not reached: the 2-3 bit types returned above
+  return LaunchWarpRows<kNR>(NoLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
+                             overlap_previous, stream);
 }
 
 }  // namespace

@@ -40,12 +40,6 @@ KernelStatus SetGridTables(GgmlType type, GemvParams* p) {
 
 }  // namespace
 
-bool GemvCudaLowBitType(GgmlType type) {
-  return type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ2_XS || type == GgmlType::kIQ2_S ||
-         type == GgmlType::kIQ3_XXS || type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K ||
-         type == GgmlType::kQ3_K;
-}
-
 bool SetGemvCudaLowBitTypes(bool on) { return LowBitTypesSetting().exchange(on); }
 
 bool GemvCudaSupports(GgmlType type) {

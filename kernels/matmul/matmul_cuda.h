@@ -106,12 +106,17 @@ int64_t GemvIndexedCudaScratchBytes(int64_t in, int64_t rows);
 // IQ2_S, IQ3_XXS, IQ3_S, Q2_K and Q3_K (Q5_K and those with kQ8 activations only).
 bool GemvCudaSupports(GgmlType type);
 // The 2-3 bit types of the published Step files (Step-3.5-Flash's IQ3_S / IQ3_XXS expert gate/up,
-// Step-5's IQ2_XXS / Q2_K / Q3_K, Step-3.7's IQ2_XXS, community files' IQ2_XS / IQ2_S): int8-activation pieces for the one-row,
-// 2-16 row, indexed and grouped GEMVs (gemv_q8x_pieces_low_bit.cuh), and through them the
-// device MoE (MoeGemvCuda) instead of the host-grouped path. Off unless STEPSERVE_GEMV_LOW_BIT=1
-// (read once) or SetGemvCudaLowBitTypes(true): checked by the host emulation only
-// (tests/cuda_emu, test_gemv_one_row / test_gemv_grouped), not yet on a device.
-bool GemvCudaLowBitType(GgmlType type);
+// Step-5's IQ2_XXS / Q2_K / Q3_K, Step-3.7's IQ2_XXS, community files' IQ2_XS / IQ2_S):
+// int8-activation pieces for the one-row, 2-16 row, indexed and grouped GEMVs
+// (gemv_q8x_pieces_low_bit.cuh), and through them the device MoE (MoeGemvCuda) instead of the
+// host-grouped path. Off unless STEPSERVE_GEMV_LOW_BIT=1 (read once) or
+// SetGemvCudaLowBitTypes(true): checked by the host emulation only (tests/cuda_emu,
+// test_gemv_one_row / test_gemv_grouped), not yet on a device.
+inline bool GemvCudaLowBitType(GgmlType type) {
+  return type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ2_XS || type == GgmlType::kIQ2_S ||
+         type == GgmlType::kIQ3_XXS || type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K ||
+         type == GgmlType::kQ3_K;
+}
 // Turns the low-bit types on or off for GemvCudaSupports (tests, A/B runs); returns the previous.
 bool SetGemvCudaLowBitTypes(bool on);
 

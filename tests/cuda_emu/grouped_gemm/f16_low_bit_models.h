@@ -26,7 +26,8 @@ inline uint32_t Le32(const uint8_t* p) {
   return v;
 }
 inline int GridSign(uint32_t signs, int j) { return (signs >> j) & 1 ? -1 : 1; }
-inline uint32_t SignsOf7(uint32_t k) { return k | ((__builtin_popcount(k) & 1u) << 7); }
+// The engine's ksigns_iq2xs table (not the kernels' parity computation, SignsFromIndex).
+inline uint32_t SignsOf7(uint32_t k) { return stepserve::quant::kKsignsIq2xs[k]; }
 inline void DecodeGrid(GgmlType type, const uint8_t* blk, int ib, int j, float* w16, double* wmag,
                        int8_t* wq) {
   namespace q = stepserve::quant;

@@ -175,10 +175,10 @@ bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const bool q4k = c.type == GgmlType::kQ4_K, q6k = c.type == GgmlType::kQ6_K;
   const bool q2k = c.type == GgmlType::kQ2_K;
-  const bool grid = c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ2_XS ||
-                    c.type == GgmlType::kIQ2_S || c.type == GgmlType::kIQ3_XXS ||
-                    c.type == GgmlType::kIQ3_S ||
-                    c.type == GgmlType::kQ3_K;  // (and Q3_K: value times a float scale too)
+  const bool value_times_scale =
+      c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ2_XS || c.type == GgmlType::kIQ2_S ||
+      c.type == GgmlType::kIQ3_XXS || c.type == GgmlType::kIQ3_S ||
+      c.type == GgmlType::kQ3_K;  // (and Q3_K: value times a float scale too)
   const bool pair_order = c.type == GgmlType::kIQ4_XS;
   const int64_t block_bytes = q4k                                                         ? 144
                               : q6k                                                       ? 210
@@ -233,7 +233,7 @@ bool RunCase(const Case& c, uint32_t seed) {
         if (c.type == GgmlType::kIQ3_XXS) qi::DequantIQ3_XXS(blk, cpu, 1);
         if (c.type == GgmlType::kIQ3_S) qi::DequantIQ3_S(blk, cpu, 1);
         if (c.type == GgmlType::kQ3_K) qi::DequantQ3_K(blk, cpu, 1);
-        if (grid || q2k) ++n_shift[(reinterpret_cast<uintptr_t>(blk) & 15) / 2];
+        if (value_times_scale || q2k) ++n_shift[(reinterpret_cast<uintptr_t>(blk) & 15) / 2];
         if (q6k) {
           stepserve::quant::internal::DequantQ6_K(blk, cpu, 1);
           ++n_shift[(reinterpret_cast<uintptr_t>(blk) & 15) / 2];
@@ -245,7 +245,7 @@ bool RunCase(const Case& c, uint32_t seed) {
         for (int ib = 0; ib < 8; ++ib) {
           for (int j = 0; j < 32; ++j) {
             const int64_t at = (e * c.out + o) * c.in + 256 * b + 32 * ib + j;
-            if (grid || q2k) {
+            if (value_times_scale || q2k) {
               if (q2k) {
                 DecodeQ2K(blk, ib, j, &w16[at], &wmag[at], &wq[at]);
               } else if (c.type == GgmlType::kQ3_K) {
@@ -256,7 +256,7 @@ bool RunCase(const Case& c, uint32_t seed) {
               wp[at] = cpu[32 * ib + j];
               // The model's value times its float scale must be the CPU's weight (Q2_K: within
               // its own two roundings, checked through the bound of reference 2 instead).
-              if (grid) cpu_bad += std::fabs(double(cpu[32 * ib + j])) != wmag[at];
+              if (value_times_scale) cpu_bad += std::fabs(double(cpu[32 * ib + j])) != wmag[at];
             } else if (q4k) {
               DecodeQ4K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
             } else if (q6k) {
@@ -271,7 +271,7 @@ bool RunCase(const Case& c, uint32_t seed) {
         }
       }
   bool coverage_ok = true;
-  if (grid || q2k) {
+  if (value_times_scale || q2k) {
     coverage_ok = cpu_bad == 0;
     std::printf("     %s blocks at shift 0..14: ", c.name.substr(0, c.name.find(' ')).c_str());
     for (int64_t n : n_shift) std::printf("%lld ", (long long)n);
