@@ -29,5 +29,9 @@ for round in 1 2; do
 done
 call_ab 1,2,4,8,16,32,64 2048,4096
 CALL_RECIPE=q4_k_m call_ab 1,2,4 2048
+# Where batch 1's MoE time goes (the two expert kernels at 1.75 / 1.2 TB/s in v17): stall reasons
+# of the gate/up, down + combine and one-row kernels and the one-CTA norms of two decode steps.
+call_ncu b1-moe 'ExpertGateUpKernel|ExpertDownCombineKernel|GemvIq4XsOneRowKernel|RmsNorm' 16 \
+  "--batches 1 --decode-steps 2 --context 256"
 tar -czf "$OUT/logs.tar.gz" -C "$CALL_LOGS" .
 call_done
