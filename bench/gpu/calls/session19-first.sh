@@ -5,7 +5,7 @@
 # (2) bit 8 of STEPSERVE_WEIGHTS_BEFORE_WAIT (the other types' one-row GEMV ring before the wait,
 # written after session 18's device time ran out, emulated on the host only): tests with 11, A/B
 # 3 vs 11 at batch 1 for IQ4_XS and Q4_K_M; bit 16 (the gate/up kernel's shared-expert rows into L2
-# before the wait) A/B 3 vs 19 at batch 1; (3) the v18 figures.
+# before the wait) A/B 3 vs 19 at batch 1; (3) the v18 figures; (4) ncu of batch 1's expert kernels.
 #   (timeout 560 bash bench/gpu/calls/session19-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
