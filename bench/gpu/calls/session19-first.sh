@@ -27,6 +27,13 @@ for round in 1 2; do
   CALL_RECIPE=q4_k_m call_ab 1 "" STEPSERVE_WEIGHTS_BEFORE_WAIT=3
   CALL_RECIPE=q4_k_m call_ab 1 "" STEPSERVE_WEIGHTS_BEFORE_WAIT=11
 done
+# (session 20) The MoE decode kernels' K-quant forms at 6 CTAs per SM (80 registers, no spills in
+# the one-token forms) against 8 (Q4_K gate/up spills 56 / 52 bytes, down 48 / 50): Q4_K_M 1 / 2.
+CALL_BUILD=build-kq CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS=6" \
+  call_build bench_model && for round in 1 2; do
+  CALL_RECIPE=q4_k_m call_ab 1,2 ""
+  CALL_BUILD=build-kq CALL_RECIPE=q4_k_m call_ab 1,2 ""
+done
 call_ab 1,2,4,8,16,32,64 2048,4096
 CALL_RECIPE=q4_k_m call_ab 1,2,4 2048
 # Where batch 1's MoE time goes (the two expert kernels at 1.75 / 1.2 TB/s in v17): stall reasons
