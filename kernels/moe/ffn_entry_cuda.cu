@@ -103,8 +103,9 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
       }
       const float4 c = sum[t];
-      const float sq =
-          cuda_reduce::BlockSum(c.x * c.x + c.y * c.y + c.z * c.z + c.w * c.w, scratch);
+      float sq = 0.0f;  // as the norm kernel: 0 + SquaredNorm4, then the block sum
+      sq += cuda_reduce::SquaredNorm4(c);
+      sq = cuda_reduce::BlockSum(sq, scratch);
       inv[t] = 1.0f / sqrtf(sq / static_cast<float>(p.n) + p.eps);
     }
   }
