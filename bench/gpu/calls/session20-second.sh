@@ -8,8 +8,8 @@
 #   (timeout 560 bash bench/gpu/calls/session20-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
-call_build model_cuda_test gemv_cuda_test moe_gemv_cuda_test ffn_entry_cuda_test pointwise_cuda_test stepserve \
-  bench_model || exit 1
+call_build model_cuda_test gemv_cuda_test moe_gemv_cuda_test ffn_entry_cuda_test \
+  pointwise_cuda_test stepserve bench_model || exit 1
 call_test ffn_entry_cuda_test ffn_entry
 call_test pointwise_cuda_test pointwise
 call_test gemv_cuda_test gemv_early8 STEPSERVE_WEIGHTS_BEFORE_WAIT=11
