@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "engine/quant/ggml_type.h"
+#include "kernels/common/kernel_status.h"
 
 namespace stepserve::kernels::gemv_internal {
 
@@ -42,7 +43,7 @@ struct GemvParams {
   int64_t y_stride;
   uint32_t iq4nl[4];  // kvalues_iq4nl as 16 int8 bytes, by value so no device-global state
   // The grids of the i-quant pieces (gemv_q8x_pieces_low_bit.cuh): device copies from
-  // DeviceDequantTables, set by SetGridTables for those types only.
+  // DeviceDequantTables, set by MakeGemvParams for those types only.
   const uint64_t* iq2xxs_grid;
   const uint64_t* iq2xs_grid;
   const uint64_t* iq2s_grid;
@@ -67,10 +68,13 @@ struct GemvParams {
 inline constexpr int32_t kSlotUnused = -2;
 
 // The parameter block every entry point starts from: weights, activations (x_pair_order for
-// IQ4_XS), outputs and the IQ4_NL table; the other fields zero (matmul_cuda.cu).
-GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in,
-                          int64_t out, const float* x, int64_t x_stride, float* y,
-                          int64_t y_stride);
+// IQ4_XS), outputs, the IQ4_NL table and, for the 2-3 bit i-quants, this device's grid tables
+// (DeviceDequantTables: the first call for a device synchronizes it once); the other fields zero
+// (matmul_cuda.cu). One function, so no launcher can leave the grids null - the fused MoE decode
+// kernels did in session 19 (illegal address on the H200 in session 20).
+KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in,
+                            int64_t out, const float* x, int64_t x_stride, float* y,
+                            int64_t y_stride, GemvParams* p);
 
 // Decode kernels whose weights do not depend on the kernel before them (the one-row IQ4_XS GEMV;
 // the MoE down + combine kernel, whose expert ids come from the router two launches back) load

@@ -120,10 +120,9 @@ bool SameQ8ScratchOrder(GgmlType a, GgmlType b) {
 
 namespace gemv_internal {
 
-// The parameter block both entry points share: weights, activations, outputs, IQ4_NL table.
-GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in,
-                          int64_t out, const float* x, int64_t x_stride, float* y,
-                          int64_t y_stride) {
+KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int64_t in,
+                            int64_t out, const float* x, int64_t x_stride, float* y,
+                            int64_t y_stride, GemvParams* out_params) {
   GemvParams p{};
   p.x_pair_order = type == GgmlType::kIQ4_XS;  // see Q8ScratchPosition
   p.w = static_cast<const uint8_t*>(w);
@@ -138,7 +137,9 @@ GemvParams BaseGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, int
     p.iq4nl[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(quant::kKvaluesIq4nl[i]))
                       << (8 * (i % 4));
   }
-  return p;
+  if (const KernelStatus s = SetGridTables(type, &p); s != KernelStatus::kOk) return s;
+  *out_params = p;
+  return KernelStatus::kOk;
 }
 
 }  // namespace gemv_internal
@@ -220,9 +221,10 @@ KernelStatus LaunchGroupedF16(const GemvIndexedCudaArgs& a, gemv_internal::GemvP
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvIndexedCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p = gemv_internal::BaseGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x,
-                                               a.x_stride, a.y, a.y_stride);
-  if (const KernelStatus s = SetGridTables(a.type, &p); s != KernelStatus::kOk) {
+  GemvParams p;
+  if (const KernelStatus s = gemv_internal::MakeGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out,
+                                                           a.x, a.x_stride, a.y, a.y_stride, &p);
+      s != KernelStatus::kOk) {
     return s;
   }
   auto* base = static_cast<uint8_t*>(a.scratch);
@@ -303,12 +305,13 @@ GemvStreamMode SetGemvCudaStreamMode(GemvStreamMode mode) {
 KernelStatus GemvCuda(const GemvCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvCuda(a);
   if (status != KernelStatus::kOk) return status;
-  GemvParams p = gemv_internal::BaseGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out, a.x,
-                                               a.x_stride, a.y, a.y_stride);
-  p.rows = static_cast<int>(a.rows);
-  if (const KernelStatus s = SetGridTables(a.type, &p); s != KernelStatus::kOk) {
+  GemvParams p;
+  if (const KernelStatus s = gemv_internal::MakeGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out,
+                                                           a.x, a.x_stride, a.y, a.y_stride, &p);
+      s != KernelStatus::kOk) {
     return s;
   }
+  p.rows = static_cast<int>(a.rows);
   cudaError_t err = cudaSuccess;
   if (a.activations == GemvCudaActivations::kF32) {
     err = gemv_internal::LaunchGemvF32x(a.type, p, stream);

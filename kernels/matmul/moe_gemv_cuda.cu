@@ -382,8 +382,12 @@ KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* ba
 KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
                                cudaStream_t stream) {
   gemv_internal::ExpertGateUpParams e{};
-  e.p = gemv_internal::BaseGemvParams(a.gate.type, a.gate.data, a.gate.row_bytes, a.n_embd, a.n_ff,
-                                      a.x, a.x_stride, nullptr, 0);
+  if (const KernelStatus s =
+          gemv_internal::MakeGemvParams(a.gate.type, a.gate.data, a.gate.row_bytes, a.n_embd,
+                                        a.n_ff, a.x, a.x_stride, nullptr, 0, &e.p);
+      s != KernelStatus::kOk) {
+    return s;
+  }
   e.p.rows = static_cast<int>(a.tokens);  // x rows (for the quantizer)
   const auto* q8 = static_cast<const uint8_t*>(a.x_q8 != nullptr ? a.x_q8 : base + l.scratch);
   e.p.xq = reinterpret_cast<const int8_t*>(q8);
@@ -429,8 +433,12 @@ KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_
 KernelStatus LaunchFusedDown(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
                              cudaStream_t stream) {
   gemv_internal::ExpertDownParams e{};
-  e.p = gemv_internal::BaseGemvParams(a.down.type, a.down.data, a.down.row_bytes, a.n_ff, a.n_embd,
-                                      nullptr, 0, a.y, a.y_stride);
+  if (const KernelStatus s =
+          gemv_internal::MakeGemvParams(a.down.type, a.down.data, a.down.row_bytes, a.n_ff,
+                                        a.n_embd, nullptr, 0, a.y, a.y_stride, &e.p);
+      s != KernelStatus::kOk) {
+    return s;
+  }
   e.p.rows = 1;
   e.p.xq = DownQ8(l, base);
   e.p.xd = DownQ8Scales(l, base, a.n_ff, a.tokens * DecodeSlots(a));
