@@ -332,21 +332,6 @@ class Backend {
     if (absl::Status status = Add(h, delta, h); !status.ok()) return status;
     return RmsNorm(h, weight, eps, out);
   }
-  // The entry of a MoE layer's FFN: h += delta (skipped when delta.data is null), out =
-  // RMSNorm(h; norm), logits = Matmul(out, router), then RouterTopK(logits, params, ids,
-  // weights). By default those ops; a backend may fuse them (the same h and out, the logits up to
-  // summation order). out must not alias h, delta or logits.
-  virtual absl::Status NormRouterTopK(const TensorView& h, const TensorView& delta,
-                                      const WeightView& norm, float eps, const TensorView& out,
-                                      const WeightView& router, const TensorView& logits,
-                                      const RouterParams& params, std::span<int32_t> ids,
-                                      std::span<float> weights) {
-    absl::Status status =
-        delta.data != nullptr ? AddRmsNorm(h, delta, norm, eps, out) : RmsNorm(h, norm, eps, out);
-    if (!status.ok()) return status;
-    if (status = Matmul(out, router, logits); !status.ok()) return status;
-    return RouterTopK(logits, params, ids, weights);
-  }
   // Top-k routing from router logits [E, T]; ids and weights hold T * top_k entries.
   virtual absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                                   std::span<int32_t> ids, std::span<float> weights) = 0;

@@ -263,8 +263,7 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
   const int64_t d = hparams_.n_embd, n = rows.n;
   TensorView h = rows.Mat(rows.h, d, n);
   TensorView f = rows.Mat(rows.f, d, n);
-  // A MoE layer's norm goes with its router (NormRouterTopK, below), which a backend may fuse.
-  if (!w.is_moe()) RETURN_IF_ERROR(NormResidual(rows, w.ffn_norm, f));
+  RETURN_IF_ERROR(NormResidual(rows, w.ffn_norm, f));
   // Clamped SwiGLU FFN with weights (gate, up, down) and limit; its result (in tmp) becomes the
   // pending residual update, added into h by the next norm.
   auto swiglu_ffn = [&](Tensor gate_w, Tensor up_w, Tensor down_w, float limit) -> absl::Status {
@@ -289,6 +288,7 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
   if (w.is_moe()) {
     const int64_t e = hparams_.n_expert, top_k = hparams_.n_expert_used;
     TensorView logits = rows.Mat(rows.router, e, n);
+    RETURN_IF_ERROR(ops.Matmul(f, placed_[w.ffn_gate_inp], logits));
     STEPSERVE_CHECK(top_k <= rows.expert_ids.width && n <= rows.capacity);
     const std::span<int32_t> ids(static_cast<int32_t*>(rows.expert_ids.buffer.data()),
                                  static_cast<size_t>(n * top_k));
@@ -300,10 +300,7 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
         .bias = placed_.F32(w.exp_probs_b),
         .normalize = hparams_.expert_weights_norm,
         .scale = hparams_.expert_weights_scale};
-    const TensorView pending = rows.pending;  // h's update from the attention, if any
-    rows.pending = {};
-    RETURN_IF_ERROR(ops.NormRouterTopK(h, pending, placed_[w.ffn_norm], hparams_.rms_eps, f,
-                                       placed_[w.ffn_gate_inp], logits, router, ids, weights));
+    RETURN_IF_ERROR(ops.RouterTopK(logits, router, ids, weights));
     ExpertWeights experts{placed_[w.ffn_gate_exps], placed_[w.ffn_up_exps],
                           placed_[w.ffn_down_exps], l.clamp_exp};
     // The routed experts accumulate straight into the residual stream (MoeExperts adds into its

@@ -37,14 +37,6 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return WarpSum(v);
 }
 
-// x^2 + y^2 + z^2 + w^2 with its roundings fixed (y^2 rounded, then x, z and w fused in - the
-// order nvcc chose for the norm kernel's plain expression), so two kernels that must agree bit for
-// bit on a norm (rms_norm_cuda.cu and ffn_entry_cuda.cu) do not depend on how the compiler
-// contracts each of them: the _rn intrinsics are never merged or reordered.
-__device__ __forceinline__ float SquaredNorm4(float4 c) {
-  return __fmaf_rn(c.w, c.w, __fmaf_rn(c.z, c.z, __fmaf_rn(c.x, c.x, __fmul_rn(c.y, c.y))));
-}
-
 }  // namespace stepserve::kernels::cuda_reduce
 
 #endif  // STEPSERVE_KERNELS_COMMON_CUDA_REDUCE_CUH_

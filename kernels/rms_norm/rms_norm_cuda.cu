@@ -116,7 +116,8 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
         reinterpret_cast<float4*>(p.sum + v * p.x_stride)[i] = cached[k];
       }
     }
-    sum_sq += cuda_reduce::SquaredNorm4(cached[k]);  // ffn_entry_cuda.cu forms the same sums
+    sum_sq += cached[k].x * cached[k].x + cached[k].y * cached[k].y + cached[k].z * cached[k].z +
+              cached[k].w * cached[k].w;
   }
   sum_sq = cuda_reduce::BlockSum(sum_sq, scratch);
   const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(p.n) + p.eps);

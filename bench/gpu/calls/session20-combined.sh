@@ -3,6 +3,8 @@
 # pieces (session20-low-bit.sh without its batch-1 repeat) and the fused FFN entry
 # (STEPSERVE_FFN_ENTRY=1: its GPU test and A/B at 1 / 2 / 4 streams, two rounds), and the
 # pointwise tests (the prefill kernels now 4 values per thread).
+# Ran as session 20 call 1 (at 6debe41); the fused FFN entry it measured was
+# removed afterwards (no gain at batch 1, slower at 2-4), so this script no longer builds as is.
 #   (timeout 560 bash bench/gpu/calls/session20-combined.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh

@@ -43,11 +43,6 @@ namespace stepserve {
 // Returns the previous setting.
 bool SetCudaFusedQuantization(bool enabled);
 bool CudaFusedQuantization();
-// Process-wide switch of the fused FFN entry (NormRouterTopK as one kernel at 1-4 rows,
-// kernels/moe/ffn_entry_cuda.h): off by default until measured on a device;
-// STEPSERVE_FFN_ENTRY=1 at the first use turns it on. Returns the previous setting.
-bool SetCudaFusedFfnEntry(bool enabled);
-bool CudaFusedFfnEntry();
 
 class CudaBackend final : public Backend {
  public:
@@ -107,12 +102,6 @@ class CudaBackend final : public Backend {
                           float eps, const TensorView& out) override;
   absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                           std::span<int32_t> ids, std::span<float> weights) override;
-  // With CudaFusedFfnEntry, 1-4 rows, F32 router weights and fast mode: one kernel
-  // (FfnEntryCuda); otherwise the separate ops.
-  absl::Status NormRouterTopK(const TensorView& h, const TensorView& delta, const WeightView& norm,
-                              float eps, const TensorView& out, const WeightView& router,
-                              const TensorView& logits, const RouterParams& params,
-                              std::span<int32_t> ids, std::span<float> weights) override;
   absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                           std::span<const int32_t> ids, std::span<const float> weights,
                           int64_t top_k, const TensorView& y) override;
@@ -138,8 +127,6 @@ class CudaBackend final : public Backend {
   // Matmul / MoeExperts calls that took a norm's int8 activations (fused quantization) instead of
   // running the quantizer, since creation.
   uint64_t prequantized_uses() const { return prequantized_uses_; }
-  // NormRouterTopK calls that ran the fused kernel (tests prove the fused path ran).
-  uint64_t ffn_entry_uses() const { return ffn_entry_uses_; }
 
   // Shared helpers for the op files.
   // A grow-only device scratch area, freed (cudaFree) when destroyed.
@@ -275,7 +262,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
   PrequantizedX prequantized_;
   uint64_t prequantized_uses_ = 0;
-  uint64_t ffn_entry_uses_ = 0;
   std::shared_ptr<PointwiseState> pointwise_;
   std::shared_ptr<AttentionState> attention_;
   std::shared_ptr<MatmulState> matmul_;

@@ -1,5 +1,4 @@
-// CudaBackend ops: RmsNorm, AddRmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK,
-// NormRouterTopK, LogitsTopK.
+// CudaBackend ops: RmsNorm, AddRmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK, LogitsTopK.
 // Each checks its operands on the host with the CPU backend's checks and messages (op_checks.h),
 // then enqueues one kernel on the backend's stream. Only QkNormRope has host-side data (the
 // positions), which it stages into this group's scratch.
@@ -13,7 +12,6 @@
 #include "engine/base/status_macros.h"
 #include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/matmul/matmul_cuda.h"
-#include "kernels/moe/ffn_entry_cuda.h"
 #include "kernels/moe/router_cuda.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
@@ -24,10 +22,9 @@ namespace stepserve {
 using kernels::KernelStatus;
 
 struct CudaBackend::PointwiseState {
-  Scratch positions;          // QkNormRope's positions, uploaded per call
-  Scratch topk;               // LogitsTopK's per-chunk candidates
-  Scratch fused_q8;           // a norm's output as int8 GEMV activations, natural then pair order
-  Scratch ffn_entry_counter;  // FfnEntryCuda's arrival counter: zeroed when allocated
+  Scratch positions;  // QkNormRope's positions, uploaded per call
+  Scratch topk;       // LogitsTopK's per-chunk candidates
+  Scratch fused_q8;   // a norm's output as int8 GEMV activations, natural then pair order
 };
 
 namespace {
@@ -36,14 +33,6 @@ std::atomic<bool>& FusedQuantizationSetting() {
   static std::atomic<bool> enabled{[] {
     const char* v = std::getenv("STEPSERVE_FUSED_QUANT");
     return v == nullptr || v[0] != '0';
-  }()};
-  return enabled;
-}
-
-std::atomic<bool>& FusedFfnEntrySetting() {
-  static std::atomic<bool> enabled{[] {
-    const char* v = std::getenv("STEPSERVE_FFN_ENTRY");
-    return v != nullptr && v[0] == '1';
   }()};
   return enabled;
 }
@@ -57,8 +46,6 @@ int64_t FusedQ8AreaBytes(int64_t n, int64_t rows) {
 
 bool SetCudaFusedQuantization(bool enabled) { return FusedQuantizationSetting().exchange(enabled); }
 bool CudaFusedQuantization() { return FusedQuantizationSetting().load(std::memory_order_relaxed); }
-bool SetCudaFusedFfnEntry(bool enabled) { return FusedFfnEntrySetting().exchange(enabled); }
-bool CudaFusedFfnEntry() { return FusedFfnEntrySetting().load(std::memory_order_relaxed); }
 
 const void* CudaBackend::PrequantizedFor(const TensorView& x, bool pair_order) const {
   const PrequantizedX& p = prequantized_;
@@ -234,52 +221,6 @@ absl::Status CudaBackend::RouterTopK(const TensorView& logits, const RouterParam
                                      std::span<int32_t> ids, std::span<float> weights) {
   ASSIGN_OR_RETURN(const kernels::RouterArgs a, RouterOpArgs(logits, p, ids, weights));
   return KernelResult(kernels::RouterCuda(a, stream()), "RouterTopK");
-}
-
-absl::Status CudaBackend::NormRouterTopK(const TensorView& h, const TensorView& delta,
-                                         const WeightView& norm, float eps, const TensorView& out,
-                                         const WeightView& router, const TensorView& logits,
-                                         const RouterParams& params, std::span<int32_t> ids,
-                                         std::span<float> weights) {
-  const bool has_delta = delta.data != nullptr;
-  if (!CudaFusedFfnEntry() || exact_activations_ || router.type != GgmlType::kF32 || h.rows() < 1 ||
-      h.rows() > kernels::kFfnEntryMaxRows || out.data == h.data || out.data == delta.data ||
-      out.data == logits.data) {
-    return Backend::NormRouterTopK(h, delta, norm, eps, out, router, logits, params, ids, weights);
-  }
-  kernels::FfnEntryCudaArgs a;
-  ASSIGN_OR_RETURN(a.norm, RmsNormOpArgs(h, norm, eps, out));
-  if (has_delta) {
-    ASSIGN_OR_RETURN(const kernels::AddArgs add, AddOpArgs(h, delta, h));
-    a.add = add.b;
-    a.add_stride = add.b_stride;
-  }
-  RETURN_IF_ERROR(CheckShape(logits, router.ne[1], h.rows(), "NormRouterTopK", "logits"));
-  ASSIGN_OR_RETURN(a.route, RouterOpArgs(logits, params, ids, weights));
-  a.logits = logits.f32();
-  a.router = static_cast<const float*>(router.data);
-  a.router_stride = router.row_bytes() / static_cast<int64_t>(sizeof(float));
-  if (router.ne[0] != h.cols() || router.row_bytes() % sizeof(float) != 0 ||
-      !kernels::FfnEntryCudaSupports(a)) {
-    return Backend::NormRouterTopK(h, delta, norm, eps, out, router, logits, params, ids, weights);
-  }
-  if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
-  Scratch& counter = pointwise_->ffn_entry_counter;
-  const bool fresh = counter.data == nullptr;
-  ASSIGN_OR_RETURN(void* data, EnsureScratch(counter, sizeof(int32_t), "NormRouterTopK counter"));
-  if (fresh) {
-    RETURN_IF_ERROR(
-        CudaResult(cudaMemsetAsync(data, 0, counter.bytes, stream_), "NormRouterTopK counter"));
-  }
-  a.counter = static_cast<int32_t*>(data);
-  ForgetPrequantized();
-  ASSIGN_OR_RETURN(const kernels::RmsNormQ8Outputs q8,
-                   FusedQ8Outputs(a.norm.n, a.norm.rows, kernels::RmsNormQ8CudaSupports(a.norm)));
-  a.q8 = q8;
-  RETURN_IF_ERROR(KernelResult(kernels::FfnEntryCuda(a, stream()), "NormRouterTopK"));
-  ++ffn_entry_uses_;
-  if (q8.natural != nullptr) RememberPrequantized(out, q8);
-  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::LogitsTopK(const TensorView& logits, int32_t k,
