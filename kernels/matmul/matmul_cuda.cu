@@ -19,7 +19,7 @@ namespace {
 std::atomic<bool>& LowBitTypesSetting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("STEPSERVE_GEMV_LOW_BIT");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }()};
   return on;
 }

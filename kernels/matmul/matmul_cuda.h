@@ -109,9 +109,12 @@ bool GemvCudaSupports(GgmlType type);
 // Step-5's IQ2_XXS / Q2_K / Q3_K, Step-3.7's IQ2_XXS, community files' IQ2_XS / IQ2_S):
 // int8-activation pieces for the one-row, 2-16 row, indexed and grouped GEMVs
 // (gemv_q8x_pieces_low_bit.cuh), and through them the device MoE (MoeGemvCuda) instead of the
-// host-grouped path. Off unless STEPSERVE_GEMV_LOW_BIT=1 (read once) or
-// SetGemvCudaLowBitTypes(true): checked by the host emulation only (tests/cuda_emu,
-// test_gemv_one_row / test_gemv_grouped), not yet on a device.
+// host-grouped path. On unless STEPSERVE_GEMV_LOW_BIT=0 (read once) or
+// SetGemvCudaLowBitTypes(false). Measured on the H200 (session 20, results-h200-v18.txt, ms per
+// step at 1 / 4 / 16 / 64 streams, prefill 2048 tok/s): Step-5 shapes (step5-q2, 20 layers)
+// 8.623 / 26.48 / 88.75 / 270.2, 3427 off -> 3.004 / 6.366 / 17.11 / 38.23, 15119 on;
+// Step-3.5-Flash with IQ3_S expert gate/up 17.01 / 52.23 / 171.2 off -> 5.136 / 11.46 / 27.93,
+// 7059 on (the GPU tests with them on: gemv, matmul_backend, moe_gemv, moe_cuda).
 inline bool GemvCudaLowBitType(GgmlType type) {
   return type == GgmlType::kIQ2_XXS || type == GgmlType::kIQ2_XS || type == GgmlType::kIQ2_S ||
          type == GgmlType::kIQ3_XXS || type == GgmlType::kIQ3_S || type == GgmlType::kQ2_K ||

@@ -26,21 +26,10 @@ namespace {
 constexpr int kMinBlocks = 8;
 
 // The K-quants Q4_K, Q5_K and Q3_K spill under that cap (ptxas, one-token forms: gate/up Q4_K 56
-// / 52 bytes, Q5_K 32 / 28, Q3_K 64 / 40; down Q4_K 48 / 50, Q5_K 20 / 16), as the Q4_K one-row
-// GEMV did until its floor went to 6 CTAs per SM (80 registers, no spills; 0.6% at batch 1 of the
-// Q4_K_M mix). -DSTEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS=6 builds that floor for these kernels
-// too, for a compile-time A/B (bench/gpu/call-lib-h200.sh, CALL_CMAKE_ARGS); 8 until measured.
-#ifndef STEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS
-#define STEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS 8
-#endif
-template <class P>
-inline constexpr int kPieceMinBlocks = kMinBlocks;
-template <>
-inline constexpr int kPieceMinBlocks<PieceQ4_K> = STEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS;
-template <>
-inline constexpr int kPieceMinBlocks<PieceQ5_K> = STEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS;
-template <>
-inline constexpr int kPieceMinBlocks<PieceQ3_K> = STEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS;
+// / 52 bytes, Q5_K 32 / 28, Q3_K 64 / 40; down Q4_K 48 / 50, Q5_K 20 / 16). A floor of 6 CTAs per
+// SM for them (80 registers, no spills) measured no faster on the H200 (session 20 call 3, Q4_K_M
+// mix, ms per step at 1 / 2 streams, two alternating pairs: 5.692 / 7.875 and 5.633 / 7.810 at 8,
+// 5.691 / 7.894 and 5.697 / 7.864 at 6), so all pieces keep 8.
 
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
@@ -176,7 +165,7 @@ constexpr int kMaxSharedTokens = 4;
 enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce };
 
 template <class P, int D, int kMode>
-__global__ void __launch_bounds__(kThreads, kPieceMinBlocks<P>)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
   const GemvParams& p = a.p;
   const int lane = threadIdx.x & 31;
@@ -263,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, kPieceMinBlocks<P>)
 // token's routed items (slot s: token s / routed) and decodes the shared expert's row o once for
 // all of them.
 template <class P, int D, bool kSharedOnce>
-__global__ void __launch_bounds__(kThreads, kPieceMinBlocks<P>)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertDownCombineKernel(const __grid_constant__ ExpertDownParams a) {
   const GemvParams& p = a.p;
   constexpr int kGroups = 32 / P::kLanes;

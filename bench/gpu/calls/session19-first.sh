@@ -5,7 +5,7 @@
 # (2) bit 8 of STEPSERVE_WEIGHTS_BEFORE_WAIT (the other types' one-row GEMV ring before the wait,
 # written after session 18's device time ran out, emulated on the host only): tests with 11, A/B
 # 3 vs 11 at batch 1 for IQ4_XS and Q4_K_M; bit 16 (the gate/up kernel's shared-expert rows into L2
-# before the wait) A/B 3 vs 19 at batch 1; (3) the v18 figures; (4) ncu of batch 1's expert kernels.
+# before the wait) A/B 3 vs 19 at batch 1; (3) the v18 figures.
 #   (timeout 560 bash bench/gpu/calls/session19-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -27,18 +27,7 @@ for round in 1 2; do
   CALL_RECIPE=q4_k_m call_ab 1 "" STEPSERVE_WEIGHTS_BEFORE_WAIT=3
   CALL_RECIPE=q4_k_m call_ab 1 "" STEPSERVE_WEIGHTS_BEFORE_WAIT=11
 done
-# (session 20) The MoE decode kernels' K-quant forms at 6 CTAs per SM (80 registers, no spills in
-# the one-token forms) against 8 (Q4_K gate/up spills 56 / 52 bytes, down 48 / 50): Q4_K_M 1 / 2.
-CALL_BUILD=build-kq CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_MOE_DECODE_KQUANT_MIN_BLOCKS=6" \
-  call_build bench_model && for round in 1 2; do
-  CALL_RECIPE=q4_k_m call_ab 1,2 ""
-  CALL_BUILD=build-kq CALL_RECIPE=q4_k_m call_ab 1,2 ""
-done
 call_ab 1,2,4,8,16,32,64 2048,4096
 CALL_RECIPE=q4_k_m call_ab 1,2,4 2048
-# Where batch 1's MoE time goes (the two expert kernels at 1.75 / 1.2 TB/s in v17): stall reasons
-# of the gate/up, down + combine and one-row kernels and the one-CTA norms of two decode steps.
-call_ncu b1-moe 'ExpertGateUpKernel|ExpertDownCombineKernel|GemvIq4XsOneRowKernel|RmsNorm' 16 \
-  "--batches 1 --decode-steps 2 --context 256"
 tar -czf "$OUT/logs.tar.gz" -C "$CALL_LOGS" .
 call_done
