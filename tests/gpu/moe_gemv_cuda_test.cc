@@ -558,7 +558,15 @@ TEST(MoeGemvCudaValidateTest, DecodeTokenLimitAndSharedExpert) {
   EXPECT_TRUE(MoeGemvCudaTakesShared(kIq4, kIq4, 2, 1280));
   EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 3, 1280));  // past the limit
   EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, kIq4, 1, 1296));  // n_ff not in 32-row blocks
-  EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, GgmlType::kQ2_K, 1, 1280));  // down not decoded
+  EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, GgmlType::kQ4_0, 1, 1280));  // down not decoded
+  {
+    // The 2-3 bit types (on by default since session 20) only while they are turned on.
+    const bool was = SetGemvCudaLowBitTypes(false);
+    EXPECT_FALSE(MoeGemvCudaTakesShared(kIq4, GgmlType::kQ2_K, 1, 1280));
+    SetGemvCudaLowBitTypes(true);
+    EXPECT_TRUE(MoeGemvCudaTakesShared(kIq4, GgmlType::kQ2_K, 1, 1280));
+    SetGemvCudaLowBitTypes(was);
+  }
   EXPECT_TRUE(MoeGemvCudaTakesShared(GgmlType::kQ4_K, GgmlType::kQ5_K, 1, 1280));
   {
     const DecodeFusedScope off(0);
