@@ -172,13 +172,32 @@ bool GroupedExactRows() {
   return on;
 }
 
+// Resident CTAs per SM the register cap of the 2-3 bit types' row-looping grouped kernels allows:
+// none by default (ptxas: 135-213 registers, so 2-3 CTAs of 4 warps per SM), or 4 with
+// STEPSERVE_GROUPED_LOW_BIT_MIN_CTAS=4 (128 registers: no spills, but Q3_K's long rows, which
+// spill 148 / 344 bytes there and stay uncapped; at 5 CTAs, IQ4_XS's cap, all but IQ2_XXS spill
+// 20-992 bytes). Written in session 20 after the device time ran out: A/B at 16-64 streams (the
+// IQ3_S mix ran 64 streams at 77.6 ms against IQ4_XS's 63.7) before it becomes a default.
+int GroupedLowBitMinCtasPerSm() {
+  static const int ctas = [] {
+    const char* v = std::getenv("STEPSERVE_GROUPED_LOW_BIT_MIN_CTAS");
+    return v != nullptr && std::atoi(v) == 4 ? 4 : 1;
+  }();
+  return ctas;
+}
+
 // The row-looping grouped kernel with the register cap of GroupedMinCtasPerSm and the exact-rows
 // dispatch of GroupedExactRows (IQ4_XS only; other types were not measured with them).
 template <class P, int R, int NR, int D, bool kShort>
 auto RowLoopGroupedKernel() -> void (*)(GemvParams) {
-  // The 2-3 bit types: the exact-rows form without the register cap (not measured yet; their
+  // The 2-3 bit types: the exact-rows form, uncapped unless GroupedLowBitMinCtasPerSm (their
   // guarded-rows form without the loop spilled 24-400 bytes under ptxas, 255 registers).
   if constexpr (kLowBitPiece<P>) {
+    if constexpr (!(std::is_same_v<P, PieceQ3_K> && !kShort)) {
+      if (GroupedLowBitMinCtasPerSm() == 4) {
+        return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 4, true>;
+      }
+    }
     return GemvQ8GroupedKernel<P, R, NR, D, kShort, true, 1, true>;
   } else {
     if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
