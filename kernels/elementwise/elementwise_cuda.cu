@@ -5,8 +5,8 @@
 // the gate.
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
+#include "kernels/common/alignment.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/sigmoid.cuh"
 #include "kernels/elementwise/elementwise_cuda.h"
@@ -24,22 +24,17 @@ __device__ __forceinline__ float ClampLike(float v, float lo, float hi) {
   return v < lo ? lo : (hi < v ? hi : v);
 }
 
+// The clamped SwiGLU of one value (spec 4.5), shared by SwiGluKernel and SwiGluQ8Kernel.
+__device__ __forceinline__ float SwiGluValue(float g, float u, float limit, bool clamp) {
+  const float silu = g / (1.0f + expf(-g));
+  return clamp ? MinLike(silu, limit) * ClampLike(u, -limit, limit) : silu * u;
+}
+
 // kVec: columns per thread, 1 or 4 (float4 loads and stores where every row start is 16-byte
-// aligned and the columns a multiple of 4; for the gate also head_dim, so 4 columns share a head).
+// aligned and the columns a multiple of 4; for the gate head_dim too, so 4 columns share a head).
 // The same float operations per value either way, so the same results; the 4-wide form moves a
 // prefill's rows at a higher fraction of bandwidth (one element per thread measured ~40% in the
 // session-9 prefill profile).
-template <int kVec>
-using VecOf = std::conditional_t<kVec == 4, float4, float>;
-
-template <class F>
-__device__ __forceinline__ float4 Map4(float4 a, F f) {
-  return make_float4(f(a.x, 0), f(a.y, 1), f(a.z, 2), f(a.w, 3));
-}
-__device__ __forceinline__ float Lane(float4 v, int i) {
-  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-}
-
 template <int kVec>
 __global__ void HeadGateKernel(HeadGateArgs a) {
   WaitForPrimaryGrid();
@@ -49,9 +44,10 @@ __global__ void HeadGateKernel(HeadGateArgs a) {
   const int64_t head = col / a.head_dim;
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     const float s = Sigmoid(a.gate[r * a.gate_stride + head]);
-    auto* o = reinterpret_cast<VecOf<kVec>*>(a.o + r * a.o_stride + col);
+    float* o = a.o + r * a.o_stride + col;
     if constexpr (kVec == 4) {
-      *o = Map4(*o, [&](float v, int) { return v * s; });
+      const float4 v = *reinterpret_cast<const float4*>(o);
+      *reinterpret_cast<float4*>(o) = make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
     } else {
       *o *= s;
     }
@@ -64,18 +60,18 @@ __global__ void SwiGluKernel(SwiGluArgs a, bool clamp) {
   AllowDependentLaunch();
   const int64_t col = kVec * (int64_t{blockIdx.x} * blockDim.x + threadIdx.x);
   if (col >= a.n) return;
-  auto one = [&](float g, float u) {
-    const float silu = g / (1.0f + expf(-g));
-    return clamp ? MinLike(silu, a.limit) * ClampLike(u, -a.limit, a.limit) : silu * u;
-  };
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
-    const auto g = *reinterpret_cast<const VecOf<kVec>*>(a.g + r * a.g_stride + col);
-    const auto u = *reinterpret_cast<const VecOf<kVec>*>(a.u + r * a.u_stride + col);
-    auto* z = reinterpret_cast<VecOf<kVec>*>(a.z + r * a.z_stride + col);
+    const float* g = a.g + r * a.g_stride + col;
+    const float* u = a.u + r * a.u_stride + col;
+    float* z = a.z + r * a.z_stride + col;
     if constexpr (kVec == 4) {
-      *z = Map4(g, [&](float gv, int i) { return one(gv, Lane(u, i)); });
+      const float4 g4 = *reinterpret_cast<const float4*>(g);
+      const float4 u4 = *reinterpret_cast<const float4*>(u);
+      *reinterpret_cast<float4*>(z) = make_float4(
+          SwiGluValue(g4.x, u4.x, a.limit, clamp), SwiGluValue(g4.y, u4.y, a.limit, clamp),
+          SwiGluValue(g4.z, u4.z, a.limit, clamp), SwiGluValue(g4.w, u4.w, a.limit, clamp));
     } else {
-      *z = one(g, u);
+      *z = SwiGluValue(*g, *u, a.limit, clamp);
     }
   }
 }
@@ -108,10 +104,7 @@ __global__ void SwiGluQ8Kernel(SwiGluArgs a, bool clamp, Q8Rows q) {
   AllowDependentLaunch();
   const int64_t col = 4 * (int64_t{blockIdx.x} * blockDim.x + threadIdx.x);
   if (col >= q.n) return;
-  auto one = [&](float g, float u) {
-    const float silu = g / (1.0f + expf(-g));
-    return clamp ? MinLike(silu, a.limit) * ClampLike(u, -a.limit, a.limit) : silu * u;
-  };
+  auto one = [&](float g, float u) { return SwiGluValue(g, u, a.limit, clamp); };
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
     const float4 g = *reinterpret_cast<const float4*>(a.g + r * a.g_stride + col);
     const float4 u = *reinterpret_cast<const float4*>(a.u + r * a.u_stride + col);
@@ -128,13 +121,16 @@ __global__ void AddKernel(AddArgs a) {
   const int64_t col = kVec * (int64_t{blockIdx.x} * blockDim.x + threadIdx.x);
   if (col >= a.n) return;
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
-    const auto x = *reinterpret_cast<const VecOf<kVec>*>(a.a + r * a.a_stride + col);
-    const auto y = *reinterpret_cast<const VecOf<kVec>*>(a.b + r * a.b_stride + col);
-    auto* out = reinterpret_cast<VecOf<kVec>*>(a.y + r * a.y_stride + col);
+    const float* x = a.a + r * a.a_stride + col;
+    const float* y = a.b + r * a.b_stride + col;
+    float* out = a.y + r * a.y_stride + col;
     if constexpr (kVec == 4) {
-      *out = Map4(x, [&](float v, int i) { return v + Lane(y, i); });
+      const float4 x4 = *reinterpret_cast<const float4*>(x);
+      const float4 y4 = *reinterpret_cast<const float4*>(y);
+      *reinterpret_cast<float4*>(out) =
+          make_float4(x4.x + y4.x, x4.y + y4.y, x4.z + y4.z, x4.w + y4.w);
     } else {
-      *out = x + y;
+      *out = *x + *y;
     }
   }
 }
@@ -150,8 +146,6 @@ bool RowGrid(int64_t cols, int64_t rows, dim3* grid) {
 KernelStatus LaunchResult() {
   return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // One thread per 4 columns.
 bool Q8Grid(int64_t cols, int64_t rows, dim3* grid) { return RowGrid(cols / 4, rows, grid); }
@@ -199,7 +193,7 @@ KernelStatus HeadGateCuda(const HeadGateArgs& a, cudaStream_t stream) {
   if (KernelStatus s = ValidateHeadGate(a); s != KernelStatus::kOk) return s;
   if (a.rows == 0) return KernelStatus::kOk;
   const int64_t n = a.heads * a.head_dim;
-  const bool vec = n % 4 == 0 && a.head_dim % 4 == 0 && a.o_stride % 4 == 0 && Aligned16(a.o);
+  const bool vec = a.head_dim % 4 == 0 && a.o_stride % 4 == 0 && Aligned16(a.o);  // so n % 4 == 0
   dim3 grid;
   if (!RowGrid(vec ? n / 4 : n, a.rows, &grid)) return KernelStatus::kTooLarge;
   LaunchWithPdl(vec ? HeadGateKernel<4> : HeadGateKernel<1>, grid, kThreadsPerBlock, 0, stream, a);

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/common/alignment.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/cublas_loader.h"
 #include "kernels/matmul/dequant_cuda.h"
@@ -142,9 +143,8 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
   auto* x16 = reinterpret_cast<__half*>(scratch);
   void* tile = scratch + layout.x16_bytes;
   if (layout.x16_bytes > 0) {
-    const bool vec = a.in % 4 == 0 && a.x_stride % 4 == 0 && ld % 4 == 0 &&
-                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(x16) % 8 == 0;
+    // x16 is the scratch start, 256-byte aligned (checked above).
+    const bool vec = a.in % 4 == 0 && a.x_stride % 4 == 0 && ld % 4 == 0 && Aligned16(a.x);
     const int64_t per_row = vec ? a.in / 4 : a.in;
     const dim3 grid(static_cast<unsigned>((per_row + 255) / 256),
                     static_cast<unsigned>(std::min<int64_t>(a.rows, 65535)));

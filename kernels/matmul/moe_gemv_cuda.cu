@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/common/alignment.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -212,8 +213,6 @@ __global__ void CombineKernel(const float* down, const float* weights, int64_t t
     y[t * y_stride + i] += acc;
   }
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/common/alignment.h"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/q8_quantize.cuh"
@@ -133,8 +134,6 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
     if constexpr (kQuant) q8_quantize::StoreQ8Both(p.q8, v, 4 * i, out);
   }
 }
-
-bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 // Launches the float4 kernel when the shapes allow it; false when the caller must use the scalar
 // block kernel.
