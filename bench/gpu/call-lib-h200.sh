@@ -26,8 +26,16 @@ call_build() {
     { grep -E "error" "$CALL_LOGS/build.log" | head; tail -5 "$CALL_LOGS/build.log"; return 1; }
   echo "build $(($(date +%s) - call_start)) s"
   source <(bash scripts/bundle-deps.sh env)
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv,noheader
+  # An H100 (about 80 GB) holds 24 of the 45 IQ4_XS layers (107.7 GB whole): A/B runs there use
+  # 24 unless the call sets CALL_LAYERS; its figures compare only with runs on the same card.
+  local mib
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  if [[ -z ${CALL_LAYERS:-} && ${mib:-0} -lt 100000 ]]; then
+    export CALL_LAYERS=24
+    echo "GPU memory ${mib} MiB: CALL_LAYERS=24"
+  fi
 }
 
 # call_test TEST LOG [VAR=value...]: one GPU test binary under `env VAR=value...` (GTEST_FILTER
