@@ -173,15 +173,16 @@ bool GroupedExactRows() {
 }
 
 // Resident CTAs per SM the register cap of the 2-3 bit types' row-looping grouped kernels allows:
-// none by default (ptxas: 135-213 registers, so 2-3 CTAs of 4 warps per SM), or 4 with
-// STEPSERVE_GROUPED_LOW_BIT_MIN_CTAS=4 (128 registers: no spills, but Q3_K's long rows, which
-// spill 148 / 344 bytes there and stay uncapped; at 5 CTAs, IQ4_XS's cap, all but IQ2_XXS spill
-// 20-992 bytes). Written in session 20 after the device time ran out: A/B at 16-64 streams (the
-// IQ3_S mix ran 64 streams at 77.6 ms against IQ4_XS's 63.7) before it becomes a default.
+// 4 by default (128 registers: no spills, but Q3_K's long rows, which spill 148 / 344 bytes there
+// and stay uncapped; at 5 CTAs, IQ4_XS's cap, all but IQ2_XXS spill 20-992 bytes), or none with
+// STEPSERVE_GROUPED_LOW_BIT_MIN_CTAS=1 (ptxas: 135-213 registers, so 2-3 CTAs of 4 warps per SM).
+// Measured on an H100 (session 21 call 1, ms per step at 16 / 64 streams, two alternating pairs):
+// Step-5 shapes (20 layers step5-q2) 17.18 / 39.15 uncapped, 16.03 / 36.91 capped; Step-3.5-Flash
+// with IQ3_S expert gate/up (24 layers) 15.14 / 41.79 and 14.50 / 40.55.
 int GroupedLowBitMinCtasPerSm() {
   static const int ctas = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_LOW_BIT_MIN_CTAS");
-    return v != nullptr && std::atoi(v) == 4 ? 4 : 1;
+    return v != nullptr && std::atoi(v) == 1 ? 1 : 4;
   }();
   return ctas;
 }
