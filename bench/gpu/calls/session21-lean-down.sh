@@ -12,7 +12,9 @@ CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moe_gemv
 CALL_TEST_TIMEOUT=120 call_test moe_cuda_test moe
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
 call_ncu b1-lean 'ExpertDownLeanKernel' 2 "--batches 1 --decode-steps 2 --context 256"
-call_ncu b2-lean 'ExpertDownLeanKernel' 2 "--batches 2 --decode-steps 2 --context 256"
+call_ncu_stalls b1-stalls 'ExpertDownLeanKernel|ExpertGateUpKernel' 4 \
+  "--batches 1 --decode-steps 2 --context 256"
+call_ncu_stalls b1-gemv-stalls 'GemvIq4XsOneRowKernel' 4 "--batches 1 --decode-steps 2 --context 256"
 for lean in 0 1 0 1; do
   call_ab 1,2 "" STEPSERVE_MOE_DOWN_LEAN=$lean
 done
