@@ -96,21 +96,22 @@ call_ncu() {
 
 call_done() { echo "total $(($(date +%s) - call_start)) s"; }
 
-# call_ncu_stalls NAME KERNEL_REGEX COUNT BENCH_ARGS: as call_ncu, but the stall reasons per issued
-# instruction (cycles a warp spends in each, averaged over issues) and the instruction count, for
-# the question "issue-bound or latency-bound, and waiting on what"; report $OUT/ncu-NAME.txt.
+# call_ncu_stalls NAME KERNEL_REGEX COUNT BENCH_ARGS [VAR=value...]: as call_ncu, but the stall
+# reasons per issued instruction (cycles a warp spends in each, averaged over issues) and the
+# instruction count, for "issue-bound or latency-bound, and waiting on what"; $OUT/ncu-NAME.txt.
 call_ncu_stalls() {
   local name=$1 regex=$2 count=$3 args=$4
+  shift 4
   local s=$(date +%s) m="" r
   for r in long_scoreboard short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle \
     not_selected selected no_instruction barrier membar branch_resolving dispatch_stall drain; do
     m+="smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio,"
   done
   m+="smsp__inst_executed.sum,smsp__issue_active.avg.per_cycle_active,gpu__time_duration.sum"
-  timeout 150 ncu --kernel-name "regex:$regex" --launch-count "$count" --metrics "$m" \
+  timeout 150 env "$@" ncu --kernel-name "regex:$regex" --launch-count "$count" --metrics "$m" \
     "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 4 --recipe iq4_xs \
     $args --prefill "" --layer-times=false >"${OUT:-$CALL_LOGS}/ncu-$name.txt" 2>&1
-  echo "ncu-stalls $name rc=$? $(($(date +%s) - s)) s"
+  echo "ncu-stalls $name [$*] rc=$? $(($(date +%s) - s)) s"
   grep -E "^  [A-Za-z].*\(|stalled|inst_executed|issue_active|time_duration" \
     "${OUT:-$CALL_LOGS}/ncu-$name.txt" | sed 's/smsp__average_warps_issue_stalled_//' | head -60
 }

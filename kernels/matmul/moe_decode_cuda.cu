@@ -518,11 +518,13 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
 template <class P>
 inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 
-// ExpertDownLeanKernel for the per-token form unless STEPSERVE_MOE_DOWN_LEAN=0 (read once).
+// ExpertDownLeanKernel for the per-token form with STEPSERVE_MOE_DOWN_LEAN=1 (read once). Off by
+// default until run on a device: written in session 21 after the device pool closed; host-emulated
+// against the cursor form (tests/cuda_emu test_moe_down: the same bits) and the reference.
 bool DownLean() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_MOE_DOWN_LEAN");
-    return v == nullptr || v[0] != '0';
+    return v != nullptr && v[0] == '1';
   }();
   return on;
 }

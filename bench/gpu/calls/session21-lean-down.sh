@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Session 21's second device call: ExpertDownLeanKernel (the per-token MoE down + combine with its
-# addressing out of the item loop; STEPSERVE_MOE_DOWN_LEAN, default on) - the MoE and whole-model
-# tests with it, ncu of it at batch 1 against call 1's cursor form (25.4 us, 0.61 issued per
+# Session 21's second device call, unrun (the pool closed after call 1) - the first call of session
+# 22: ExpertDownLeanKernel (the per-token MoE down + combine with its addressing out of the item
+# loop; STEPSERVE_MOE_DOWN_LEAN=1, off by default until this call; host-emulated bit-identical to
+# the cursor form, tests/cuda_emu test_moe_down) - the MoE and whole-model tests with it, ncu of it at batch 1 against call 1's cursor form (25.4 us, 0.61 issued per
 # scheduler-cycle), and A/B at 1 / 2 streams (IQ4_XS and the Q4_K_M mix, whose Q4_K down spills
 # less in the lean form: 32 / 44 bytes against 48 / 50), alternating pairs.
 #   (timeout 560 bash bench/gpu/calls/session21-lean-down.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model model_cuda_test moe_gemv_cuda_test moe_cuda_test stepserve || exit 1
-CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moe_gemv
-CALL_TEST_TIMEOUT=120 call_test moe_cuda_test moe
-CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
-call_ncu b1-lean 'ExpertDownLeanKernel' 2 "--batches 1 --decode-steps 2 --context 256"
+CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moe_gemv STEPSERVE_MOE_DOWN_LEAN=1
+CALL_TEST_TIMEOUT=120 call_test moe_cuda_test moe STEPSERVE_MOE_DOWN_LEAN=1
+CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_MOE_DOWN_LEAN=1 \
+  STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
+call_ncu b1-lean 'ExpertDownLeanKernel' 2 "--batches 1 --decode-steps 2 --context 256" \
+  STEPSERVE_MOE_DOWN_LEAN=1
 call_ncu_stalls b1-stalls 'ExpertDownLeanKernel|ExpertGateUpKernel' 4 \
-  "--batches 1 --decode-steps 2 --context 256"
+  "--batches 1 --decode-steps 2 --context 256" STEPSERVE_MOE_DOWN_LEAN=1
 call_ncu_stalls b1-gemv-stalls 'GemvIq4XsOneRowKernel' 4 "--batches 1 --decode-steps 2 --context 256"
 for lean in 0 1 0 1; do
   call_ab 1,2 "" STEPSERVE_MOE_DOWN_LEAN=$lean

@@ -142,3 +142,25 @@ inline unsigned __vsub4(unsigned a, unsigned b) {
   for (int k = 0; k < 4; ++k) r |= (((a >> (8 * k)) - (b >> (8 * k))) & 0xFF) << (8 * k);
   return r;
 }
+
+// For moe_decode_cuda.cu (test_moe_down.cc runs its down + combine kernels; its gate/up kernel,
+// whose block quantization shuffles within 8 lanes, compiles but fails if called).
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((uint64_t(a) * b) >> 32);
+}
+inline int __shfl_sync(unsigned, int, int) {
+  emu::Fail("__shfl_sync is not emulated");
+  return 0;
+}
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p += v;
+  return old;
+}
+inline void __threadfence() {}
+template <class T>
+inline T __ldcg(const T* p) {
+  emu::CheckGlobalLoad(p, sizeof(T));
+  return *p;
+}
+inline float __expf(float x) { return std::exp(x); }
