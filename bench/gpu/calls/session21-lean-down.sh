@@ -18,6 +18,10 @@ call_ncu b1-lean 'ExpertDownLeanKernel' 2 "--batches 1 --decode-steps 2 --contex
 call_ncu_stalls b1-stalls 'ExpertDownLeanKernel|ExpertGateUpKernel' 4 \
   "--batches 1 --decode-steps 2 --context 256" STEPSERVE_MOE_DOWN_LEAN=1
 call_ncu_stalls b1-gemv-stalls 'GemvIq4XsOneRowKernel' 4 "--batches 1 --decode-steps 2 --context 256"
+# The grouped GEMV at 64 streams (call 1: 0.67 issued per scheduler-cycle, 4.8 warps per scheduler,
+# ~4.8 lane instructions per weight decoded against ~2.2-2.5 for decode + dots): waiting on what.
+call_ncu_stalls b64-grouped-stalls 'GemvQ8GroupedKernel' 3 \
+  "--batches 64 --context 1 --decode-steps 2 --repeats 1"
 for lean in 0 1 0 1; do
   call_ab 1,2 "" STEPSERVE_MOE_DOWN_LEAN=$lean
 done
