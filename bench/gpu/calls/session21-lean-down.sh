@@ -30,4 +30,6 @@ for lean in 0 1 0 1; do
 done
 CALL_PRESET=step-5 CALL_LAYERS=20 CALL_RECIPE=step5-q2 call_ab 1,2 "" STEPSERVE_MOE_DOWN_LEAN=0
 CALL_PRESET=step-5 CALL_LAYERS=20 CALL_RECIPE=step5-q2 call_ab 1,2 "" STEPSERVE_MOE_DOWN_LEAN=1
+# The session's figures with the defaults (45 layers on an H200, 24 on an H100).
+call_ab 1,2,4,8,16,32,64 2048,4096
 call_done
