@@ -31,8 +31,9 @@ struct Lane {
   uint32_t a[4] = {}, b0 = 0, b1 = 0;
   int* c = nullptr;                          // MmaS8 accumulators
   float* cf = nullptr;                       // MmaF16 accumulators
-  uint32_t shfl_value = 0, shfl_result = 0;  // ShflXor
-  int shfl_mask = 0;
+  uint32_t shfl_value = 0, shfl_result = 0;  // Shfl
+  int shfl_kind = 0, shfl_arg = 0, shfl_width = 32;
+  uint32_t member = 0xFFFFFFFFu;  // the lanes of the warp collective this lane waits in
   std::vector<Copy> open;
   std::deque<std::vector<Copy>> groups;
 };
@@ -60,19 +61,45 @@ void DoCopies(const std::vector<Copy>& g) {
 
 int8_t S8(uint32_t r, int k) { return int8_t(r >> (8 * k)); }
 
-void RunWarpOp(int w) {
-  Lane* L = lanes + 32 * w;
-  const Op op = L[0].op;
-  for (int t = 0; t < 32; ++t) {
-    if (L[t].op != op) Fail("divergent warp collective");
+// The lane a shfl.sync of lane t reads (kind 0 bfly, 1 idx, 2 down; width a power of two): as
+// the PTX ISA defines them within each `width`-lane segment; -1 where the lane keeps its own value
+// (down past the segment's end).
+int ShflSource(int t, int kind, int arg, int width) {
+  const int base = t & ~(width - 1), pos = t & (width - 1);
+  switch (kind) {
+    case 0:
+      return base + ((pos ^ arg) & (width - 1));
+    case 1:
+      return base + (arg & (width - 1));
+    default:
+      return pos + arg < width ? t + arg : -1;
   }
+}
+
+// Completes the collective of warp w's lanes in `member` (the full warp for every op but shfl).
+void RunWarpOp(int w, uint32_t member) {
+  Lane* L = lanes + 32 * w;
+  const int first = __builtin_ctz(member);
+  const Op op = L[first].op;
+  for (int t = 0; t < 32; ++t) {
+    if (((member >> t) & 1) && (L[t].op != op || L[t].member != member)) {
+      Fail("divergent warp collective");
+    }
+  }
+  if (op != Op::kShfl && member != 0xFFFFFFFFu) Fail("partial mask on a non-shuffle collective");
   switch (op) {
     case Op::kSyncWarp:
       break;
     case Op::kShfl:
       for (int t = 0; t < 32; ++t) {
-        if (L[t].shfl_mask != L[0].shfl_mask) Fail("shfl.bfly lane masks differ within the warp");
-        L[t].shfl_result = L[t ^ (L[0].shfl_mask & 31)].shfl_value;
+        if (!((member >> t) & 1)) continue;
+        if (L[t].shfl_kind != L[first].shfl_kind || L[t].shfl_width != L[first].shfl_width ||
+            (L[t].shfl_kind != 1 && L[t].shfl_arg != L[first].shfl_arg)) {
+          Fail("shfl.sync kinds, widths or offsets differ within the collective");
+        }
+        const int src = ShflSource(t, L[t].shfl_kind, L[t].shfl_arg, L[t].shfl_width);
+        if (src >= 0 && !((member >> src) & 1)) Fail("shfl.sync reads a lane outside its mask");
+        L[t].shfl_result = src >= 0 ? L[src].shfl_value : L[t].shfl_value;
       }
       break;
     case Op::kMmaS8: {
@@ -158,7 +185,9 @@ void RunWarpOp(int w) {
     default:
       Fail("not a warp op");
   }
-  for (int t = 0; t < 32; ++t) L[t].op = Op::kNone;
+  for (int t = 0; t < 32; ++t) {
+    if ((member >> t) & 1) L[t].op = Op::kNone;
+  }
 }
 bool IsWarpOp(Op op) {
   return op == Op::kMmaS8 || op == Op::kMmaF16 || op == Op::kSyncWarp || op == Op::kShfl;
@@ -290,14 +319,23 @@ uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c) {
 uint16_t F16FromF32(float x) { return F16Round(x); }
 
 void SyncThreads() { Block(Op::kBar); }
-void SyncWarp() { Block(Op::kSyncWarp); }
-uint32_t ShflXor(uint32_t v, int lane_mask) {
+void SyncWarp() {
+  lanes[cur].member = 0xFFFFFFFFu;
+  Block(Op::kSyncWarp);
+}
+uint32_t Shfl(uint32_t member, int kind, uint32_t v, int arg, int width) {
   Lane& l = lanes[cur];
+  if (!((member >> (cur & 31)) & 1)) Fail("shfl.sync by a lane outside its mask");
+  if (width < 1 || width > 32 || (width & (width - 1))) Fail("shfl.sync width");
   l.shfl_value = v;
-  l.shfl_mask = lane_mask;
+  l.shfl_kind = kind;
+  l.shfl_arg = arg;
+  l.shfl_width = width;
+  l.member = member;
   Block(Op::kShfl);
   return lanes[cur].shfl_result;
 }
+uint32_t ShflXor(uint32_t v, int lane_mask) { return Shfl(0xFFFFFFFFu, 0, v, lane_mask, 32); }
 
 // Runs one CTA of `kernel` with `threads` threads (a multiple of 32, at most kMaxThreads) to
 // completion.
@@ -342,18 +380,26 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
       ran = true;
     }
     if (ran) continue;
-    // Complete the warp collectives every lane of the warp has reached (in a varying order).
+    // Complete a warp collective every lane of its mask has reached (in a varying order): the
+    // full warp, or for a shuffle the lanes of its mask (a lane of the mask that exited is a
+    // deadlock, reported below).
     bool progressed = false;
     const int w0 = pick(rng = rng * 1664525u + 1013904223u, warps);
-    for (int k = 0; k < warps; ++k) {
+    for (int k = 0; k < warps && !progressed; ++k) {
       const int w = (w0 + k) % warps;
-      bool all = true;
-      for (int t = 0; t < 32; ++t) all = all && IsWarpOp(lanes[32 * w + t].op);
-      if (all) {
-        cur = -1;
-        RunWarpOp(w);
-        progressed = true;
-        break;  // let the lanes run again before the next warp's op: more interleavings
+      for (int t = 0; t < 32 && !progressed; ++t) {
+        const Lane& l = lanes[32 * w + t];
+        if (!IsWarpOp(l.op)) continue;
+        const uint32_t member = l.op == Op::kShfl ? l.member : 0xFFFFFFFFu;
+        bool all = true;
+        for (int u = 0; u < 32; ++u) {
+          if ((member >> u) & 1) all = all && IsWarpOp(lanes[32 * w + u].op);
+        }
+        if (all) {
+          cur = -1;
+          RunWarpOp(w, member);
+          progressed = true;  // let the lanes run again before the next op: more interleavings
+        }
       }
     }
     if (progressed) continue;

@@ -71,6 +71,9 @@ void SyncThreads();
 void SyncWarp();
 // shfl.sync.bfly over the whole warp (every lane must call it with the same lane mask).
 uint32_t ShflXor(uint32_t v, int lane_mask);
+// shfl.sync of kind 0 (bfly), 1 (idx) or 2 (down) among the lanes of `member` (each calls it with
+// the same mask, kind and width; the offset too except for idx), in `width`-lane segments.
+uint32_t Shfl(uint32_t member, int kind, uint32_t v, int arg, int width);
 // Global buffers cp.async may read (each 16-byte source must lie inside one).
 void ClearGlobals();
 void AddGlobal(const void* p, size_t bytes);
@@ -80,24 +83,22 @@ extern bool check_global_loads;
 inline void __syncthreads() { emu::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::SyncWarp(); }
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
-  if (mask != 0xffffffffu) emu::Fail("__shfl_xor_sync with a partial mask");
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
-  bits = emu::ShflXor(bits, lane_mask);
+  bits = emu::Shfl(mask, 0, bits, lane_mask, 32);
   std::memcpy(&v, &bits, 4);
   return v;
 }
 inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
-  if (mask != 0xffffffffu) emu::Fail("__shfl_xor_sync with a partial mask");
-  return static_cast<int>(emu::ShflXor(static_cast<uint32_t>(v), lane_mask));
+  return static_cast<int>(emu::Shfl(mask, 0, static_cast<uint32_t>(v), lane_mask, 32));
+}
+inline int __shfl_sync(unsigned mask, int v, int src_lane, int width = 32) {
+  return static_cast<int>(emu::Shfl(mask, 1, static_cast<uint32_t>(v), src_lane, width));
+}
+inline unsigned __shfl_down_sync(unsigned mask, unsigned v, unsigned delta, int width = 32) {
+  return emu::Shfl(mask, 2, v, static_cast<int>(delta), width);
 }
 inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset(p); }
-// Compiled in with gemv_q8x_cuda.cu's activation quantizer, which no harness runs (it shuffles
-// within 8-lane groups): a call fails.
-inline unsigned __shfl_down_sync(unsigned, unsigned, unsigned, int) {
-  emu::Fail("__shfl_down_sync is not emulated");
-  return 0;
-}
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 
 // prmt.b32 generic mode (what __byte_perm compiles to): selector nibble n of the low 16 bits of s;
@@ -143,14 +144,9 @@ inline unsigned __vsub4(unsigned a, unsigned b) {
   return r;
 }
 
-// For moe_decode_cuda.cu (test_moe_down.cc runs its down + combine kernels; its gate/up kernel,
-// whose block quantization shuffles within 8 lanes, compiles but fails if called).
+// For moe_decode_cuda.cu (test_moe_down.cc, test_moe_gate_up.cc).
 inline unsigned __umulhi(unsigned a, unsigned b) {
   return static_cast<unsigned>((uint64_t(a) * b) >> 32);
-}
-inline int __shfl_sync(unsigned, int, int) {
-  emu::Fail("__shfl_sync is not emulated");
-  return 0;
 }
 inline int atomicAdd(int* p, int v) {
   const int old = *p;

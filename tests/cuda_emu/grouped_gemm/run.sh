@@ -4,8 +4,9 @@
 # GemmF16Iq4XsGroupedKernel with its activation converter (gemm_grouped_f16_cuda.cu, F16, 256
 # threads; test_f16.cc); also the tensor-core GEMV, plain and wide (gemv_mma_cuda.cu;
 # test_gemv_mma.cc), the grouped dp4a GEMV (gemv_q8x_grouped_cuda.cu; test_gemv_grouped.cc) and
-# the one-row GEMVs (gemv_q8x_cuda.cu; test_gemv_one_row.cc), and the per-token MoE down + combine
-# kernels, lean and cursor forms (moe_decode_cuda.cu; test_moe_down.cc). The real kernel sources with their
+# the one-row GEMVs (gemv_q8x_cuda.cu; test_gemv_one_row.cc), and the few-token MoE kernels of
+# moe_decode_cuda.cu: down + combine, lean and cursor forms (test_moe_down.cc), and gate/up with
+# its block quantization (test_moe_gate_up.cc; shuffles of partial warps are emulated). The real kernel sources with their
 # inline-asm wrappers (mma.sync, cp.async, cvt, f16x2 arithmetic) replaced by emulated ones
 # (emu_cuda.*), a CTA's threads as
 # coroutines in shuffled orders, cp.async landing at issue or at the wait. No GPU needed (CUDA
@@ -19,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-$(mktemp -d)}
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
-tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped test_gemv_one_row test_moe_down}
+tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped test_gemv_one_row test_moe_down test_moe_gate_up}
 quant_sources=("$root/engine/quant/quant_k.cc" "$root/engine/quant/quant_iq.cc"
   "$root/engine/quant/quant_tables.cc")
 python3 "$here/transform.py" "$work/shadow"

@@ -17,17 +17,9 @@
 
 #include "emu_cuda.h"
 #include "kernels/matmul/moe_decode_cuda.cu"
+#include "moe_decode_stand_ins.h"
 #include "test_common.h"
 #include "test_quant_types.h"
-
-namespace stepserve::kernels {
-// Host stand-ins for what moe_decode_cuda.cu calls in other files (its launchers, which the test
-// does not use, reference them).
-bool GemvCudaSupports(GgmlType) { return true; }
-namespace gemv_internal {
-bool WeightsBeforeWait(EarlyWeights) { return false; }
-}  // namespace gemv_internal
-}  // namespace stepserve::kernels
 
 using stepserve::GgmlType;
 namespace gi = stepserve::kernels::gemv_internal;

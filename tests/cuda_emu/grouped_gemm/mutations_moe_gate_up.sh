@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Injected bugs in ExpertGateUpKernel (moe_decode_cuda.cu), each run through mutate.sh against
+# test_moe_gate_up.cc: every line should report FAIL cases.
+here=$(cd "$(dirname "$0")" && pwd)
+f=matmul/moe_decode_cuda.cu
+m() { EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
+m quantize_one_arrival_early $f '!= 31) return;' '!= 30) return;'
+m counter_not_reset $f 'if (lane == 0) *counter = 0;' ';'
+m shared_once_token_row $f 'StoreAndQuantizeBlock(a, t * per_token + a.routed, o, lane,' \
+  'StoreAndQuantizeBlock(a, t * a.routed + a.routed, o, lane,'
+m shared_gets_routed_clamp $f 'shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)' \
+  'shared ? ExpertSwiGlu(gate, up, a.limit, a.clamp)'
+m up_dotted_with_gate_row $f 'acc_b += P1::Dot(vb, x, c);' 'acc_b += P1::Dot(va, x, c);'
+m negative_id_kept $f 'p.matrix_ids[t * a.routed + j]; id >= 0 && id < p.n_matrices)' \
+  'p.matrix_ids[t * a.routed + j]; id < p.n_matrices)'
+m int8_order_flipped $f 'a.act_d + k * (n / 32), a.act_pair_order,' \
+  'a.act_d + k * (n / 32), !a.act_pair_order,'
