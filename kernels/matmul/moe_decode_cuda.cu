@@ -244,6 +244,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
+// A token's down slots: its routed experts, then the shared expert's when there is one.
+__host__ __device__ __forceinline__ int DownSlotsPerToken(const ExpertDownParams& a) {
+  return a.routed + (a.shared_down != nullptr ? 1 : 0);
+}
+
 // Grid (n_embd / kWarpsPerBlock, tokens): warp (o, t) adds sum_k weights[t][k] * (row o of expert
 // ids[t][k]) . act_{t,k} (+ the shared expert's row o . its act row of token t, weight 1) to
 // y[t][o]. The row's (slot, block) items are spread over the lane groups (item i: slot i / nb,
@@ -269,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const int nb = static_cast<int>(p.in / P::kElems);
-  const int per_token = a.routed + (a.shared_down != nullptr ? 1 : 0);
+  const int per_token = DownSlotsPerToken(a);
   const int t0 = kSharedOnce ? 0 : static_cast<int>(blockIdx.y);  // the warp's first token
   const int n_tok = kSharedOnce ? a.tokens : 1;
   const int shared_slot = n_tok * a.routed;  // the warp's slots: routed ones, then the shared one
@@ -382,8 +387,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // consecutive, so its (slot, block) items are one long activation row). Why: ncu of the cursor
 // form at batch 1 (H100, session 21 call 1): 25.4 us at 1.03 TB/s, issue-bound at 0.61
 // instructions per scheduler-cycle with ~210 warp instructions per item step, of which the dot
-// and decode are ~60 (the cursors, the ids and weights read per item, 64-bit row products). The
-// items, their order per lane group and the sums are the cursor form's: the same bits.
+// and decode are ~60 (the cursors, the ids and weights read per item, 64-bit row products). In
+// PTX (IQ4_XS, movs aside) an item step is ~135 instructions here against ~163 in the cursor
+// form: a modest cut, to be measured. The items, their order per lane group and the sums are the
+// cursor form's: the same bits.
 constexpr int kLeanMaxSlots = 32;  // a lane per slot
 
 template <class P, int D>
@@ -403,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     AllowDependentLaunch();
   }
   const int t = static_cast<int>(blockIdx.y);
-  const int slots = a.routed + (a.shared_down != nullptr ? 1 : 0);
+  const int slots = DownSlotsPerToken(a);
   const uint32_t nb = static_cast<uint32_t>(p.in / P::kElems);
   // The table (null row: an expert id out of range, which contributes nothing).
   if (lane < slots) {
@@ -538,7 +545,7 @@ cudaError_t LaunchDownTyped(ExpertDownParams a, cudaStream_t stream) {
                          0, stream, a);
   }
   const dim3 grid(x, static_cast<unsigned>(a.tokens));
-  if (DownLean() && a.routed + (a.shared_down != nullptr ? 1 : 0) <= kLeanMaxSlots) {
+  if (DownLean() && DownSlotsPerToken(a) <= kLeanMaxSlots) {
     return LaunchWithPdl(ExpertDownLeanKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream,
                          a);
   }

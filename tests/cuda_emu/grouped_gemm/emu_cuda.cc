@@ -335,7 +335,6 @@ uint32_t Shfl(uint32_t member, int kind, uint32_t v, int arg, int width) {
   Block(Op::kShfl);
   return lanes[cur].shfl_result;
 }
-uint32_t ShflXor(uint32_t v, int lane_mask) { return Shfl(0xFFFFFFFFu, 0, v, lane_mask, 32); }
 
 // Runs one CTA of `kernel` with `threads` threads (a multiple of 32, at most kMaxThreads) to
 // completion.

@@ -69,8 +69,6 @@ uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c);
 uint16_t F16FromF32(float x);
 void SyncThreads();
 void SyncWarp();
-// shfl.sync.bfly over the whole warp (every lane must call it with the same lane mask).
-uint32_t ShflXor(uint32_t v, int lane_mask);
 // shfl.sync of kind 0 (bfly), 1 (idx) or 2 (down) among the lanes of `member` (each calls it with
 // the same mask, kind and width; the offset too except for idx), in `width`-lane segments.
 uint32_t Shfl(uint32_t member, int kind, uint32_t v, int arg, int width);

@@ -214,6 +214,19 @@ void SetGroupedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, in
   p->group_order = g.group_order.data();
 }
 
+// The indexed (MoE expert) fields over the `experts` matrices of `w`: ids[g] picks group g's
+// matrix, x holds the activation rows (the fused MoE decode kernels, test_moe_*.cc).
+template <class Params>
+void SetIndexedParams(QuantMatrices& w, int64_t in, int64_t out, int experts, const int32_t* ids,
+                      bool pair_order, Q8Activations& x, int64_t y_stride, Params* p) {
+  SetMatrixParams(w, in, out, pair_order, nullptr, y_stride, p);
+  p->w_matrix_bytes = w.matrix_bytes;
+  p->n_matrices = experts;
+  p->matrix_ids = ids;
+  p->xq = x.xq();
+  p->xd = x.xd.data();
+}
+
 // A plain (not grouped) GEMV over matrix 0 of `w` with `rows` activation rows `x`: the fields and
 // the emulator's global buffers (weights, activations, scales).
 template <class Params>

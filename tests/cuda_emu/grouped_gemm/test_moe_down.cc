@@ -99,13 +99,9 @@ bool RunCase(const DownCase& c, uint32_t seed) {
     }
   }
   gi::ExpertDownParams a{};
-  SetMatrixParams(experts, c.n_ff, c.n_embd, ti.pair_order, nullptr, stride, &a.p);
+  SetIndexedParams(experts, c.n_ff, c.n_embd, c.experts, ids.data(), ti.pair_order, act, stride,
+                   &a.p);
   SetGridTables(&a.p);
-  a.p.w_matrix_bytes = experts.matrix_bytes;
-  a.p.n_matrices = c.experts;
-  a.p.matrix_ids = ids.data();
-  a.p.xq = act.xq();
-  a.p.xd = act.xd.data();
   a.weights = weights.data();
   a.routed = c.routed;
   a.tokens = c.tokens;

@@ -118,13 +118,8 @@ bool RunCase(const GateUpCase& c, uint32_t seed) {
   std::vector<int32_t> counters(slots * blocks + kGuard, 0);
 
   gi::ExpertGateUpParams a{};
-  SetMatrixParams(gate, c.n_embd, n, ti.pair_order, nullptr, 0, &a.p);
+  SetIndexedParams(gate, c.n_embd, n, c.experts, ids.data(), ti.pair_order, x, 0, &a.p);
   SetGridTables(&a.p);
-  a.p.w_matrix_bytes = gate.matrix_bytes;
-  a.p.n_matrices = c.experts;
-  a.p.matrix_ids = ids.data();
-  a.p.xq = x.xq();
-  a.p.xd = x.xd.data();
   a.up = up.data();
   a.up_row_bytes = up.row_bytes;
   a.up_matrix_bytes = up.matrix_bytes;
