@@ -94,6 +94,27 @@ call_ncu() {
     "${OUT:-$CALL_LOGS}/ncu-$name.txt" | head -40
 }
 
+# call_ncu_source NAME KERNEL_REGEX BENCH_ARGS [VAR=value...]: where one launch of a kernel
+# stalls, by SASS instruction: ncu's SourceCounters (warp-state sampling per PC) of the first
+# launch matching KERNEL_REGEX in a 4-layer IQ4_XS bench_model run, exported as the source page
+# (CSV, SASS) to $OUT/src-NAME.csv; bench/gpu/ncu_source_top.py prints the instructions with the
+# most samples and the columns the export has. The SASS lines are the ones scripts/sass.py prints
+# on the host (same compiler), so a hot spot can be read against the source there.
+call_ncu_source() {
+  local name=$1 regex=$2 args=$3
+  shift 3
+  local s=$(date +%s) rep="${OUT:-$CALL_LOGS}/src-$name"
+  timeout 150 env "$@" ncu --kernel-name "regex:$regex" --launch-count 1 \
+    --section SourceCounters --section WarpStateStats -f -o "$rep" \
+    "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 4 --recipe iq4_xs \
+    $args --prefill "" --layer-times=false >"$CALL_LOGS/src-$name.log" 2>&1
+  local rc=$?
+  timeout 60 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>&1
+  echo "ncu-source $name [$*] rc=$rc/$? $(($(date +%s) - s)) s"
+  rm -f "$rep.ncu-rep"
+  python3 bench/gpu/ncu_source_top.py "$rep.csv" 40 || tail -5 "$rep.csv"
+}
+
 call_done() { echo "total $(($(date +%s) - call_start)) s"; }
 
 # call_ncu_stalls NAME KERNEL_REGEX COUNT BENCH_ARGS [VAR=value...]: as call_ncu, but the stall

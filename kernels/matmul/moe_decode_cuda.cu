@@ -4,6 +4,7 @@
 // GEMV's, lane by lane and block by block, and the SwiGLU values and their int8 form are the
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -122,34 +123,40 @@ __device__ __forceinline__ void DotTwoRowsAllTokens(const GemvParams& p, const u
   }
 }
 
-// Lane 0 of the warp stores SwiGLU value `v` at row o of act row `k`; the warp that brings the
-// 32-row block's arrival count to 32 then quantizes that block as the down GEMV's int8 activations
-// and resets the count (every launch leaves the counters zero). Ordering: the value store is
-// fenced before the arrival, and the last warp fences after seeing the count and reads the block
-// through L2 (ld.cg), so it sees all 32 values.
-__device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& a, int64_t k,
-                                                      int64_t o, int lane, float v) {
+// The warp that brought 32-row block `block` of act row k to its 32nd arrival (and fenced after
+// seeing the count): lanes 0-7 read the block through L2 (ld.cg; other warps wrote it), quantize
+// it as the down GEMV's int8 activations, and lane 0 resets the count (every launch leaves the
+// counters zero; the kernel boundary orders the reset before the next launch).
+__device__ __forceinline__ void QuantizeActBlock(const ExpertGateUpParams& a, int64_t k,
+                                                 int64_t block, int lane) {
   const int64_t n = a.p.out;
-  float* act_row = a.act + k * n;
-  const int64_t block = o / 32;
-  int32_t* counter = a.counters + k * (n / 32) + block;
-  int arrived = 0;
-  if (lane == 0) {
-    act_row[o] = v;
-    __threadfence();
-    arrived = atomicAdd(counter, 1);
-  }
-  if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != 31) return;
-  __threadfence();
   if (lane < 8) {
     const int64_t col = 32 * block + 4 * lane;
-    const float4 x = __ldcg(reinterpret_cast<const float4*>(act_row + col));
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(a.act + k * n + col));
     const unsigned mask = 0xFFu;  // lanes 0..7 (threadIdx.x & 24 == 0 in every warp)
     const q8_quantize::Q8Four q = q8_quantize::QuantizeQ8Four(x, mask);
     q8_quantize::StoreQ8Four(q, col, a.act_q + k * n, a.act_d + k * (n / 32), a.act_pair_order,
                              mask);
   }
-  if (lane == 0) *counter = 0;  // the next launch starts from zero (kernel boundary orders it)
+  if (lane == 0) a.counters[k * (n / 32) + block] = 0;
+}
+
+// Lane 0 of the warp stores SwiGLU value `v` at row o of act row `k`; the warp that brings the
+// 32-row block's arrival count to 32 then quantizes that block (QuantizeActBlock). Ordering: the
+// value store is fenced before the arrival, and the last warp fences after seeing the count, so
+// it sees all 32 values.
+__device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& a, int64_t k,
+                                                      int64_t o, int lane, float v) {
+  const int64_t n = a.p.out;
+  int arrived = 0;
+  if (lane == 0) {
+    a.act[k * n + o] = v;
+    __threadfence();
+    arrived = atomicAdd(a.counters + k * (n / 32) + o / 32, 1);
+  }
+  if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != 31) return;
+  __threadfence();
+  QuantizeActBlock(a, k, o / 32, lane);
 }
 
 // Grid (n_ff / kWarpsPerBlock, slots): warp (k, o) computes SwiGLU(gate_o . x_t, up_o . x_t) of
@@ -243,6 +250,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                                  : ExpertSwiGlu(gate, up, a.limit, a.clamp));
   }
 }
+
+#include "kernels/matmul/moe_gate_up_ring.cuh"
 
 // A token's down slots: its routed experts, then the shared expert's when there is one.
 __host__ __device__ __forceinline__ int DownSlotsPerToken(const ExpertDownParams& a) {
@@ -501,6 +510,20 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
                        : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
+// Rows per warp of ExpertGateUpRingKernel at 1-2 tokens (without the shared expert decoded once),
+// from STEPSERVE_MOE_GATE_UP_RING=N (1-32; read once); 0 (the default): ExpertGateUpKernel, one
+// row per warp. Off until measured: written in session 22 without a device, host-emulated
+// (tests/cuda_emu test_moe_gate_up: the act values and int8 bytes of ExpertGateUpKernel, bit for
+// bit).
+std::atomic<int64_t>& GateUpRingRowsSetting() {
+  static std::atomic<int64_t> rows{[] {
+    const char* v = std::getenv("STEPSERVE_MOE_GATE_UP_RING");
+    const int64_t n = v == nullptr ? 0 : std::atoll(v);
+    return n < 0 ? int64_t{0} : (n > kRingMaxRowsPerWarp ? int64_t{kRingMaxRowsPerWarp} : n);
+  }()};
+  return rows;
+}
+
 template <class P>
 cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   a.prefetch_shared = WeightsBeforeWait(kEarlyGateUpShared);
@@ -513,6 +536,16 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
                   static_cast<unsigned>(GateUpGridRows(a)));
   if (SharedOnce(a)) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
+  }
+  if (const int64_t rows_per_warp = ExpertGateUpRingRows(); rows_per_warp > 0) {
+    const int64_t rows = GateUpGridRows(a) * a.p.out;
+    // At most kRingMaxRowsPerWarp rows per warp (the setting's range).
+    const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;
+    const dim3 ring_grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
+    return a.tokens == 1 ? LaunchWithPdl(ExpertGateUpRingKernel<P, D, true>, ring_grid,
+                                         dim3(kThreads), 0, stream, a)
+                         : LaunchWithPdl(ExpertGateUpRingKernel<P, D, false>, ring_grid,
+                                         dim3(kThreads), 0, stream, a);
   }
   if (a.tokens == 1) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken>, grid, dim3(kThreads), 0, stream, a);
@@ -568,6 +601,13 @@ bool FusedQ6K() {
 }
 
 }  // namespace
+
+int64_t ExpertGateUpRingRows() { return GateUpRingRowsSetting().load(std::memory_order_relaxed); }
+
+int64_t SetExpertGateUpRingRows(int64_t rows) {
+  rows = rows < 0 ? 0 : (rows > kRingMaxRowsPerWarp ? kRingMaxRowsPerWarp : rows);
+  return GateUpRingRowsSetting().exchange(rows);
+}
 
 bool ExpertDecodeFusedSupports(GgmlType type) {
   // The 2-3 bit types while they are on at all (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).

@@ -97,6 +97,14 @@ void RunWarpOp(int w, uint32_t member) {
             (L[t].shfl_kind != 1 && L[t].shfl_arg != L[first].shfl_arg)) {
           Fail("shfl.sync kinds, widths or offsets differ within the collective");
         }
+        if (L[t].shfl_kind == 3) {  // vote.ballot: bit u set where lane u's value is non-zero
+          uint32_t bits = 0;
+          for (int u = 0; u < 32; ++u) {
+            if (((member >> u) & 1) && L[u].shfl_value != 0) bits |= 1u << u;
+          }
+          L[t].shfl_result = bits;
+          continue;
+        }
         const int src = ShflSource(t, L[t].shfl_kind, L[t].shfl_arg, L[t].shfl_width);
         if (src >= 0 && !((member >> src) & 1)) Fail("shfl.sync reads a lane outside its mask");
         L[t].shfl_result = src >= 0 ? L[src].shfl_value : L[t].shfl_value;

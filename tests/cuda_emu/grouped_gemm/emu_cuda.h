@@ -70,7 +70,8 @@ uint16_t F16FromF32(float x);
 void SyncThreads();
 void SyncWarp();
 // shfl.sync of kind 0 (bfly), 1 (idx) or 2 (down) among the lanes of `member` (each calls it with
-// the same mask, kind and width; the offset too except for idx), in `width`-lane segments.
+// the same mask, kind and width; the offset too except for idx), in `width`-lane segments; kind 3
+// is vote.ballot (the mask of member lanes with a non-zero value; arg 0, width 32).
 uint32_t Shfl(uint32_t member, int kind, uint32_t v, int arg, int width);
 // Global buffers cp.async may read (each 16-byte source must lie inside one).
 void ClearGlobals();
@@ -96,6 +97,10 @@ inline int __shfl_sync(unsigned mask, int v, int src_lane, int width = 32) {
 inline unsigned __shfl_down_sync(unsigned mask, unsigned v, unsigned delta, int width = 32) {
   return emu::Shfl(mask, 2, v, static_cast<int>(delta), width);
 }
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  return emu::Shfl(mask, 3, predicate != 0 ? 1u : 0u, 0, 32);
+}
+inline int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
 inline size_t __cvta_generic_to_shared(const void* p) { return emu::SharedOffset(p); }
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 

@@ -81,7 +81,8 @@ bool RunCase(const GateUpCase& c, uint32_t seed) {
   const float shared_limit = c.limit > 0.0f ? 0.0f : 6.0f;
   // The reference act rows.
   std::vector<double> want(slots * n), tol(slots * n);
-  double g_abs = 0;  // the mean |g|, printed: the range the case exercises
+  double g_abs = 0;              // the mean |g|, printed: the range the case exercises
+  std::vector<float> first_act;  // the one-row form's act values
   for (int t = 0; t < c.tokens; ++t) {
     const int8_t* xl = x.xl.data() + t * c.n_embd;
     const float2* xd = x.xd.data() + t * (c.n_embd / 32);
@@ -110,11 +111,10 @@ bool RunCase(const GateUpCase& c, uint32_t seed) {
   // Outputs poisoned, with guards past the slots' rows.
   constexpr int kGuard = 64;
   const float fnan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> act(slots * n + kGuard, fnan);
+  std::vector<float> act(slots * n + kGuard);
   std::vector<uint4> act_q_store((slots * n + kGuard + 15) / 16);
   int8_t* act_q = reinterpret_cast<int8_t*>(act_q_store.data());
-  std::memset(act_q, 0x5A, act_q_store.size() * 16);
-  std::vector<float2> act_d(slots * blocks + kGuard, make_float2(fnan, fnan));
+  std::vector<float2> act_d(slots * blocks + kGuard);
   std::vector<int32_t> counters(slots * blocks + kGuard, 0);
 
   gi::ExpertGateUpParams a{};
@@ -148,55 +148,82 @@ bool RunCase(const GateUpCase& c, uint32_t seed) {
   emu::AddGlobal(ids.data(), ids.size() * 4);
   emu::AddGlobal(act.data(), slots * n * 4);  // the quantizing warp reads the block back
   AddGridTableGlobals();
-  const cudaError_t err = gi::LaunchExpertGateUp(c.type, a, nullptr);
-  if (err != cudaSuccess) {
-    std::printf("FAIL %s: launcher returned %d\n", c.name.c_str(), int(err));
-    return false;
-  }
-  // act against the reference.
-  int64_t bad = 0, missing = 0;
-  double max_rel = 0;  // the largest error as a fraction of its bound
-  for (int64_t i = 0; i < slots * n; ++i) {
-    if (std::isnan(act[i])) {
-      ++missing;
-      continue;
+  // One launch with `ring_rows` rows per warp in the ring form (0: one row per warp), checked.
+  auto run = [&](int64_t ring_rows) {
+    std::fill(act.begin(), act.end(), fnan);
+    std::memset(act_q, 0x5A, act_q_store.size() * 16);
+    std::fill(act_d.begin(), act_d.end(), make_float2(fnan, fnan));
+    const int64_t saved = gi::SetExpertGateUpRingRows(ring_rows);
+    const cudaError_t err = gi::LaunchExpertGateUp(c.type, a, nullptr);
+    gi::SetExpertGateUpRingRows(saved);
+    const std::string label = c.name + (ring_rows > 0 ? ", ring " + std::to_string(ring_rows) : "");
+    if (err != cudaSuccess) {
+      std::printf("FAIL %s: launcher returned %d\n", label.c_str(), int(err));
+      return false;
     }
-    const double e = std::fabs(double(act[i]) - want[i]);
-    bad += !(e <= tol[i]) && !(tol[i] == 0.0 && act[i] == 0.0f);
-    if (tol[i] > 0.0) max_rel = std::fmax(max_rel, e / tol[i]);
-  }
-  // The int8 form of the kernel's own act values, block by block.
-  int64_t q_bad = 0;
-  for (int64_t r = 0; r < slots; ++r) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* v = act.data() + r * n + 32 * b;
-      float amax = 0.0f;
-      for (int k = 0; k < 32; ++k) amax = std::fmax(amax, std::fabs(v[k]));
-      const float d = amax / 127.0f;
-      int sum = 0;
-      for (int k = 0; k < 32; ++k) {
-        const int q = d > 0.0f ? static_cast<int>(std::nearbyint(v[k] / d)) : 0;
-        sum += q;
-        const int pos = c.pair_order_out ? PairPos(k) : k;
-        q_bad += act_q[r * n + 32 * b + pos] != static_cast<int8_t>(q);
+    // act against the reference.
+    int64_t bad = 0, missing = 0;
+    double max_rel = 0;  // the largest error as a fraction of its bound
+    for (int64_t i = 0; i < slots * n; ++i) {
+      if (std::isnan(act[i])) {
+        ++missing;
+        continue;
       }
-      const float2 got = act_d[r * blocks + b];
-      q_bad += got.x != d || got.y != d * static_cast<float>(sum);
+      const double e = std::fabs(double(act[i]) - want[i]);
+      bad += !(e <= tol[i]) && !(tol[i] == 0.0 && act[i] == 0.0f);
+      if (tol[i] > 0.0) max_rel = std::fmax(max_rel, e / tol[i]);
     }
+    // The int8 form of the kernel's own act values, block by block.
+    int64_t q_bad = 0;
+    for (int64_t r = 0; r < slots; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float* v = act.data() + r * n + 32 * b;
+        float amax = 0.0f;
+        for (int k = 0; k < 32; ++k) amax = std::fmax(amax, std::fabs(v[k]));
+        const float d = amax / 127.0f;
+        int sum = 0;
+        for (int k = 0; k < 32; ++k) {
+          const int q = d > 0.0f ? static_cast<int>(std::nearbyint(v[k] / d)) : 0;
+          sum += q;
+          const int pos = c.pair_order_out ? PairPos(k) : k;
+          q_bad += act_q[r * n + 32 * b + pos] != static_cast<int8_t>(q);
+        }
+        const float2 got = act_d[r * blocks + b];
+        q_bad += got.x != d || got.y != d * static_cast<float>(sum);
+      }
+    }
+    int64_t stray = 0, counters_left = 0;
+    for (int k = 0; k < kGuard; ++k) {
+      stray += !std::isnan(act[slots * n + k]) || act_q[slots * n + k] != 0x5A ||
+               !std::isnan(act_d[slots * blocks + k].x);
+    }
+    for (int32_t v : counters) counters_left += v != 0;
+    // The ring form's act values are the one-row form's bits (the same sums in the same order).
+    int64_t not_same = 0;
+    if (ring_rows > 0) {
+      for (int64_t i = 0; i < slots * n; ++i) {
+        not_same += std::memcmp(&act[i], &first_act[i], 4) != 0;
+      }
+    } else {
+      first_act.assign(act.begin(), act.begin() + slots * n);
+    }
+    const bool ok =
+        bad == 0 && missing == 0 && q_bad == 0 && stray == 0 && counters_left == 0 && not_same == 0;
+    std::printf(
+        "%-4s %-58s grid %u x %u | mean |g| %.2f act err/bound %.2f bad %lld missing %lld | int8 "
+        "bad %lld | stray %lld counters left %lld | not the one-row bits %lld\n",
+        ok ? "ok" : "FAIL", label.c_str(), emu::last_grid_x, emu::last_grid_y, g_abs, max_rel,
+        (long long)bad, (long long)missing, (long long)q_bad, (long long)stray,
+        (long long)counters_left, (long long)not_same);
+    return ok;
+  };
+  bool ok = run(0);
+  // The ring form where the launcher takes it (not with the shared expert decoded once): one row
+  // per warp, three (the last warps one or two), and 32 (several rows of a 32-row block in one
+  // warp, a lane per row of the table).
+  if (!(c.shared && c.tokens >= 3)) {
+    for (int64_t rows : {1, 3, 32}) ok = run(rows) && ok;
   }
-  int64_t stray = 0, counters_left = 0;
-  for (int k = 0; k < kGuard; ++k) {
-    stray += !std::isnan(act[slots * n + k]) || act_q[slots * n + k] != 0x5A ||
-             !std::isnan(act_d[slots * blocks + k].x);
-  }
-  for (int32_t v : counters) counters_left += v != 0;
-  const bool ok = bad == 0 && missing == 0 && q_bad == 0 && stray == 0 && counters_left == 0;
-  std::printf(
-      "%-4s %-46s grid %u x %u | mean |g| %.2f act err/bound %.2f bad %lld missing %lld | int8 "
-      "bad %lld | stray %lld counters left %lld\n",
-      ok ? "ok" : "FAIL", c.name.c_str(), emu::last_grid_x, emu::last_grid_y, g_abs, max_rel,
-      (long long)bad, (long long)missing, (long long)q_bad, (long long)stray,
-      (long long)counters_left);
   return ok;
 }
 

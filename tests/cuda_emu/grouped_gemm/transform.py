@@ -14,7 +14,7 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_q8x_rows.cuh',
          'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
-         'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h']
+         'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h', 'matmul/moe_gate_up_ring.cuh']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
     j = text.index('{', i)
@@ -62,6 +62,7 @@ reps = {
  'matmul/q8_quantize.cuh': [],
  'matmul/moe_decode_cuda.cu': [],
  'matmul/moe_decode_cuda.h': [],
+ 'matmul/moe_gate_up_ring.cuh': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
 for f in files:

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""SASS of the kernels of one CUDA source, without a GPU: loops, spills and instruction classes.
+
+ptxas -v says how many bytes a kernel spills, not where; PTX (bench/gpu/ptx_stats.py) is not what
+runs. This compiles the source to a cubin with the build's own nvcc command and disassembles it
+with nvdisasm, then lists each matching kernel's loops (a branch back to an earlier address:
+the instructions between its target and the branch) with their instruction counts, local-memory
+spill traffic (LDL / STL) and the classes that matter for the decode kernels.
+
+Usage: sass.py BUILD_DIR SOURCE.cu [NAME_SUBSTRING] [--dump]
+  BUILD_DIR: a CUDA build (cmake -DSTEPSERVE_CUDA=ON -G Ninja). NAME_SUBSTRING filters the
+  kernel names (demangled, or as printed: namespaces dropped). --dump prints the kernels' SASS too.
+
+nvdisasm: $STEPSERVE_NVDISASM, else .tools/nvdisasm in the repository (scripts/get-nvdisasm.sh
+fetches it: the CUDA toolkit on this machine has no disassembler). That one is CUDA 11.8's, which
+reads sm_90 code but not CUDA 13's cubin header (ELF ABI version 8, the architecture in other
+e_flags bits), so the header of a copy is rewritten to the ABI 7 form for sm_90 first; the code
+sections are left as they are.
+"""
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "gpu"))
+import ptx_stats  # noqa: E402  (compile_command, demangle)
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+CLASSES = {
+    "LDG": re.compile(r"\bLDG\."),
+    "LDS": re.compile(r"\bLDS\b"),
+    "LDL": re.compile(r"\bLDL\b"),
+    "STL": re.compile(r"\bSTL\b"),
+    "IDP/DP4A": re.compile(r"\bIDP\.|\bDP4A\b"),
+    "PRMT": re.compile(r"\bPRMT\b"),
+    "SHFL": re.compile(r"\bSHFL\."),
+    "IMAD/IADD (wide)": re.compile(r"\bIMAD\.WIDE|\bIADD3\.X|\bIMAD\.X"),
+    "BRA": re.compile(r"\bBRA\b"),
+}
+INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
+
+
+def nvdisasm_path():
+    path = os.environ.get("STEPSERVE_NVDISASM") or os.path.join(ROOT, ".tools", "nvdisasm")
+    if not os.path.exists(path):
+        sys.exit("no nvdisasm at %s: run scripts/get-nvdisasm.sh" % path)
+    return path
+
+
+def patched_cubin(src, dst):
+    b = bytearray(open(src, "rb").read())
+    if b[8] >= 8:  # CUDA 12.8+ header: rewrite to the ABI 7 form for sm_90
+        b[7], b[8] = 0x33, 7
+        struct.pack_into("<I", b, 0x30, 0x5A055A)  # SM90, virtual SM90, 64-bit, unified tex
+    open(dst, "wb").write(b)
+
+
+def kernels(sass):
+    """(mangled name, [(address, text)]) per function in nvdisasm -c output."""
+    out, name, body = [], None, []
+    for line in sass.splitlines():
+        m = re.match(r"^(_Z\S+):$", line)
+        if m:
+            if name:
+                out.append((name, body))
+            name, body = m.group(1), []
+            continue
+        m = INSTR.search(line)
+        if m and name:
+            body.append((int(m.group(1), 16), m.group(2).strip()))
+    if name:
+        out.append((name, body))
+    return out
+
+
+def loops(body):
+    """Innermost-first list of (start index, end index) of back-edge loops."""
+    index = {addr: i for i, (addr, _) in enumerate(body)}
+    found = []
+    for i, (addr, text) in enumerate(body):
+        m = re.search(r"\bBRA\b.*`\(\.L_x_\d+\)", text)
+        if not m:
+            continue
+        target = re.search(r"0x([0-9a-f]+)", text)
+        if target is None:
+            continue
+        t = int(target.group(1), 16)
+        if t <= addr and t in index:
+            found.append((index[t], i))
+    return sorted(found, key=lambda r: r[1] - r[0])
+
+
+def class_counts(instrs):
+    counts = {c: 0 for c in CLASSES}
+    for _, text in instrs:
+        for c, pattern in CLASSES.items():
+            if pattern.search(text):
+                counts[c] += 1
+    return counts
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) < 2:
+        sys.exit(__doc__)
+    build, source = args[0], args[1]
+    wanted = args[2] if len(args) > 2 else ""
+    cmd, obj = ptx_stats.compile_command(build, source)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "out.cubin")
+        cmd = cmd.replace(" -c ", " -cubin ").replace("-o " + obj, "-o " + cubin)
+        cmd = re.sub(r" -M[TF] \S+", "", cmd).replace(" -MD ", " ")
+        subprocess.run(cmd, shell=True, check=True, cwd=build, stderr=subprocess.DEVNULL)
+        patched_cubin(cubin, cubin + ".90")
+        # -hex off, no line info: "/*addr*/ OPCODE ...;" lines with branch targets as labels,
+        # resolved to addresses by -c's default `(.L_x_N)` plus the label lines below.
+        sass = subprocess.run([nvdisasm_path(), "-c", "-print-instruction-encoding=false",
+                               cubin + ".90"], capture_output=True, text=True)
+        if sass.returncode != 0:
+            sass = subprocess.run([nvdisasm_path(), "-c", cubin + ".90"], capture_output=True,
+                                  text=True, check=True)
+    text = sass.stdout
+    # Labels to addresses, so that loops can be found from the branches.
+    labels, pending = {}, []
+    for line in text.splitlines():
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = INSTR.search(line)
+        if m:
+            for lab in pending:
+                labels[lab] = int(m.group(1), 16)
+            pending = []
+    text = re.sub(r"`\((\.L_x_\d+)\)",
+                  lambda m: "`(%s) 0x%x" % (m.group(1), labels.get(m.group(1), -1)), text)
+    funcs = kernels(text)
+    names = ptx_stats.demangle([f[0] for f in funcs])
+    for (mangled, body), name in zip(funcs, names):
+        short = name.replace("(anonymous namespace)::", "").replace("stepserve::kernels::", "")
+        short = short.replace("gemv_internal::", "")
+        short = re.sub(r"^void ", "", re.sub(r"\((?!.*[<>]).*\)$", "", short))
+        if wanted not in name and wanted not in short:
+            continue
+        print("== %s: %d instructions, %s" % (short, len(body), class_counts(body)))
+        for start, end in loops(body):
+            seg = body[start:end + 1]
+            print("   loop 0x%04x-0x%04x: %d instructions, %s" %
+                  (seg[0][0], seg[-1][0], len(seg),
+                   {k: v for k, v in class_counts(seg).items() if v}))
+        if "--dump" in sys.argv:
+            for addr, t in body:
+                print("   /*%04x*/ %s" % (addr, t))
+
+
+if __name__ == "__main__":
+    main()
