@@ -9,7 +9,8 @@ spill traffic (LDL / STL) and the classes that matter for the decode kernels.
 
 Usage: sass.py BUILD_DIR SOURCE.cu [NAME_SUBSTRING] [--dump]
   BUILD_DIR: a CUDA build (cmake -DSTEPSERVE_CUDA=ON -G Ninja). NAME_SUBSTRING filters the
-  kernel names (demangled, or as printed: namespaces dropped). --dump prints the kernels' SASS too.
+  kernel names (demangled, or as printed: namespaces dropped). SASS_NVCC_FLAGS: extra nvcc
+  flags (a compile-time switch, -DNAME=1), appended to the build's command. --dump prints the kernels' SASS too.
 
 nvdisasm: $STEPSERVE_NVDISASM, else .tools/nvdisasm in the repository (scripts/get-nvdisasm.sh
 fetches it: the CUDA toolkit on this machine has no disassembler). That one is CUDA 11.8's, which
@@ -38,6 +39,10 @@ CLASSES = {
     "SHFL": re.compile(r"\bSHFL\."),
     "IMAD/IADD (wide)": re.compile(r"\bIMAD\.WIDE|\bIADD3\.X|\bIMAD\.X"),
     "BRA": re.compile(r"\bBRA\b"),
+    "MMA": re.compile(r"\bHMMA\.|\bIMMA\.|\bHGMMA\."),
+    "LDSM": re.compile(r"\bLDSM\."),
+    "LDGSTS": re.compile(r"\bLDGSTS\b"),
+    "BAR": re.compile(r"\bBAR\.|\bDEPBAR\b"),
 }
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
@@ -112,6 +117,7 @@ def main():
         cubin = os.path.join(tmp, "out.cubin")
         cmd = cmd.replace(" -c ", " -cubin ").replace("-o " + obj, "-o " + cubin)
         cmd = re.sub(r" -M[TF] \S+", "", cmd).replace(" -MD ", " ")
+        cmd += " " + os.environ.get("SASS_NVCC_FLAGS", "")  # e.g. -DSOME_SWITCH=1
         subprocess.run(cmd, shell=True, check=True, cwd=build, stderr=subprocess.DEVNULL)
         patched_cubin(cubin, cubin + ".90")
         # -hex off, no line info: "/*addr*/ OPCODE ...;" lines with branch targets as labels,

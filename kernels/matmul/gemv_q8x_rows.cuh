@@ -48,9 +48,10 @@ __device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_
 #pragma unroll
         for (int n = 0; n < NR; ++n) wv[n] = P::Decode(ring[k][n], b, c, p);
         const int64_t next = b + D * kBlocksPerStep;
-        if (next < nb) {
+        if (kClampedRingLoads || next < nb) {  // kClampedRingLoads: past the row, block b again
+          const int64_t at = next < nb ? next : b;
 #pragma unroll
-          for (int n = 0; n < NR; ++n) ring[k][n] = P::LoadRaw(rows[n] + next * P::kBytes, c);
+          for (int n = 0; n < NR; ++n) ring[k][n] = P::LoadRaw(rows[n] + at * P::kBytes, c);
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {

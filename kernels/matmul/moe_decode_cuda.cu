@@ -68,9 +68,10 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
         const typename P1::W va = P1::Decode(ra[k], b, c, p);
         const typename P1::W vb = P1::Decode(rb[k], b, c, p);
         const int next = b + D * kGroups;
-        if (next < nb) {
-          ra[k] = P::LoadRaw(wa + next * P::kBytes, c);
-          rb[k] = P::LoadRaw(wb + next * P::kBytes, c);
+        if (kClampedRingLoads || next < nb) {  // kClampedRingLoads: past the row, block b again
+          const int at = next < nb ? next : b;
+          ra[k] = P::LoadRaw(wa + at * P::kBytes, c);
+          rb[k] = P::LoadRaw(wb + at * P::kBytes, c);
         }
         const typename P::X x = P::LoadX(p, x_row, b, c);
         acc_a += P1::Dot(va, x, c);
