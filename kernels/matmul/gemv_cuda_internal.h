@@ -77,18 +77,18 @@ KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, i
                             int64_t y_stride, GemvParams* p);
 
 // The weight rings of the long-row decode loops (DotTwoRows of the MoE gate/up kernel,
-// AccumulateRows of the 2-16-row, indexed and grouped GEMVs) refill a slot with the block D steps ahead only
-// while there is one; with STEPSERVE_CLAMPED_RING_LOADS=1 (compile time: -DCMAKE_CUDA_FLAGS=...)
-// past the row's end they reload the slot's own block instead, so every refill is unconditional.
-// Why: the conditional refill is a join in the loop, and ptxas, which issues the refill before
-// the slot's decode, then copies the ring's registers back every step - 12 MOVs per step of two
-// IQ4_XS rows (SASS, scripts/sass.py). Unconditional, the copies go: the one-token gate/up
-// loop 400 -> 364 instructions per two steps, the grouped GEMV's 1 / 2 / 3 / 4-row chunk loops
-// 417 / 569 / 661 / 734 -> 394 / 538 / 622 / 701. The price: the last D steps of a row issue loads
-// whose data is never used (the blocks just read, so L1 hits). Left conditional where the copies
-// were not the cost: GemvIq4XsOneRowKernel (pointer increments, no copies; the select made its
-// loop longer, 394 -> 453) and AccumulateShortRows (the grouped down chunks: 426 / 594 / 654 /
-// 786 -> 429 / 575 / 670 / 794, and a 4-byte spill). Off by default until measured.
+// AccumulateRows of the 2-16-row, indexed and grouped GEMVs) refill a slot with the block D steps
+// ahead only while there is one; with STEPSERVE_CLAMPED_RING_LOADS=1 (compile time:
+// -DCMAKE_CUDA_FLAGS=...) past the row's end they reload the slot's own block instead, so every
+// refill is unconditional. Why: the conditional refill is a join in the loop, and ptxas, which
+// issues the refill before the slot's decode, then copies the ring's registers back every step - 12
+// MOVs per step of two IQ4_XS rows (SASS, scripts/sass.py). Unconditional, the copies go: the
+// one-token gate/up loop 400 -> 364 instructions per two steps, the grouped GEMV's 1 / 2 / 3 /
+// 4-row chunk loops 417 / 569 / 661 / 734 -> 394 / 538 / 622 / 701. The price: the last D steps of
+// a row issue loads whose data is never used (the blocks just read, so L1 hits). Left conditional
+// where the copies were not the cost: GemvIq4XsOneRowKernel (pointer increments, no copies; the
+// select made its loop longer, 394 -> 453) and AccumulateShortRows (the grouped down chunks: 426 /
+// 594 / 654 / 786 -> 429 / 575 / 670 / 794, and a 4-byte spill). Off by default until measured.
 #ifndef STEPSERVE_CLAMPED_RING_LOADS
 #define STEPSERVE_CLAMPED_RING_LOADS 0
 #endif
