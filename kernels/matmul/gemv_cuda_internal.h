@@ -89,10 +89,22 @@ KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, i
 // where the copies were not the cost: GemvIq4XsOneRowKernel (pointer increments, no copies; the
 // select made its loop longer, 394 -> 453) and AccumulateShortRows (the grouped down chunks: 426 /
 // 594 / 654 / 786 -> 429 / 575 / 670 / 794, and a 4-byte spill). Off by default until measured.
+// STEPSERVE_LEAN_DECODE_LOOPS=1 turns on this and STEPSERVE_RING_POINTERS below (one flag: the
+// build scripts pass CMAKE_CUDA_FLAGS through unquoted words).
+#ifndef STEPSERVE_LEAN_DECODE_LOOPS
+#define STEPSERVE_LEAN_DECODE_LOOPS 0
+#endif
 #ifndef STEPSERVE_CLAMPED_RING_LOADS
-#define STEPSERVE_CLAMPED_RING_LOADS 0
+#define STEPSERVE_CLAMPED_RING_LOADS STEPSERVE_LEAN_DECODE_LOOPS
 #endif
 inline constexpr bool kClampedRingLoads = STEPSERVE_CLAMPED_RING_LOADS != 0;
+// STEPSERVE_RING_POINTERS=1 (compile time): AccumulateRows of the 32-value sub-block pieces
+// (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS) through AccumulateRowsPointers (gemv_q8x_rows.cuh): the same
+// arithmetic, addressed by advancing pointers. Off by default until measured.
+#ifndef STEPSERVE_RING_POINTERS
+#define STEPSERVE_RING_POINTERS STEPSERVE_LEAN_DECODE_LOOPS
+#endif
+inline constexpr bool kRingPointers = STEPSERVE_RING_POINTERS != 0;
 
 // Decode kernels whose weights do not depend on the kernel before them (the one-row IQ4_XS GEMV;
 // the MoE down + combine kernel, whose expert ids come from the router two launches back) load

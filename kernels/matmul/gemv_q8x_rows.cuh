@@ -66,6 +66,86 @@ __device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_
   }
 }
 
+// AccumulateRows for the pieces with 32-value sub-block activations (SubBlock32Dot: IQ4_XS,
+// IQ3_S, IQ3_XXS, IQ2_XXS) with STEPSERVE_RING_POINTERS=1 (compile time, gemv_cuda_internal.h):
+// the same loads, decodes and sums in the same order, addressed through pointers that advance
+// by a constant each iteration - a weight pointer per row and an int8 / scale pointer pair per
+// activation row, their per-step offsets immediates - instead of 64-bit products of the block
+// index with the row and block strides at every load. Why: in the SASS of the grouped GEMV's
+// two-row chunk (IQ4_XS, scripts/sass.py) ~100 of the loop's 569 instructions per two steps
+// were address arithmetic.
+template <class P, int R, int NR, int D, bool kWaitAfterRing = false>
+__device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, const uint8_t* w,
+                                                       int64_t o0, int lane, const int (&x_rows)[R],
+                                                       int n_rows, float (&acc)[NR][R]) {
+  constexpr int kBlocksPerStep = 32 / P::kLanes;
+  constexpr int kStepBytes = kBlocksPerStep * P::kBytes;  // a lane group's weight bytes a step
+  constexpr int kStepX = kBlocksPerStep * P::kElems;      // its activations a step
+  constexpr int kStepD = kBlocksPerStep * (P::kElems / 32);
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int nb = static_cast<int>(p.in / P::kElems);
+  const uint8_t* wp[NR];  // the lane group's block of the current iteration's first step
+#pragma unroll
+  for (int n = 0; n < NR; ++n) {
+    wp[n] = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes + g * P::kBytes;
+  }
+  const int8_t* xp[R];  // the lane's 32 activations of that block, per activation row
+  const float2* dp[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    xp[r] = p.xq + x_rows[r] * p.in + g * P::kElems + 32 * c;
+    dp[r] = p.xd + x_rows[r] * (p.in / 32) + g * (P::kElems / 32) + c;
+  }
+  typename P::Raw ring[D][NR];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+#pragma unroll
+    for (int n = 0; n < NR; ++n) {
+      if (g + k * kBlocksPerStep < nb) ring[k][n] = P::LoadRaw(wp[n] + k * kStepBytes, c);
+    }
+  }
+  if constexpr (kWaitAfterRing) {
+    WaitForPrimaryGrid();
+    AllowDependentLaunch();
+  }
+  for (int b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int b = b0 + k * kBlocksPerStep;
+      if (b < nb) {
+        typename P::W wv[NR];
+#pragma unroll
+        for (int n = 0; n < NR; ++n) wv[n] = P::Decode(ring[k][n], b, c, p);
+        const bool ahead = b + D * kBlocksPerStep < nb;
+        if (kClampedRingLoads || ahead) {  // kClampedRingLoads: past the row, block b again
+#pragma unroll
+          for (int n = 0; n < NR; ++n) {
+            ring[k][n] = P::LoadRaw(wp[n] + (ahead ? k + D : k) * kStepBytes, c);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < n_rows) {
+            typename P::X x;
+            x.a = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * kStepX));
+            x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * kStepX + 16));
+            x.d = __ldg(&dp[r][k * kStepD].x);
+#pragma unroll
+            for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(wv[n], x, c);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NR; ++n) wp[n] += D * kStepBytes;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      xp[r] += D * kStepX;
+      dp[r] += D * kStepD;
+    }
+  }
+}
+
 // Warp-reduces acc and stores y[y_rows[r]][o0 + n] for r < n_rows, o0 + n < out.
 template <int R, int NR>
 __device__ __forceinline__ void StoreRows(const GemvParams& p, float (&acc)[NR][R], int lane,
@@ -156,7 +236,11 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};
-    AccumulateRows<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
+    if constexpr (kRingPointers && std::is_base_of_v<SubBlock32Dot, PD>) {
+      AccumulateRowsPointers<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
+    } else {
+      AccumulateRows<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
+    }
     StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
   }
 }

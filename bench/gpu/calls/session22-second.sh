@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
-# The second device call after session 22 (written without a device): a compile-time A/B of
-# STEPSERVE_CLAMPED_RING_LOADS (gemv_cuda_internal.h: the long-row decode loops refill their rings
-# unconditionally, which removes ptxas's ring copies - 12 MOVs per two-row step; the one-token
-# gate/up loop 400 -> 364 SASS instructions per two steps, the grouped GEMV's gate/up chunk loops
-# 5-6% shorter), then where a 2048-token prefill's time goes (per-kernel ncu table of a 4-layer
-# file; prefill is the figure nearest its target: 7.5k vs 9k tok/s on the H200).
+# The second device call after session 22 (written without a device): a compile-time A/B of the
+# lean decode loops (gemv_cuda_internal.h), both bit for bit the default kernels' arithmetic:
+#  - STEPSERVE_RING_POINTERS=1: AccumulateRows of the 32-value sub-block pieces (IQ4_XS, IQ3_S,
+#    IQ3_XXS, IQ2_XXS) addressed by advancing pointers (AccumulateRowsPointers);
+#  - STEPSERVE_CLAMPED_RING_LOADS=1: the long-row loops refill their rings unconditionally, which
+#    removes ptxas's per-step ring copies;
+# SASS (scripts/sass.py) of the grouped IQ4_XS gate/up GEMV's 1 / 2 / 3 / 4-row chunk loops:
+# 417 / 569 / 661 / 734 instructions per two steps by default, 317 / 453 / 522 / 586 with the
+# pointers, 326 / 438 / 500 / 562 with both; the 2-16-row GEMVs 11-12% shorter; the one-token
+# gate/up loop 400 -> 364 with the clamped refills. Then where a 2048-token prefill's time goes
+# (per-kernel ncu table of a 4-layer file: prefill is the figure nearest its target, 7.5k vs 9k
+# tok/s on the H200).
 #   (timeout 560 bash bench/gpu/calls/session22-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
-call_build bench_model gemv_cuda_test moe_gemv_cuda_test || exit 1
-CALL_BUILD=build-clamp CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_CLAMPED_RING_LOADS=1" \
-  call_build bench_model gemv_cuda_test moe_gemv_cuda_test || exit 1
-CALL_BUILD=build-clamp call_test gemv_cuda_test gemv-clamp
-CALL_BUILD=build-clamp CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moe-clamp
+call_build bench_model stepserve || exit 1
+model_file=$(call_model_file)  # made by the default build's stepserve
+# STEPSERVE_LEAN_DECODE_LOOPS=1: both switches.
+CALL_BUILD=build-lean CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_LEAN_DECODE_LOOPS=1" \
+  call_build bench_model gemv_cuda_test moe_gemv_cuda_test model_cuda_test || exit 1
+CALL_BUILD=build-ptr CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_RING_POINTERS=1" \
+  call_build bench_model || exit 1
+CALL_BUILD=build-lean call_test gemv_cuda_test gemv-lean
+CALL_BUILD=build-lean CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moe-lean
+CALL_BUILD=build-lean CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-lean \
+  STEPSERVE_GPU_TEST_MODELS="$model_file"
 for round in 1 2; do
   call_ab 1,2,4,16,64 ""
-  CALL_BUILD=build-clamp call_ab 1,2,4,16,64 ""
+  CALL_BUILD=build-lean call_ab 1,2,4,16,64 ""
+  CALL_BUILD=build-ptr call_ab 1,2,4,16,64 ""
 done
 LAYERS=4 timeout 200 bash bench/gpu/profile-prefill-h200.sh build-h200 >"$CALL_LOGS/prefill.log" 2>&1
 echo "prefill profile rc=$?"

@@ -16,3 +16,14 @@ m group_div_off $f 'x_rows[r] = group / p.x_group_div;
   DotAndStore<P, RN'
 m row_loop_once $f 'for (int64_t o0 = first; o0 < p.out; o0 += stride) rows(o0);' 'rows(first);'
 m short_store_guard matmul/gemv_q8x_rows.cuh 'if (c == 0 && o0 + g < p.out) p.y[' 'if (c == 0) p.y['
+# AccumulateRowsPointers (STEPSERVE_RING_POINTERS=1, with and without the clamped refills).
+r=matmul/gemv_q8x_rows.cuh
+mp() { EMU_CXXFLAGS="-DSTEPSERVE_RING_POINTERS=1 ${CLAMP:-}" bash "$here/mutate.sh" "$@"; }
+for CLAMP in "" "-DSTEPSERVE_CLAMPED_RING_LOADS=1"; do
+  mp "ptr_weights_not_advanced${CLAMP:+_clamped}" $r 'for (int n = 0; n < NR; ++n) wp[n] += D * kStepBytes;' ';'
+  mp "ptr_refill_one_step_short${CLAMP:+_clamped}" $r 'wp[n] + (ahead ? k + D : k) * kStepBytes' \
+    'wp[n] + (ahead ? k + D - 1 : k) * kStepBytes'
+  mp "ptr_scales_stride${CLAMP:+_clamped}" $r 'dp[r] += D * kStepD;' 'dp[r] += D * kStepD / 2;'
+  mp "ptr_x_block_offset${CLAMP:+_clamped}" $r 'x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * kStepX + 16));' \
+    'x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + 16));'
+done

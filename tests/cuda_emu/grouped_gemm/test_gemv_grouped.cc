@@ -2,10 +2,10 @@
 // through its launcher LaunchGemvQ8xGrouped) under the host emulator for IQ4_XS (the row-looping
 // form with the register cap and the exact-rows dispatch: 1-4 groups per chunk, more in several
 // chunks), Q4_K, Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh (the guarded
-// rows form), long rows (16 blocks: NR = 2 rows per warp) and short ones (5 blocks: a row per lane
-// group), unused and out-of-range slots, groups in no slot, x_group_div 1 and 8. y is checked
-// against a double-precision reference: the engine's CPU dequantization times the int8 activations;
-// every padding float and the rows of groups in no slot must stay untouched.
+// rows form), long rows (8, 16 and 40 blocks: NR = 2 rows per warp) and short ones (5 blocks: a row
+// per lane group), unused and out-of-range slots, groups in no slot, x_group_div 1 and 8. y is
+// checked against a double-precision reference: the engine's CPU dequantization times the int8
+// activations; every padding float and the rows of groups in no slot must stay untouched.
 //   test_gemv_grouped [copy_at_issue 0|1] [seed] [only_case]
 // STEPSERVE_GROUPED_ROW_CTAS is set to 2 unless already set, so warps loop over several row blocks.
 #include <algorithm>
@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
   const std::vector<Case> cases = {
       {"long rows, 1-4 groups per slot", 4096, 40, 1, 3, 6, {{2, 1}, {0, 2}, {5, 3}, {1, 4}}, 2},
       {"long rows, 5 and 9 groups (two, three chunks)", 2048, 33, 1, 0, 3, {{1, 5}, {2, 9}}, 1},
+      // 40 blocks: five iterations of the two-step ring (the pointer form's advance matters from
+      // the third; 16 blocks are two).
+      {"long rows of 40 blocks, 1-3 groups", 10240, 20, 1, 1, 3, {{1, 2}, {0, 1}, {2, 3}}, 1},
       {"long rows, unused and out-of-range slots",
        2048,
        24,
