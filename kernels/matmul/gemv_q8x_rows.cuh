@@ -205,6 +205,57 @@ __device__ __forceinline__ void AccumulateShortRows(const GemvParams& p, const u
   }
 }
 
+// AccumulateShortRows for the 32-value sub-block pieces with STEPSERVE_RING_POINTERS=1: the same
+// loads and sums, addressed by advancing pointers as AccumulateRowsPointers (the refill stays
+// conditional: unconditional refills made these loops longer in SASS).
+template <class P, int R, int D>
+__device__ __forceinline__ void AccumulateShortRowsPointers(const GemvParams& p, const uint8_t* w,
+                                                            int64_t o0, int lane,
+                                                            const int (&x_rows)[R], int n_rows,
+                                                            float (&acc)[R]) {
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const uint8_t* wp = w + (o0 + g < p.out ? o0 + g : p.out - 1) * p.w_row_bytes;  // block b0
+  const int nb = static_cast<int>(p.in / P::kElems);
+  const int8_t* xp[R];  // the lane's 32 activations of block b0, per activation row
+  const float2* dp[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    xp[r] = p.xq + x_rows[r] * p.in + 32 * c;
+    dp[r] = p.xd + x_rows[r] * (p.in / 32) + c;
+  }
+  typename P::Raw ring[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    if (k < nb) ring[k] = P::LoadRaw(wp + k * P::kBytes, c);
+  }
+  for (int b0 = 0; b0 < nb; b0 += D) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int b = b0 + k;
+      if (b < nb) {
+        const typename P::W wv = P::Decode(ring[k], b, c, p);
+        if (b + D < nb) ring[k] = P::LoadRaw(wp + (k + D) * P::kBytes, c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < n_rows) {
+            typename P::X x;
+            x.a = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * P::kElems));
+            x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * P::kElems + 16));
+            x.d = __ldg(&dp[r][k * (P::kElems / 32)].x);
+            acc[r] += P::Dot(wv, x, c);
+          }
+        }
+      }
+    }
+    wp += D * P::kBytes;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      xp[r] += D * P::kElems;
+      dp[r] += D * (P::kElems / 32);
+    }
+  }
+}
+
 // Reduces acc over each lane group and stores y[y_rows[r]][o0 + g] for r < n_rows, o0 + g < out.
 template <class P, int R>
 __device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)[R], int lane,
@@ -232,7 +283,11 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
   using PD = std::conditional_t<R == 1, OneRowPiece<P>, P>;
   if constexpr (kShort) {
     float acc[R] = {};
-    AccumulateShortRows<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    if constexpr (kRingPointers && std::is_base_of_v<SubBlock32Dot, PD>) {
+      AccumulateShortRowsPointers<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    } else {
+      AccumulateShortRows<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    }
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The second device call after session 22 (written without a device): a compile-time A/B of the
 # lean decode loops (gemv_cuda_internal.h), both bit for bit the default kernels' arithmetic:
-#  - STEPSERVE_RING_POINTERS=1: AccumulateRows of the 32-value sub-block pieces (IQ4_XS, IQ3_S,
-#    IQ3_XXS, IQ2_XXS) addressed by advancing pointers (AccumulateRowsPointers);
+#  - STEPSERVE_RING_POINTERS=1: AccumulateRows / AccumulateShortRows of the 32-value sub-block
+#    pieces (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS) addressed by advancing pointers;
 #  - STEPSERVE_CLAMPED_RING_LOADS=1: the long-row loops refill their rings unconditionally, which
 #    removes ptxas's per-step ring copies;
 # SASS (scripts/sass.py) of the grouped IQ4_XS gate/up GEMV's 1 / 2 / 3 / 4-row chunk loops:
 # 417 / 569 / 661 / 734 instructions per two steps by default, 317 / 453 / 522 / 586 with the
-# pointers, 326 / 438 / 500 / 562 with both; the 2-16-row GEMVs 11-12% shorter; the one-token
+# pointers, 326 / 438 / 500 / 562 with both (the down GEMV's 1 / 2-pair chunks 415 / 586 -> 323 /
+# 448 with the pointers); the 2-16-row GEMVs 11-12% shorter; the one-token
 # gate/up loop 400 -> 364 with the clamped refills. Then where a 2048-token prefill's time goes
 # (per-kernel ncu table of a 4-layer file: prefill is the figure nearest its target, 7.5k vs 9k
 # tok/s on the H200).

@@ -27,3 +27,9 @@ for CLAMP in "" "-DSTEPSERVE_CLAMPED_RING_LOADS=1"; do
   mp "ptr_x_block_offset${CLAMP:+_clamped}" $r 'x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * kStepX + 16));' \
     'x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + 16));'
 done
+# AccumulateShortRowsPointers (the short-row chunks; 5-block rows, two iterations of a 4-deep ring:
+# the weight pointer's advance is never used for a load there, the activations' is).
+mp ptr_short_x_not_advanced $r 'xp[r] += D * P::kElems;' ';'
+mp ptr_short_scales_stride $r 'dp[r] += D * (P::kElems / 32);' 'dp[r] += D;'
+mp ptr_short_refill_offset $r 'ring[k] = P::LoadRaw(wp + (k + D) * P::kBytes, c);' \
+  'ring[k] = P::LoadRaw(wp + (k + D - 1) * P::kBytes, c);'
