@@ -3,20 +3,22 @@
 
 ptxas -v says how many bytes a kernel spills, not where; PTX (bench/gpu/ptx_stats.py) is not what
 runs. This compiles the source to a cubin with the build's own nvcc command and disassembles it
-with nvdisasm, then lists each matching kernel's loops (a branch back to an earlier address:
+with cuobjdump, then lists each matching kernel's loops (a branch back to an earlier address:
 the instructions between its target and the branch) with their instruction counts, local-memory
 spill traffic (LDL / STL) and the classes that matter for the decode kernels.
 
 Usage: sass.py BUILD_DIR SOURCE.cu [NAME_SUBSTRING] [--dump]
   BUILD_DIR: a CUDA build (cmake -DSTEPSERVE_CUDA=ON -G Ninja). NAME_SUBSTRING filters the
   kernel names (demangled, or as printed: namespaces dropped). SASS_NVCC_FLAGS: extra nvcc
-  flags (a compile-time switch, -DNAME=1), appended to the build's command. --dump prints the kernels' SASS too.
+  flags (a compile-time switch, -DNAME=1), appended to the build's command. --dump prints the
+  kernels' SASS too.
 
-nvdisasm: $STEPSERVE_NVDISASM, else .tools/nvdisasm in the repository (scripts/get-nvdisasm.sh
-fetches it: the CUDA toolkit on this machine has no disassembler). That one is CUDA 11.8's, which
-reads sm_90 code but not CUDA 13's cubin header (ELF ABI version 8, the architecture in other
-e_flags bits), so the header of a copy is rewritten to the ABI 7 form for sm_90 first; the code
-sections are left as they are.
+Disassembler: cuobjdump -sass from $STEPSERVE_CUOBJDUMP, else .tools/cuobjdump in the repository
+(scripts/get-sass-tools.sh fetches it: the CUDA toolkit on this machine has no disassembler).
+That one is CUDA 11.8's, which reads sm_90 code but not CUDA 13's cubin header (ELF ABI version 8,
+the architecture in other e_flags bits), so the header of a copy is rewritten to the ABI 7 form
+for sm_90 first; the code sections are left as they are. (cuobjdump prints branch targets as
+addresses; nvdisasm's labels are sometimes left undefined for these cubins.)
 """
 import os
 import re
@@ -47,10 +49,10 @@ CLASSES = {
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
 
-def nvdisasm_path():
-    path = os.environ.get("STEPSERVE_NVDISASM") or os.path.join(ROOT, ".tools", "nvdisasm")
+def cuobjdump_path():
+    path = os.environ.get("STEPSERVE_CUOBJDUMP") or os.path.join(ROOT, ".tools", "cuobjdump")
     if not os.path.exists(path):
-        sys.exit("no nvdisasm at %s: run scripts/get-nvdisasm.sh" % path)
+        sys.exit("no cuobjdump at %s: run scripts/get-sass-tools.sh" % path)
     return path
 
 
@@ -63,10 +65,10 @@ def patched_cubin(src, dst):
 
 
 def kernels(sass):
-    """(mangled name, [(address, text)]) per function in nvdisasm -c output."""
+    """(mangled name, [(address, text)]) per function in cuobjdump -sass output."""
     out, name, body = [], None, []
     for line in sass.splitlines():
-        m = re.match(r"^(_Z\S+):$", line)
+        m = re.match(r"^\s*Function : (\S+)", line)
         if m:
             if name:
                 out.append((name, body))
@@ -85,13 +87,10 @@ def loops(body):
     index = {addr: i for i, (addr, _) in enumerate(body)}
     found = []
     for i, (addr, text) in enumerate(body):
-        m = re.search(r"\bBRA\b.*`\(\.L_x_\d+\)", text)
+        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
         if not m:
             continue
-        target = re.search(r"0x([0-9a-f]+)", text)
-        if target is None:
-            continue
-        t = int(target.group(1), 16)
+        t = int(m.group(1), 16)
         if t <= addr and t in index:
             found.append((index[t], i))
     return sorted(found, key=lambda r: r[1] - r[0])
@@ -120,28 +119,8 @@ def main():
         cmd += " " + os.environ.get("SASS_NVCC_FLAGS", "")  # e.g. -DSOME_SWITCH=1
         subprocess.run(cmd, shell=True, check=True, cwd=build, stderr=subprocess.DEVNULL)
         patched_cubin(cubin, cubin + ".90")
-        # -hex off, no line info: "/*addr*/ OPCODE ...;" lines with branch targets as labels,
-        # resolved to addresses by -c's default `(.L_x_N)` plus the label lines below.
-        sass = subprocess.run([nvdisasm_path(), "-c", "-print-instruction-encoding=false",
-                               cubin + ".90"], capture_output=True, text=True)
-        if sass.returncode != 0:
-            sass = subprocess.run([nvdisasm_path(), "-c", cubin + ".90"], capture_output=True,
-                                  text=True, check=True)
-    text = sass.stdout
-    # Labels to addresses, so that loops can be found from the branches.
-    labels, pending = {}, []
-    for line in text.splitlines():
-        m = re.match(r"^(\.L_x_\d+):", line)
-        if m:
-            pending.append(m.group(1))
-            continue
-        m = INSTR.search(line)
-        if m:
-            for lab in pending:
-                labels[lab] = int(m.group(1), 16)
-            pending = []
-    text = re.sub(r"`\((\.L_x_\d+)\)",
-                  lambda m: "`(%s) 0x%x" % (m.group(1), labels.get(m.group(1), -1)), text)
+        text = subprocess.run([cuobjdump_path(), "-sass", cubin + ".90"], capture_output=True,
+                              text=True, check=True).stdout
     funcs = kernels(text)
     names = ptx_stats.demangle([f[0] for f in funcs])
     for (mangled, body), name in zip(funcs, names):

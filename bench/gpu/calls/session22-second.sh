@@ -7,8 +7,8 @@
 #    removes ptxas's per-step ring copies;
 # SASS (scripts/sass.py) of the grouped IQ4_XS gate/up GEMV's 1 / 2 / 3 / 4-row chunk loops:
 # 417 / 569 / 661 / 734 instructions per two steps by default, 317 / 453 / 522 / 586 with the
-# pointers, 326 / 438 / 500 / 562 with both (the down GEMV's 1 / 2-pair chunks 415 / 586 -> 323 /
-# 448 with the pointers); the 2-16-row GEMVs 11-12% shorter; the one-token
+# pointers, 326 / 438 / 500 / 562 with both (the down GEMV's 1-4-pair chunks 415 / 586 / 656 / 778
+# -> 323 / 448 / 489 / 547); the 16-row GEMV's loop 1764 -> 1341; the one-token
 # gate/up loop 400 -> 364 with the clamped refills. Then where a 2048-token prefill's time goes
 # (per-kernel ncu table of a 4-layer file: prefill is the figure nearest its target, 7.5k vs 9k
 # tok/s on the H200).
