@@ -141,4 +141,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # the output piped into head
+        sys.stderr.close()

@@ -83,6 +83,62 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
   *sb = WarpSum(acc_b);
 }
 
+// DotTwoRows for the 32-value sub-block pieces (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS) with
+// STEPSERVE_RING_POINTERS=1 (gemv_cuda_internal.h): the same loads and sums, addressed by
+// pointers that advance each iteration (AccumulateRowsPointers' scheme) instead of the block
+// index's products at every load.
+template <class P, int D>
+__device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const uint8_t* wa,
+                                                   const uint8_t* wb, int x_row, int lane,
+                                                   float* sa, float* sb) {
+  using P1 = OneRowPiece<P>;
+  constexpr int kGroups = 32 / P::kLanes;
+  constexpr int kStepBytes = kGroups * P::kBytes, kStepX = kGroups * P::kElems;
+  constexpr int kStepD = kGroups * (P::kElems / 32);
+  const int g = lane / P::kLanes, c = lane % P::kLanes;
+  const int nb = static_cast<int>(p.in / P::kElems);
+  const uint8_t* pa = wa + g * P::kBytes;  // the lane group's block of the iteration's first step
+  const uint8_t* pb = wb + g * P::kBytes;
+  const int8_t* xp = p.xq + x_row * p.in + g * P::kElems + 32 * c;
+  const float2* dp = p.xd + x_row * (p.in / 32) + g * (P::kElems / 32) + c;
+  typename P::Raw ra[D], rb[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    if (g + k * kGroups < nb) {
+      ra[k] = P::LoadRaw(pa + k * kStepBytes, c);
+      rb[k] = P::LoadRaw(pb + k * kStepBytes, c);
+    }
+  }
+  float acc_a = 0.f, acc_b = 0.f;
+  for (int b0 = g; b0 < nb; b0 += D * kGroups) {
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      const int b = b0 + k * kGroups;
+      if (b < nb) {
+        const typename P1::W va = P1::Decode(ra[k], b, c, p);
+        const typename P1::W vb = P1::Decode(rb[k], b, c, p);
+        const bool ahead = b + D * kGroups < nb;
+        if (kClampedRingLoads || ahead) {  // kClampedRingLoads: past the row, block b again
+          ra[k] = P::LoadRaw(pa + (ahead ? k + D : k) * kStepBytes, c);
+          rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);
+        }
+        typename P::X x;
+        x.a = __ldg(reinterpret_cast<const uint4*>(xp + k * kStepX));
+        x.b = __ldg(reinterpret_cast<const uint4*>(xp + k * kStepX + 16));
+        x.d = __ldg(&dp[k * kStepD].x);
+        acc_a += P1::Dot(va, x, c);
+        acc_b += P1::Dot(vb, x, c);
+      }
+    }
+    pa += D * kStepBytes;
+    pb += D * kStepBytes;
+    xp += D * kStepX;
+    dp += D * kStepD;
+  }
+  *sa = WarpSum(acc_a);
+  *sb = WarpSum(acc_b);
+}
+
 // DotTwoRows against activation rows 0 .. n_rows - 1 (n_rows <= R) at once: the rows' weights are
 // decoded once per block for all of them (one raw step in flight: R accumulator pairs fit the
 // 64-register budget with little room).
@@ -243,8 +299,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int64_t o = o_first; o < p.out; o += o_stride) {
     float gate = 0.f, up = 0.f;
     if (gate_w != nullptr) {
-      DotTwoRows<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane, &gate,
-                       &up);
+      if constexpr (kRingPointers && std::is_base_of_v<SubBlock32Dot, P>) {
+        DotTwoRowsPointers<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane,
+                                 &gate, &up);
+      } else {
+        DotTwoRows<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane, &gate,
+                         &up);
+      }
     }
     StoreAndQuantizeBlock(a, t * per_token + j, o, lane,
                           shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
@@ -389,109 +450,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-// ExpertDownCombineKernel's per-token form (grid (n_embd / kWarpsPerBlock, tokens), 1-2 tokens)
-// with the addressing taken out of the item loop: lane s of each warp looks up slot s once (its
-// expert's row o, or the shared expert's, and its weight) into a shared-memory table, and item i
-// of the token (slot i / nb, block i % nb) finds its slot by a multiply-high, its row in the
-// table and its activations at x row t * per_token, block i (the token's slot rows are
-// consecutive, so its (slot, block) items are one long activation row). Why: ncu of the cursor
-// form at batch 1 (H100, session 21 call 1): 25.4 us at 1.03 TB/s, issue-bound at 0.61
-// instructions per scheduler-cycle with ~210 warp instructions per item step, of which the dot
-// and decode are ~60 (the cursors, the ids and weights read per item, 64-bit row products). In
-// PTX (IQ4_XS, movs aside) an item step is ~135 instructions here against ~163 in the cursor
-// form: a modest cut, to be measured. The items, their order per lane group and the sums are the
-// cursor form's: the same bits.
-constexpr int kLeanMaxSlots = 32;  // a lane per slot
-
-template <class P, int D>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    ExpertDownLeanKernel(const __grid_constant__ ExpertDownParams a) {
-  using PD = OneRowPiece<P>;
-  const GemvParams& p = a.p;
-  constexpr int kGroups = 32 / P::kLanes;
-  __shared__ const uint8_t* slot_rows[kWarpsPerBlock][kLeanMaxSlots];
-  __shared__ float slot_weights[kWarpsPerBlock][kLeanMaxSlots];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (o >= p.out) return;  // whole warps: the table is per warp
-  const bool early = a.weights_before_wait;
-  if (!early) {
-    WaitForPrimaryGrid();  // the gate/up kernel's int8 activations
-    AllowDependentLaunch();
-  }
-  const int t = static_cast<int>(blockIdx.y);
-  const int slots = DownSlotsPerToken(a);
-  const uint32_t nb = static_cast<uint32_t>(p.in / P::kElems);
-  // The table (null row: an expert id out of range, which contributes nothing).
-  if (lane < slots) {
-    const uint8_t* row = nullptr;
-    float weight = 1.0f;  // the shared expert's
-    if (lane == a.routed) {
-      row = a.shared_down + o * a.shared_down_row_bytes;
-    } else {
-      const int32_t id = p.matrix_ids[t * a.routed + lane];
-      weight = a.weights[t * a.routed + lane];
-      if (id >= 0 && id < p.n_matrices) row = p.w + id * p.w_matrix_bytes + o * p.w_row_bytes;
-    }
-    slot_rows[warp][lane] = row;
-    slot_weights[warp][lane] = weight;
-  }
-  __syncwarp();
-  const uint8_t* const* rows = slot_rows[warp];
-  // slot = i / nb for the few hundred items at most: multiply-high by ceil(2^32 / nb) (exact for
-  // i < 2^32 / nb), nb == 1 aside (its constant would not fit).
-  const uint32_t magic = nb > 1 ? static_cast<uint32_t>(0xFFFFFFFFu / nb + 1u) : 0u;
-  const auto slot_of = [&](int i) {
-    return nb > 1 ? static_cast<int>(__umulhi(static_cast<uint32_t>(i), magic)) : i;
-  };
-  const int items = slots * static_cast<int>(nb);
-  const int g = lane / P::kLanes, c = lane % P::kLanes;
-  if (early) {  // every slot's row into L2: lane l takes 128-byte line l of each row
-    const int row_bytes = static_cast<int>(nb) * P::kBytes;
-    const int lines = (row_bytes + 127) / 128 + 1;  // + 1: a row need not start on a line
-    for (int s = 0; s < slots; ++s) {
-      const uint8_t* row = rows[s];
-      for (int l = lane; l < lines; l += 32) {
-        if (row != nullptr) PrefetchL2(row + min(l * 128, row_bytes - 1));
-      }
-    }
-  }
-  typename P::Raw ring[D];
-  bool held[D];  // the ring slot holds a block (false: past the items or an id out of range)
-  const auto load_item = [&](int i, typename P::Raw& raw, bool& holds) {
-    holds = false;
-    if (i < items) {
-      const int s = slot_of(i);
-      if (const uint8_t* row = rows[s]) {
-        raw = P::LoadRaw(row + (i - s * static_cast<int>(nb)) * P::kBytes, c);
-        holds = true;
-      }
-    }
-  };
-#pragma unroll
-  for (int k = 0; k < D; ++k) load_item(g + k * kGroups, ring[k], held[k]);
-  if (early) {
-    WaitForPrimaryGrid();  // the gate/up kernel's int8 activations
-    AllowDependentLaunch();
-  }
-  const int x_row = t * slots;  // the token's first slot row of act_q / act_d
-  float acc = 0.f;
-  for (int i0 = g; i0 < items; i0 += D * kGroups) {
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      const int i = i0 + k * kGroups;
-      if (i < items) {
-        const int s = slot_of(i);
-        const bool valid = held[k];
-        const typename PD::W w = PD::Decode(ring[k], i - s * static_cast<int>(nb), c, p);
-        load_item(i + D * kGroups, ring[k], held[k]);
-        if (valid) acc += slot_weights[warp][s] * PD::Dot(w, P::LoadX(p, x_row, i, c), c);
-      }
-    }
-  }
-  const float sum = WarpSum(acc);
-  if (lane == 0) p.y[t * p.y_stride + o] += sum;
-}
+#include "kernels/matmul/moe_down_lean.cuh"
 
 // The shared expert decoded once for all tokens from this many tokens (below: once per token, the
 // path measured at 1-2 tokens in session 11).

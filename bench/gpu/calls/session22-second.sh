@@ -8,8 +8,8 @@
 # SASS (scripts/sass.py) of the grouped IQ4_XS gate/up GEMV's 1 / 2 / 3 / 4-row chunk loops:
 # 417 / 569 / 661 / 734 instructions per two steps by default, 317 / 453 / 522 / 586 with the
 # pointers, 326 / 438 / 500 / 562 with both (the down GEMV's 1-4-pair chunks 415 / 586 / 656 / 778
-# -> 323 / 448 / 489 / 547); the 16-row GEMV's loop 1764 -> 1341; the one-token
-# gate/up loop 400 -> 364 with the clamped refills. Then where a 2048-token prefill's time goes
+# -> 323 / 448 / 489 / 547); the 16-row GEMV's loop 1764 -> 1341; the batch-1 gate/up loop
+# 400 -> 321. Then where a 2048-token prefill's time goes
 # (per-kernel ncu table of a 4-layer file: prefill is the figure nearest its target, 7.5k vs 9k
 # tok/s on the H200).
 #   (timeout 560 bash bench/gpu/calls/session22-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Injected bugs in ExpertDownLeanKernel (moe_decode_cuda.cu), each run through mutate.sh against
+# Injected bugs in ExpertDownLeanKernel (moe_down_lean.cuh), each run through mutate.sh against
 # test_moe_down.cc: every line should report FAIL cases.
 here=$(cd "$(dirname "$0")" && pwd)
-f=matmul/moe_decode_cuda.cu
+f=matmul/moe_down_lean.cuh
 m() { bash "$here/mutate.sh" "$@"; }
 m lean_x_row_per_token $f 'const int x_row = t * slots;' 'const int x_row = t * a.routed;'
 m lean_block_not_rebased $f \

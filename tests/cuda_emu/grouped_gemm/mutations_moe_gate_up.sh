@@ -34,3 +34,15 @@ m ring_last_row_dropped $r 'const int n_rows = (total - w + warps - 1) / warps;'
   'const int n_rows = (total - w) / warps;'
 m ring_one_step_short $r 'for (int k = 0; k < D; ++k) load_next(ring_gate[k], ring_up[k]);' \
   'for (int k = 0; k + 1 < D; ++k) load_next(ring_gate[k], ring_up[k]);'
+# DotTwoRowsPointers (moe_decode_cuda.cu, built with STEPSERVE_LEAN_DECODE_LOOPS=1; the cases'
+# rows have 2-9 blocks, the ring's refills and the activations' advance both in use).
+ml() { EMU_CXXFLAGS=-DSTEPSERVE_LEAN_DECODE_LOOPS=1 EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
+ml ptr_gate_up_x_not_advanced $f '    xp += D * kStepX;
+    dp += D * kStepD;
+  }
+  *sa' '    dp += D * kStepD;
+  }
+  *sa'
+ml ptr_gate_up_refill_offset $f 'rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);' \
+  'rb[k] = P::LoadRaw(pb + (ahead ? k + D - 1 : k) * kStepBytes, c);'
+ml ptr_gate_up_up_from_gate $f 'pb += D * kStepBytes;' 'pb = pa;'

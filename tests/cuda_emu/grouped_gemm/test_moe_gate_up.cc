@@ -236,6 +236,11 @@ int main(int argc, char** argv) {
       {"IQ4_XS 1024 -> 96, 1 token, shared, pair out", T::kIQ4_XS, 1024, 96, 1, 8, 10, true, false,
        true, 7.0f},
       {"IQ4_XS 512 -> 64, 2 tokens, bad ids", T::kIQ4_XS, 512, 64, 2, 4, 6, true, true, true, 0.0f},
+      // 24 and 18 blocks: three ring iterations of two steps (the pointer form's advance).
+      {"IQ4_XS 6144 -> 32, 1 token, shared (24 blocks)", T::kIQ4_XS, 6144, 32, 1, 4, 5, true, false,
+       true, 7.0f},
+      {"IQ3_S 4608 -> 32, 2 tokens (18 blocks)", T::kIQ3_S, 4608, 32, 2, 2, 3, false, false, false,
+       0.0f},
       {"IQ4_XS 512 -> 64, 3 tokens, shared once", T::kIQ4_XS, 512, 64, 3, 3, 5, true, false, true,
        7.0f},
       {"IQ4_XS 512 -> 32, 4 tokens, shared once, bad ids", T::kIQ4_XS, 512, 32, 4, 2, 4, true, true,

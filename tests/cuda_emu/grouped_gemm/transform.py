@@ -14,7 +14,8 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_q8x_rows.cuh',
          'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
-         'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h', 'matmul/moe_gate_up_ring.cuh']
+         'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h', 'matmul/moe_gate_up_ring.cuh',
+         'matmul/moe_down_lean.cuh']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
     j = text.index('{', i)
@@ -63,6 +64,7 @@ reps = {
  'matmul/moe_decode_cuda.cu': [],
  'matmul/moe_decode_cuda.h': [],
  'matmul/moe_gate_up_ring.cuh': [],
+ 'matmul/moe_down_lean.cuh': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
 for f in files:
@@ -77,7 +79,7 @@ for f in files:
         old = 'extern __shared__ __align__(16) uint8_t mma_smem[];'
         assert s.count(old) == 3
         s = s.replace(old, 'uint8_t* const mma_smem = emu::smem_base;')
-    if f == 'matmul/moe_decode_cuda.cu':  # static shared arrays: one copy for the CTA's threads
+    if f == 'matmul/moe_down_lean.cuh':  # static shared arrays: one copy for the CTA's threads
         assert s.count('__shared__ ') == 2
         s = s.replace('__shared__ ', 'static ')
     if f == 'matmul/moe_decode_cuda.h':  # ExpertSwiGlu, compiled with the gate/up kernel
