@@ -109,7 +109,9 @@ call_ncu_source() {
     "$CALL_BUILD/bench/gpu/bench_model" --synthetic step-3.5-flash --layers 4 --recipe iq4_xs \
     $args --prefill "" --layer-times=false >"$CALL_LOGS/src-$name.log" 2>&1
   local rc=$?
-  timeout 60 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>&1
+  # --print-source picks the SASS view where this ncu has the option; without it, the default.
+  timeout 60 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>&1 ||
+    timeout 60 ncu -i "$rep.ncu-rep" --page source --csv >"$rep.csv" 2>&1
   echo "ncu-source $name [$*] rc=$rc/$? $(($(date +%s) - s)) s"
   rm -f "$rep.ncu-rep"
   python3 bench/gpu/ncu_source_top.py "$rep.csv" 40 || tail -5 "$rep.csv"
