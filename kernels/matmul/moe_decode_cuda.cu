@@ -497,6 +497,8 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   if (SharedOnce(a)) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
   }
+  // The ring form (STEPSERVE_MOE_GATE_UP_RING) leaves out the shared rows' L2 prefetch before the
+  // PDL wait (prefetch_shared, kEarlyGateUpShared: off by default, measured no gain).
   if (const int64_t rows_per_warp = ExpertGateUpRingRows(); rows_per_warp > 0) {
     const int64_t rows = GateUpGridRows(a) * a.p.out;
     // At most kRingMaxRowsPerWarp rows per warp (the setting's range).
