@@ -228,6 +228,17 @@ struct SubBlock32Dot {
     uint4 a, b;  // the 32 int8 activations of the sub-block
     float d;
   };
+  // The 32 int8 activations at xq and their block's scale at xd (the pointer-addressed loops of
+  // gemv_q8x_rows.cuh keep these addresses themselves).
+  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
+    X x;
+    x.a = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.b = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+    x.d = __ldg(&xd->x);
+    return x;
+  }
+  // (Not written through LoadXAt: that changed the measured kernels' SASS - the grouped GEMV's
+  // down form gained two spill instructions.)
   static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int ib) {
     const int8_t* xq = p.xq + r * p.in + b * 256 + 32 * ib;
     X x;

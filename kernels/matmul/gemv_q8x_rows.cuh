@@ -126,10 +126,7 @@ __device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, cons
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r < n_rows) {
-            typename P::X x;
-            x.a = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * kStepX));
-            x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * kStepX + 16));
-            x.d = __ldg(&dp[r][k * kStepD].x);
+            const typename P::X x = P::LoadXAt(xp[r] + k * kStepX, dp[r] + k * kStepD);
 #pragma unroll
             for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(wv[n], x, c);
           }
@@ -238,11 +235,8 @@ __device__ __forceinline__ void AccumulateShortRowsPointers(const GemvParams& p,
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r < n_rows) {
-            typename P::X x;
-            x.a = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * P::kElems));
-            x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * P::kElems + 16));
-            x.d = __ldg(&dp[r][k * (P::kElems / 32)].x);
-            acc[r] += P::Dot(wv, x, c);
+            acc[r] +=
+                P::Dot(wv, P::LoadXAt(xp[r] + k * P::kElems, dp[r] + k * (P::kElems / 32)), c);
           }
         }
       }

@@ -122,10 +122,7 @@ __device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const ui
           ra[k] = P::LoadRaw(pa + (ahead ? k + D : k) * kStepBytes, c);
           rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);
         }
-        typename P::X x;
-        x.a = __ldg(reinterpret_cast<const uint4*>(xp + k * kStepX));
-        x.b = __ldg(reinterpret_cast<const uint4*>(xp + k * kStepX + 16));
-        x.d = __ldg(&dp[k * kStepD].x);
+        const typename P::X x = P::LoadXAt(xp + k * kStepX, dp + k * kStepD);
         acc_a += P1::Dot(va, x, c);
         acc_b += P1::Dot(vb, x, c);
       }
@@ -475,11 +472,14 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
 // row per warp. Off until measured: written in session 22 without a device, host-emulated
 // (tests/cuda_emu test_moe_gate_up: the act values and int8 bytes of ExpertGateUpKernel, bit for
 // bit).
+int64_t ClampRingRows(int64_t rows) {
+  return rows < 0 ? 0 : (rows > kRingMaxRowsPerWarp ? kRingMaxRowsPerWarp : rows);
+}
+
 std::atomic<int64_t>& GateUpRingRowsSetting() {
   static std::atomic<int64_t> rows{[] {
     const char* v = std::getenv("STEPSERVE_MOE_GATE_UP_RING");
-    const int64_t n = v == nullptr ? 0 : std::atoll(v);
-    return n < 0 ? int64_t{0} : (n > kRingMaxRowsPerWarp ? int64_t{kRingMaxRowsPerWarp} : n);
+    return ClampRingRows(v == nullptr ? 0 : std::atoll(v));
   }()};
   return rows;
 }
@@ -567,8 +567,7 @@ bool FusedQ6K() {
 int64_t ExpertGateUpRingRows() { return GateUpRingRowsSetting().load(std::memory_order_relaxed); }
 
 int64_t SetExpertGateUpRingRows(int64_t rows) {
-  rows = rows < 0 ? 0 : (rows > kRingMaxRowsPerWarp ? kRingMaxRowsPerWarp : rows);
-  return GateUpRingRowsSetting().exchange(rows);
+  return GateUpRingRowsSetting().exchange(ClampRingRows(rows));
 }
 
 bool ExpertDecodeFusedSupports(GgmlType type) {

@@ -24,8 +24,8 @@ for CLAMP in "" "-DSTEPSERVE_CLAMPED_RING_LOADS=1"; do
   mp "ptr_refill_one_step_short${CLAMP:+_clamped}" $r 'wp[n] + (ahead ? k + D : k) * kStepBytes' \
     'wp[n] + (ahead ? k + D - 1 : k) * kStepBytes'
   mp "ptr_scales_stride${CLAMP:+_clamped}" $r 'dp[r] += D * kStepD;' 'dp[r] += D * kStepD / 2;'
-  mp "ptr_x_block_offset${CLAMP:+_clamped}" $r 'x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + k * kStepX + 16));' \
-    'x.b = __ldg(reinterpret_cast<const uint4*>(xp[r] + 16));'
+  mp "ptr_x_block_offset${CLAMP:+_clamped}" $r 'P::LoadXAt(xp[r] + k * kStepX, dp[r] + k * kStepD)' \
+    'P::LoadXAt(xp[r], dp[r] + k * kStepD)'
 done
 # AccumulateShortRowsPointers (the short-row chunks; 5-block rows, two iterations of a 4-deep ring:
 # the weight pointer's advance is never used for a load there, the activations' is).

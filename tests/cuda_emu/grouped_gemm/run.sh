@@ -8,9 +8,10 @@
 # moe_decode_cuda.cu: down + combine, lean and cursor forms (test_moe_down.cc), and gate/up with
 # its block quantization (test_moe_gate_up.cc; shuffles of partial warps are emulated). The real
 # kernel sources with their inline-asm wrappers (mma.sync, cp.async, cvt, f16x2 arithmetic)
-# replaced by emulated ones (emu_cuda.*), a CTA's threads as coroutines in shuffled orders, cp.async landing at issue or at the wait. No GPU needed (CUDA
-# headers only). A check of indexing, fragment mapping and barriers before device time is spent,
-# not of speed or of the hardware's own MMA.
+# replaced by emulated ones (emu_cuda.*), a CTA's threads as coroutines in shuffled orders,
+# cp.async landing at issue or at the wait. No GPU needed (CUDA headers only). A check of
+# indexing, fragment mapping and barriers before device time is spent, not of speed or of the
+# hardware's own MMA.
 # Usage: bash tests/cuda_emu/grouped_gemm/run.sh [SEEDS...]   (EMU_TESTS="test_f16": one kernel;
 #   EMU_CXXFLAGS: extra compiler flags, e.g. -D switches of the kernel sources)
 #   ./mutate.sh NAME FILE OLD NEW runs one injected bug; ./mutations_f16.sh the F16 kernel's list.
