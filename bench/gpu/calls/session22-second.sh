@@ -9,9 +9,8 @@
 # 417 / 569 / 661 / 734 instructions per two steps by default, 317 / 453 / 522 / 586 with the
 # pointers, 326 / 438 / 500 / 562 with both (the down GEMV's 1-4-pair chunks 415 / 586 / 656 / 778
 # -> 323 / 448 / 489 / 547); the 16-row GEMV's loop 1764 -> 1341; the batch-1 gate/up loop
-# 400 -> 321. Then where a 2048-token prefill's time goes
-# (per-kernel ncu table of a 4-layer file: prefill is the figure nearest its target, 7.5k vs 9k
-# tok/s on the H200).
+# 400 -> 321. (The prefill per-kernel table moved to session23-prefill.sh: with it this call
+# outran its limit.)
 #   (timeout 560 bash bench/gpu/calls/session22-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -31,8 +30,4 @@ for round in 1 2; do
   CALL_BUILD=build-lean call_ab 1,2,4,16,64 ""
   CALL_BUILD=build-ptr call_ab 1,2,4,16,64 ""
 done
-LAYERS=4 timeout 200 bash bench/gpu/profile-prefill-h200.sh build-h200 >"$CALL_LOGS/prefill.log" 2>&1
-echo "prefill profile rc=$?"
-grep -E "tokens_per_s" "${OUT:-out-h200}/prefill-wall.jsonl" | head -3
-python3 bench/gpu/ncu_kernel_table.py "${OUT:-out-h200}/ncu-prefill.txt" 30
 call_done
