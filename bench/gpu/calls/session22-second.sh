@@ -28,4 +28,9 @@ for round in 1 2; do
   call_ab 1,2,4,16,64 ""
   CALL_BUILD=build-lean call_ab 1,2,4,16,64 ""
 done
+# The Q4_K_M mix (its K-quant pieces keep the index-addressed loops in both builds: the control).
+for round in 1 2; do
+  CALL_RECIPE=q4_k_m call_ab 1,2 ""
+  CALL_RECIPE=q4_k_m CALL_BUILD=build-lean call_ab 1,2 ""
+done
 call_done
