@@ -98,8 +98,9 @@ KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, i
 #define STEPSERVE_CLAMPED_RING_LOADS STEPSERVE_LEAN_DECODE_LOOPS
 #endif
 inline constexpr bool kClampedRingLoads = STEPSERVE_CLAMPED_RING_LOADS != 0;
-// STEPSERVE_RING_POINTERS=1 (compile time): the decode loops of the 32-value sub-block pieces
-// (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS) through AccumulateRowsPointers / AccumulateShortRowsPointers
+// STEPSERVE_RING_POINTERS=1 (compile time): the decode loops of every int8-activation piece
+// (session 22: the 32-value sub-block ones; session 23: the K-quants and Q8_0 as well) through
+// AccumulateRowsPointers / AccumulateShortRowsPointers
 // (gemv_q8x_rows.cuh) and the MoE gate/up's DotTwoRowsPointers (moe_decode_cuda.cu): the same
 // arithmetic, addressed by advancing pointers. Off by default until measured.
 #ifndef STEPSERVE_RING_POINTERS

@@ -7,6 +7,10 @@
 //                                         PlainLoad from a shared-memory copy of the rows;
 //   W Decode(raw, block_index, piece, p)   int8-ready weights and scales;
 //   X LoadX(p, activation_row, block, piece) the matching int8 activations and their scales;
+//   int XAt(piece), int DAt(piece)         where the lane's activations and scales start within
+//                                          its block's (the pointer-addressed loops of
+//                                          gemv_q8x_rows.cuh keep per-row pointers themselves);
+//   X LoadXAt(xq, xd)                      LoadX's loads from such pointers;
 //   float Dot(w, x, piece)                 the lane's partial dot product.
 // Included inside the anonymous namespace of the GEMV / GEMM .cu files of kernels/matmul that
 // use them (gemv_q8x*, gemv_stream, gemv_mma, gemm_grouped_*, moe_decode). The
@@ -83,6 +87,14 @@ struct PieceQ8_0 {
     x.d = __ldg(&p.xd[r * (p.in / 32) + b].x);
     return x;
   }
+  static __device__ __forceinline__ int XAt(int c) { return 16 * c; }
+  static __device__ __forceinline__ int DAt(int) { return 0; }
+  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
+    X x;
+    x.q = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.d = __ldg(&xd->x);
+    return x;
+  }
   static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
     int s = __dp4a(static_cast<int>(w.q[0]), static_cast<int>(x.q.x), 0);
     s = __dp4a(static_cast<int>(w.q[1]), static_cast<int>(x.q.y), s);
@@ -147,6 +159,15 @@ struct PieceQ4_K {
     x.lo = __ldg(reinterpret_cast<const uint4*>(xq));
     x.hi = __ldg(reinterpret_cast<const uint4*>(xq + 32));
     x.ds = __ldg(reinterpret_cast<const float4*>(p.xd + r * (p.in / 32) + b * 8 + 2 * pair));
+    return x;
+  }
+  static __device__ __forceinline__ int XAt(int c) { return 64 * (c >> 1) + 16 * (c & 1); }
+  static __device__ __forceinline__ int DAt(int c) { return 2 * (c >> 1); }
+  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
+    X x;
+    x.lo = __ldg(reinterpret_cast<const uint4*>(xq));
+    x.hi = __ldg(reinterpret_cast<const uint4*>(xq + 32));
+    x.ds = __ldg(reinterpret_cast<const float4*>(xd));
     return x;
   }
   static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
@@ -230,6 +251,8 @@ struct SubBlock32Dot {
   };
   // The 32 int8 activations at xq and their block's scale at xd (the pointer-addressed loops of
   // gemv_q8x_rows.cuh keep these addresses themselves).
+  static __device__ __forceinline__ int XAt(int c) { return 32 * c; }
+  static __device__ __forceinline__ int DAt(int c) { return c; }
   static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
     X x;
     x.a = __ldg(reinterpret_cast<const uint4*>(xq));
@@ -421,6 +444,17 @@ struct PieceQ6_K {
     const int h = c >> 3, l0 = 4 * (c & 7);
     const int8_t* xq = p.xq + r * p.in + b * 256 + 128 * h + l0;
     const float2* xd = p.xd + r * (p.in / 32) + b * 8 + 4 * h;
+    X x;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x.q[k] = __ldg(reinterpret_cast<const unsigned*>(xq + 32 * k));
+      x.d[k] = __ldg(&xd[k].x);
+    }
+    return x;
+  }
+  static __device__ __forceinline__ int XAt(int c) { return 128 * (c >> 3) + 4 * (c & 7); }
+  static __device__ __forceinline__ int DAt(int c) { return 4 * (c >> 3); }
+  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
     X x;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {

@@ -274,6 +274,12 @@ struct KQuartersX {
     const int h = c >> 2;
     const int8_t* xq = p.xq + r * p.in + b * 256 + 128 * h + 8 * (c & 3);
     const float2* xd = p.xd + r * (p.in / 32) + b * 8 + 4 * h;
+    return LoadAt(xq, xd);
+  }
+  // Where lane c's activations and scales start within the block's (the pointer-addressed loops).
+  static __device__ __forceinline__ int XAt(int c) { return 128 * (c >> 2) + 8 * (c & 3); }
+  static __device__ __forceinline__ int DAt(int c) { return 4 * (c >> 2); }
+  static __device__ __forceinline__ KQuartersX LoadAt(const int8_t* xq, const float2* xd) {
     KQuartersX x;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -330,6 +336,11 @@ struct PieceQ2_K {
   }
   static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
     return X::Load(p, r, b, c);
+  }
+  static __device__ __forceinline__ int XAt(int c) { return X::XAt(c); }
+  static __device__ __forceinline__ int DAt(int c) { return X::DAt(c); }
+  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
+    return X::LoadAt(xq, xd);
   }
   static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
     float scaled = 0.f, mins = 0.f;
@@ -400,6 +411,11 @@ struct PieceQ3_K {
   }
   static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
     return X::Load(p, r, b, c);
+  }
+  static __device__ __forceinline__ int XAt(int c) { return X::XAt(c); }
+  static __device__ __forceinline__ int DAt(int c) { return X::DAt(c); }
+  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
+    return X::LoadAt(xq, xd);
   }
   static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
     float v = 0.f;

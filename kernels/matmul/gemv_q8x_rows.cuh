@@ -66,8 +66,8 @@ __device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_
   }
 }
 
-// AccumulateRows for the pieces with 32-value sub-block activations (SubBlock32Dot: IQ4_XS,
-// IQ3_S, IQ3_XXS, IQ2_XXS) with STEPSERVE_RING_POINTERS=1 (compile time, gemv_cuda_internal.h):
+// AccumulateRows with STEPSERVE_RING_POINTERS=1 (compile time, gemv_cuda_internal.h), every
+// piece (each says where its lane's activations start, XAt / DAt, and loads them, LoadXAt):
 // the same loads, decodes and sums in the same order, addressed through pointers that advance
 // by a constant each iteration - a weight pointer per row and an int8 / scale pointer pair per
 // activation row, their per-step offsets immediates - instead of 64-bit products of the block
@@ -89,12 +89,12 @@ __device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, cons
   for (int n = 0; n < NR; ++n) {
     wp[n] = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes + g * P::kBytes;
   }
-  const int8_t* xp[R];  // the lane's 32 activations of that block, per activation row
+  const int8_t* xp[R];  // the lane's activations of that block, per activation row
   const float2* dp[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    xp[r] = p.xq + x_rows[r] * p.in + g * P::kElems + 32 * c;
-    dp[r] = p.xd + x_rows[r] * (p.in / 32) + g * (P::kElems / 32) + c;
+    xp[r] = p.xq + x_rows[r] * p.in + g * P::kElems + P::XAt(c);
+    dp[r] = p.xd + x_rows[r] * (p.in / 32) + g * (P::kElems / 32) + P::DAt(c);
   }
   typename P::Raw ring[D][NR];
 #pragma unroll
@@ -202,7 +202,7 @@ __device__ __forceinline__ void AccumulateShortRows(const GemvParams& p, const u
   }
 }
 
-// AccumulateShortRows for the 32-value sub-block pieces with STEPSERVE_RING_POINTERS=1: the same
+// AccumulateShortRows with STEPSERVE_RING_POINTERS=1, every piece: the same
 // loads and sums, addressed by advancing pointers as AccumulateRowsPointers (the refill stays
 // conditional: unconditional refills made these loops longer in SASS).
 template <class P, int R, int D>
@@ -213,12 +213,12 @@ __device__ __forceinline__ void AccumulateShortRowsPointers(const GemvParams& p,
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const uint8_t* wp = w + (o0 + g < p.out ? o0 + g : p.out - 1) * p.w_row_bytes;  // block b0
   const int nb = static_cast<int>(p.in / P::kElems);
-  const int8_t* xp[R];  // the lane's 32 activations of block b0, per activation row
+  const int8_t* xp[R];  // the lane's activations of block b0, per activation row
   const float2* dp[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    xp[r] = p.xq + x_rows[r] * p.in + 32 * c;
-    dp[r] = p.xd + x_rows[r] * (p.in / 32) + c;
+    xp[r] = p.xq + x_rows[r] * p.in + P::XAt(c);
+    dp[r] = p.xd + x_rows[r] * (p.in / 32) + P::DAt(c);
   }
   typename P::Raw ring[D];
 #pragma unroll
@@ -277,7 +277,7 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
   using PD = std::conditional_t<R == 1, OneRowPiece<P>, P>;
   if constexpr (kShort) {
     float acc[R] = {};
-    if constexpr (kRingPointers && std::is_base_of_v<SubBlock32Dot, PD>) {
+    if constexpr (kRingPointers) {
       AccumulateShortRowsPointers<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
     } else {
       AccumulateShortRows<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
@@ -285,7 +285,7 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};
-    if constexpr (kRingPointers && std::is_base_of_v<SubBlock32Dot, PD>) {
+    if constexpr (kRingPointers) {
       AccumulateRowsPointers<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
     } else {
       AccumulateRows<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);

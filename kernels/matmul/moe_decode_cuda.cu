@@ -83,7 +83,7 @@ __device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* w
   *sb = WarpSum(acc_b);
 }
 
-// DotTwoRows for the 32-value sub-block pieces (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS) with
+// DotTwoRows for every piece with
 // STEPSERVE_RING_POINTERS=1 (gemv_cuda_internal.h): the same loads and sums, addressed by
 // pointers that advance each iteration (AccumulateRowsPointers' scheme) instead of the block
 // index's products at every load.
@@ -99,8 +99,8 @@ __device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const ui
   const int nb = static_cast<int>(p.in / P::kElems);
   const uint8_t* pa = wa + g * P::kBytes;  // the lane group's block of the iteration's first step
   const uint8_t* pb = wb + g * P::kBytes;
-  const int8_t* xp = p.xq + x_row * p.in + g * P::kElems + 32 * c;
-  const float2* dp = p.xd + x_row * (p.in / 32) + g * (P::kElems / 32) + c;
+  const int8_t* xp = p.xq + x_row * p.in + g * P::kElems + P::XAt(c);
+  const float2* dp = p.xd + x_row * (p.in / 32) + g * (P::kElems / 32) + P::DAt(c);
   typename P::Raw ra[D], rb[D];
 #pragma unroll
   for (int k = 0; k < D; ++k) {
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int64_t o = o_first; o < p.out; o += o_stride) {
     float gate = 0.f, up = 0.f;
     if (gate_w != nullptr) {
-      if constexpr (kRingPointers && std::is_base_of_v<SubBlock32Dot, P>) {
+      if constexpr (kRingPointers) {
         DotTwoRowsPointers<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane,
                                  &gate, &up);
       } else {

@@ -1,8 +1,8 @@
 // Runs the real one-activation-row GEMVs (kernels/matmul/gemv_q8x_cuda.cu, through its launcher
 // LaunchGemvQ8x with p.rows = 1) under the host emulator: the lean IQ4_XS kernel (one row per warp,
 // and with STEPSERVE_GEMV_ROW_CTAS small, warps looping over rows) and GemvQ8Kernel for Q4_K,
-// Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh (long rows; 5-block rows take
-// the short-row mapping). Session 18 moved the first
+// Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh, Q2_K and Q3_K included (long
+// rows; 5-block rows take the short-row mapping). Session 18 moved the first
 // weight loads of these kernels before the PDL wait (STEPSERVE_WEIGHTS_BEFORE_WAIT bits 1 and 8);
 // run.sh runs this test with and without them, so a ring loaded for the wrong row shows here.
 // y is checked against a double-precision reference - the engine's own dequantization of the
@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
       {"IQ3_S 4096 x 15", GgmlType::kIQ3_S, 4096, 15, 1},
       {"IQ3_S 2816 x 10 (11 blocks)", GgmlType::kIQ3_S, 2816, 10, 2},
       {"IQ3_S 1280 x 7 (short rows)", GgmlType::kIQ3_S, 1280, 7, 0},
+      {"Q2_K 4096 x 13", GgmlType::kQ2_K, 4096, 13, 1},
+      {"Q2_K 1280 x 9 (short rows)", GgmlType::kQ2_K, 1280, 9, 2},
+      {"Q3_K 4096 x 11", GgmlType::kQ3_K, 4096, 11, 3},
+      {"Q3_K 1280 x 10 (short rows)", GgmlType::kQ3_K, 1280, 10, 0},
       {"Q2_K 4096 x 21", GgmlType::kQ2_K, 4096, 21, 3},
       {"Q2_K 1280 x 9 (short rows)", GgmlType::kQ2_K, 1280, 9, 1},
       {"Q3_K 4096 x 13", GgmlType::kQ3_K, 4096, 13, 2},
