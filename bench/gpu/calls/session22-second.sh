@@ -28,7 +28,7 @@ for round in 1 2; do
   call_ab 1,2,4,16,64 ""
   CALL_BUILD=build-lean call_ab 1,2,4,16,64 ""
 done
-# The Q4_K_M mix (its K-quant pieces keep the index-addressed loops in both builds: the control).
+# The Q4_K_M mix (since c5b26c9 the K-quant pieces take the pointer-addressed loops too).
 for round in 1 2; do
   CALL_RECIPE=q4_k_m call_ab 1,2 ""
   CALL_RECIPE=q4_k_m CALL_BUILD=build-lean call_ab 1,2 ""
