@@ -107,6 +107,12 @@ inline constexpr bool kClampedRingLoads = STEPSERVE_CLAMPED_RING_LOADS != 0;
 #define STEPSERVE_RING_POINTERS STEPSERVE_LEAN_DECODE_LOOPS
 #endif
 inline constexpr bool kRingPointers = STEPSERVE_RING_POINTERS != 0;
+// STEPSERVE_Q4K_GATHERED_SCALES=1 (compile time): the Q4_K / Q5_K pieces' sub-block scales and
+// mins by lane-constant byte permutes instead of ScaleMinK4's branches (PieceQ4_K::SetScales,
+// gemv_q8x_pieces.cuh; the same bits). Off by default until measured.
+#ifndef STEPSERVE_Q4K_GATHERED_SCALES
+#define STEPSERVE_Q4K_GATHERED_SCALES STEPSERVE_LEAN_DECODE_LOOPS
+#endif
 
 // Decode kernels whose weights do not depend on the kernel before them (the one-row IQ4_XS GEMV;
 // the MoE down + combine kernel, whose expert ids come from the router two launches back) load

@@ -129,6 +129,37 @@ struct PieceQ4_K {
     return Raw{L::Load(p), L::Load(p + 1 + c)};
   }
   // The scale and min terms of the lane's two sub-blocks (shared with Q5_K's header layout).
+#if STEPSERVE_Q4K_GATHERED_SCALES
+  // ScaleMinK4's values for sub-blocks j0 = 2 * pair and j0 + 1 gathered by byte permutes whose
+  // selectors depend only on the lane, with no branch: scale byte k is byte k of h.y, h.z, h.w.
+  // With q = j0 % 4 and P = the bytes {b[q], b[q + 1], b[q + 4], b[q + 5]} of h.y / h.z:
+  //   pairs 0-1 (j < 4): {sc0, sc1, m0, m1} = P & 63 (b[j], b[j + 4]);
+  //   pairs 2-3: the low 4 bits from A = {b[j + 4], b[j + 5]} of h.w (low nibbles the scales,
+  //   high nibbles the mins) and the high 2 bits from the top bits of P (b[j - 4], b[j]).
+  // Each byte then becomes a float exactly through the mantissa of 2^23 (0x4B000000 + v - 2^23),
+  // so every product, and the kernels' bits, are those of the branching form below. Why: in SASS
+  // (scripts/sass.py) the one-row Q4_K GEMV's loop was 591 instructions per 4 steps against 400
+  // for IQ4_XS's, which also decodes a 16-entry table; ScaleMinK4's branch on j < 4 splits each
+  // 8-lane group (pairs 0-1 against 2-3) and its byte selects run every step.
+  static __device__ __forceinline__ void SetScales(uint4 h, int c, W* w) {
+    const uint32_t q = 2u * ((static_cast<uint32_t>(c) >> 1) & 1u);
+    const uint32_t sel = q | (q + 1) << 4 | (q + 4) << 8 | (q + 5) << 12;
+    const uint32_t gathered = __byte_perm(h.y, h.z, sel);
+    const uint32_t a = __byte_perm(h.w, 0u, q | (q + 1) << 4 | q << 8 | (q + 1) << 12);
+    const uint32_t packed = (c >> 2) == 0 ? gathered & 0x3F3F3F3Fu
+                                          : (a & 0x00000F0Fu) | ((a >> 4) & 0x0F0F0000u) |
+                                                ((gathered >> 2) & 0x30303030u);
+    const auto byte_float = [packed](uint32_t k) {
+      return __int_as_float(static_cast<int>(__byte_perm(packed, 0x4B000000u, 0x7440u | k))) -
+             8388608.0f;
+    };
+    const float d = F16Bits(h.x), dmin = (c & 1) ? 0.f : F16Bits(h.x >> 16);
+    w->dl0 = d * byte_float(0);
+    w->dl1 = d * byte_float(1);
+    w->ml0 = dmin * byte_float(2);
+    w->ml1 = dmin * byte_float(3);
+  }
+#else
   static __device__ __forceinline__ void SetScales(uint4 h, int c, W* w) {
     const int pair = c >> 1;
     uint32_t sc0, m0, sc1, m1;
@@ -140,6 +171,7 @@ struct PieceQ4_K {
     w->ml0 = dmin * static_cast<float>(m0);
     w->ml1 = dmin * static_cast<float>(m1);
   }
+#endif
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
     const uint4 h = raw.h, q4 = raw.q;
     const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};
