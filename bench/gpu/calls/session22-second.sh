@@ -20,17 +20,18 @@ model_file=$(call_model_file)  # made by the default build's stepserve
 # STEPSERVE_LEAN_DECODE_LOOPS=1: both switches.
 CALL_BUILD=build-lean CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_LEAN_DECODE_LOOPS=1" \
   call_build bench_model gemv_cuda_test moe_gemv_cuda_test model_cuda_test || exit 1
+# Ordered so that a call cut short by the session's device time still brings the first A/B round.
+call_ab 1,2,4,16,64 ""
+CALL_BUILD=build-lean call_ab 1,2,4,16,64 ""
 CALL_BUILD=build-lean call_test gemv_cuda_test gemv-lean
+# The Q4_K_M mix (since c5b26c9 the K-quant pieces take the pointer-addressed loops too).
+CALL_RECIPE=q4_k_m call_ab 1,2 ""
+CALL_RECIPE=q4_k_m CALL_BUILD=build-lean call_ab 1,2 ""
 CALL_BUILD=build-lean CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moe-lean
 CALL_BUILD=build-lean CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-lean \
   STEPSERVE_GPU_TEST_MODELS="$model_file"
-for round in 1 2; do
-  call_ab 1,2,4,16,64 ""
-  CALL_BUILD=build-lean call_ab 1,2,4,16,64 ""
-done
-# The Q4_K_M mix (since c5b26c9 the K-quant pieces take the pointer-addressed loops too).
-for round in 1 2; do
-  CALL_RECIPE=q4_k_m call_ab 1,2 ""
-  CALL_RECIPE=q4_k_m CALL_BUILD=build-lean call_ab 1,2 ""
-done
+CALL_BUILD=build-lean call_ab 1,2,4,16,64 ""
+call_ab 1,2,4,16,64 ""
+CALL_RECIPE=q4_k_m CALL_BUILD=build-lean call_ab 1,2 ""
+CALL_RECIPE=q4_k_m call_ab 1,2 ""
 call_done
