@@ -295,11 +295,45 @@ struct KQuartersX {
   }
 };
 
+// The activation side of the pieces whose lanes take KQuartersX's positions (Q2_K, Q3_K, and
+// Q6_K's 8-lane piece, gemv_q8x_piece_q6k8.cuh).
+template <bool kSums>
+struct KQuartersPiece {
+  using X = KQuartersX<kSums>;
+  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
+    return X::Load(p, r, b, c);
+  }
+  static __device__ __forceinline__ int XAt(int c) { return X::XAt(c); }
+  static __device__ __forceinline__ int DAt(int c) { return X::DAt(c); }
+  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
+    return X::LoadAt(xq, xd);
+  }
+};
+
+// A KQuartersPiece whose decoded lane holds its 32 values as signed bytes - quarter k's positions
+// 0..3 in q[2k], 4..7 in q[2k + 1] - and one float scale per quarter (Q3_K, Q6_K's 8-lane piece).
+struct KQuartersScaledDot : KQuartersPiece<false> {
+  struct W {
+    uint32_t q[8];  // signed values as bytes
+    float dsc[4];   // d * scale of quarter k's sub-block
+  };
+  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
+    float v = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int s = __dp4a(static_cast<int>(w.q[2 * k + 1]), static_cast<int>(x.q[k].y),
+                           __dp4a(static_cast<int>(w.q[2 * k]), static_cast<int>(x.q[k].x), 0));
+      v += (w.dsc[k] * x.d[k]) * IntToFloat(s);
+    }
+    return v;
+  }
+};
+
 // ---- Q2_K: 84-byte blocks (4-byte aligned). Element 128 h + 32 k + l is bits 2k..2k+1 of
 // qs[32 h + l] (bytes 16..79); its 16-element sub-block 8 h + 2 k + l / 16 has scale byte
 // scales[8 h + 2 k + l / 16] (low nibble scale, high nibble min; bytes 0..15); d and dmin at 80.
 // The min term needs the activations' sums over the lane's 8 positions (KQuartersX<true>). ----
-struct PieceQ2_K {
+struct PieceQ2_K : KQuartersPiece<true> {
   static constexpr int kLanes = 8, kElems = 256, kBytes = 84;
   static constexpr int kDepth1 = 4;
   struct W {
@@ -307,7 +341,6 @@ struct PieceQ2_K {
     uint32_t sc;    // byte k: the scale byte of group k's sub-block
     float d, dmin;
   };
-  using X = KQuartersX<true>;
   struct Raw {
     uint32_t qs[2], sc[2], dd;
   };
@@ -334,14 +367,6 @@ struct PieceQ2_K {
     w.dmin = F16Bits(raw.dd >> 16);
     return w;
   }
-  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
-    return X::Load(p, r, b, c);
-  }
-  static __device__ __forceinline__ int XAt(int c) { return X::XAt(c); }
-  static __device__ __forceinline__ int DAt(int c) { return X::DAt(c); }
-  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
-    return X::LoadAt(xq, xd);
-  }
   static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
     float scaled = 0.f, mins = 0.f;
 #pragma unroll
@@ -359,14 +384,9 @@ struct PieceQ2_K {
 // ---- Q3_K: 110-byte blocks (2-byte aligned). Element 128 h + 32 k + l: low bits as Q2_K's from
 // qs[32 h + l] (bytes 32..95), high bit 4 h + k of hmask[l] (bytes 0..31; set means no -4), a
 // signed 6-bit scale per 16-element sub-block packed in bytes 96..107, d at 108. ----
-struct PieceQ3_K {
+struct PieceQ3_K : KQuartersScaledDot {  // W: signed 3-bit values as bytes, Q2_K's positions
   static constexpr int kLanes = 8, kElems = 256, kBytes = 110;
   static constexpr int kDepth1 = 2;  // 12 raw registers a step
-  struct W {
-    uint32_t q[8];  // signed 3-bit values as bytes, Q2_K's positions
-    float dsc[4];   // d * scale of group k's sub-block
-  };
-  using X = KQuartersX<false>;
   struct Raw {
     uint32_t hm[3], qs[3], lo[3], hi[2];
     unsigned short d;
@@ -409,24 +429,6 @@ struct PieceQ3_K {
     }
     return w;
   }
-  static __device__ __forceinline__ X LoadX(const GemvParams& p, int r, int64_t b, int c) {
-    return X::Load(p, r, b, c);
-  }
-  static __device__ __forceinline__ int XAt(int c) { return X::XAt(c); }
-  static __device__ __forceinline__ int DAt(int c) { return X::DAt(c); }
-  static __device__ __forceinline__ X LoadXAt(const int8_t* xq, const float2* xd) {
-    return X::LoadAt(xq, xd);
-  }
-  static __device__ __forceinline__ float Dot(const W& w, const X& x, int) {
-    float v = 0.f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int s = __dp4a(static_cast<int>(w.q[2 * k + 1]), static_cast<int>(x.q[k].y),
-                           __dp4a(static_cast<int>(w.q[2 * k]), static_cast<int>(x.q[k].x), 0));
-      v += (w.dsc[k] * x.d[k]) * IntToFloat(s);
-    }
-    return v;
-  }
 };
 
 // The pieces above (the grouped GEMV gives them IQ4_XS's row-looping exact-rows form).
@@ -447,9 +449,10 @@ inline constexpr bool kLowBitPiece<PieceQ2_K> = true;
 template <>
 inline constexpr bool kLowBitPiece<PieceQ3_K> = true;
 
-// launch(P{}) for every type with an int8-activation piece: WithQ8xPiece's and the ones above.
-// Only the GEMV launchers of gemv_q8x_cuda.cu and gemv_q8x_grouped_cuda.cu take the low-bit
-// types; the fused MoE decode and streamed kernels keep WithQ8xPiece's list.
+#include "kernels/matmul/gemv_q8x_piece_q6k8.cuh"  // PieceQ6_K8, Q6KPiece
+
+// launch(P{}) for every type with an int8-activation piece: WithQ8xPiece's and the ones above,
+// Q6_K through Q6KPiece (the streamed GEMV names Q6KPiece itself).
 template <class Launch>
 cudaError_t WithQ8xPieceAll(GgmlType type, Launch launch) {
   switch (type) {
@@ -467,6 +470,8 @@ cudaError_t WithQ8xPieceAll(GgmlType type, Launch launch) {
       return launch(PieceQ2_K{});
     case GgmlType::kQ3_K:
       return launch(PieceQ3_K{});
+    case GgmlType::kQ6_K:
+      return launch(Q6KPiece{});  // PieceQ6_K unless STEPSERVE_Q6K_EIGHT_LANES
     default:
       return WithQ8xPiece(type, launch);
   }

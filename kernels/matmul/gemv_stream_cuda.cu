@@ -29,6 +29,7 @@ namespace stepserve::kernels::gemv_internal {
 namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
+#include "kernels/matmul/gemv_q8x_pieces_low_bit.cuh"  // (for Q6KPiece)
 
 constexpr int kRowsPerStage = 8;  // one row per consumer warp of a group
 // Groups of kRowsPerStage consumer warps take turns on the stages (group g consumes the stages of
@@ -278,7 +279,7 @@ cudaError_t LaunchStreamTyped(GgmlType type, const GemvParams& p, int64_t groups
     case GgmlType::kQ5_K:
       return LaunchStream<PieceQ5_K, kIndexed>(p, groups, overlap_previous, stream);
     case GgmlType::kQ6_K:
-      return LaunchStream<PieceQ6_K, kIndexed>(p, groups, overlap_previous, stream);
+      return LaunchStream<Q6KPiece, kIndexed>(p, groups, overlap_previous, stream);
     case GgmlType::kIQ4_XS:
       return LaunchStream<PieceIQ4_XS, kIndexed>(p, groups, overlap_previous, stream);
     default:

@@ -11,6 +11,7 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemm_f16_decoders.cuh', 'matmul/gemm_f16_decoders_grid.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
          'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_pieces_low_bit.cuh',
+         'matmul/gemv_q8x_piece_q6k8.cuh',
          'matmul/gemv_q8x_rows.cuh',
          'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
@@ -57,6 +58,7 @@ reps = {
  'matmul/gemv_cuda_internal.h': [],
  'matmul/gemv_q8x_rows.cuh': [],
  'matmul/gemv_q8x_pieces_low_bit.cuh': [],
+ 'matmul/gemv_q8x_piece_q6k8.cuh': [],
  'matmul/gemm_f16_decoders_grid.cuh': [],
  'matmul/gemv_q8x_grouped_cuda.cu': [],
  'matmul/gemv_q8x_cuda.cu': [],
@@ -67,6 +69,9 @@ reps = {
  'matmul/moe_down_lean.cuh': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
+# A mutation of a file the shadow does not copy would test the unmutated original (the real
+# kernels/ tree is on the include path too): refuse it.
+assert mut is None or mut[0] in files, 'not a shadowed file: ' + mut[0]
 for f in files:
     s = open(M + f).read()
     for sig, new in reps[f]:
