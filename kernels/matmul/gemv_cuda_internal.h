@@ -88,11 +88,18 @@ KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, i
 // a row issue loads whose data is never used (the blocks just read, so L1 hits). Left conditional
 // where the copies were not the cost: GemvIq4XsOneRowKernel (pointer increments, no copies; the
 // select made its loop longer, 394 -> 453) and AccumulateShortRows (the grouped down chunks: 426 /
-// 594 / 654 / 786 -> 429 / 575 / 670 / 794, and a 4-byte spill). Off by default until measured.
-// STEPSERVE_LEAN_DECODE_LOOPS=1 turns on this and STEPSERVE_RING_POINTERS below (one flag: the
-// build scripts pass CMAKE_CUDA_FLAGS through unquoted words).
+// 594 / 654 / 786 -> 429 / 575 / 670 / 794, and a 4-byte spill).
+// STEPSERVE_LEAN_DECODE_LOOPS (default 1; -DSTEPSERVE_LEAN_DECODE_LOOPS=0 builds the session-21
+// loops) sets this, STEPSERVE_RING_POINTERS and STEPSERVE_Q4K_GATHERED_SCALES below together (one
+// flag: the build scripts pass CMAKE_CUDA_FLAGS through unquoted words). Measured on an H100
+// (session 23, bench/gpu/results-v20.txt; 24 layers, ms per step, default / lean alternating, two
+// rounds each): IQ4_XS 64 streams 35.40 / 35.32 -> 34.35 / 34.34, 16 streams 12.85 / 12.88 ->
+// 12.80 / 12.75, 4 streams 5.54 / 5.59 -> 5.51 / 5.52, 2 streams 3.80 / 3.82 -> 3.74 / 3.88,
+// batch 1 2.686 / 2.711 -> 2.707 / 2.733 (within the rounds' spread); the Q4_K_M mix batch 1
+// 3.305 / 3.288 -> 3.110 / 3.137 and 2 streams 4.475 / 4.454 -> 4.217 / 4.221. The GEMV, MoE and
+// whole-model GPU tests pass with it (371, 52, 13 tests).
 #ifndef STEPSERVE_LEAN_DECODE_LOOPS
-#define STEPSERVE_LEAN_DECODE_LOOPS 0
+#define STEPSERVE_LEAN_DECODE_LOOPS 1
 #endif
 #ifndef STEPSERVE_CLAMPED_RING_LOADS
 #define STEPSERVE_CLAMPED_RING_LOADS STEPSERVE_LEAN_DECODE_LOOPS
@@ -102,14 +109,14 @@ inline constexpr bool kClampedRingLoads = STEPSERVE_CLAMPED_RING_LOADS != 0;
 // (session 22: the 32-value sub-block ones; session 23: the K-quants and Q8_0 as well) through
 // AccumulateRowsPointers / AccumulateShortRowsPointers
 // (gemv_q8x_rows.cuh) and the MoE gate/up's DotTwoRowsPointers (moe_decode_cuda.cu): the same
-// arithmetic, addressed by advancing pointers. Off by default until measured.
+// arithmetic, addressed by advancing pointers.
 #ifndef STEPSERVE_RING_POINTERS
 #define STEPSERVE_RING_POINTERS STEPSERVE_LEAN_DECODE_LOOPS
 #endif
 inline constexpr bool kRingPointers = STEPSERVE_RING_POINTERS != 0;
 // STEPSERVE_Q4K_GATHERED_SCALES=1 (compile time): the Q4_K / Q5_K pieces' sub-block scales and
 // mins by lane-constant byte permutes instead of ScaleMinK4's branches (PieceQ4_K::SetScales,
-// gemv_q8x_pieces.cuh; the same bits). Off by default until measured.
+// gemv_q8x_pieces.cuh; the same bits).
 #ifndef STEPSERVE_Q4K_GATHERED_SCALES
 #define STEPSERVE_Q4K_GATHERED_SCALES STEPSERVE_LEAN_DECODE_LOOPS
 #endif

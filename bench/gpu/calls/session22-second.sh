@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# (Its A/B ran in shortened form in session 23: session23-short.sh, bench/gpu/results-v20.txt. The
+# lean loops are the default since then, so to repeat it build the second tree with
+# -DSTEPSERVE_LEAN_DECODE_LOOPS=0 instead.)
 # The second device call after session 22 (written without a device): a compile-time A/B of the
 # lean decode loops (gemv_cuda_internal.h), both bit for bit the default kernels' arithmetic:
 #  - STEPSERVE_RING_POINTERS=1: AccumulateRows / AccumulateShortRows of the 32-value sub-block

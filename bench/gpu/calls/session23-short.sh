@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Run in session 23: bench/gpu/results-v20.txt. The lean loops are the default since then, so
+# to repeat this A/B build the second tree with -DSTEPSERVE_LEAN_DECODE_LOOPS=0 instead.)
 # session22-second.sh cut to what a short call can hold (session 23 had under 10 minutes of device
 # time left after eight failed machine starts): the default and the lean build
 # (STEPSERVE_LEAN_DECODE_LOOPS=1: pointer-addressed loops for every piece, clamped ring refills,
