@@ -7,7 +7,7 @@
 // only 2-byte aligned (210 bytes), so a lane loads five unaligned 4-byte pieces (ten words) and a
 // half-word for 16 weights, plus four activation words and four scales. In SASS
 // (scripts/sass.py, bench/gpu/results-v20-sass.txt) the one-row GEMV's loop is 383 instructions
-// per two steps - about 12 per weight, three times the Q4_K loop's rate. With 8 lanes of 32
+// per two steps - about 12 per weight, 2.6 times the Q4_K loop's 4.6. With 8 lanes of 32
 // elements - Q2_K / Q3_K's mapping: lane c takes half h = c / 4 and positions l0 = 8 (c % 4) ..
 // +7 of the half's four 32-element quarters - each 8-byte piece of ql / qh / scales costs three
 // words, the block header half-word is shared by twice the weights, and the activations come as
