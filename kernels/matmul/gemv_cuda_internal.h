@@ -97,7 +97,9 @@ KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, i
 // 12.80 / 12.75, 4 streams 5.54 / 5.59 -> 5.51 / 5.52, 2 streams 3.80 / 3.82 -> 3.74 / 3.88,
 // batch 1 2.686 / 2.711 -> 2.707 / 2.733 (within the rounds' spread); the Q4_K_M mix batch 1
 // 3.305 / 3.288 -> 3.110 / 3.137 and 2 streams 4.475 / 4.454 -> 4.217 / 4.221. The GEMV, MoE and
-// whole-model GPU tests pass with it (371, 52, 13 tests).
+// whole-model GPU tests pass with it (371, 52, 13 tests). The index-addressed forms it replaces
+// (AccumulateRows, AccumulateShortRows, DotTwoRows, ScaleMinK4's SetScales) stay only as the
+// baseline of one more batch-1 A/B on an H200; they go after it (docs/cuda-engine.md).
 #ifndef STEPSERVE_LEAN_DECODE_LOOPS
 #define STEPSERVE_LEAN_DECODE_LOOPS 1
 #endif
