@@ -69,11 +69,14 @@ struct PieceQ6_K8 : KQuartersScaledDot {  // W: q - 32 as signed bytes
   }
 };
 
-// STEPSERVE_Q6K_EIGHT_LANES=1 (compile time, -DCMAKE_CUDA_FLAGS=...): the int8-activation GEMVs
-// (one-row, 2-16 rows, grouped, streamed) and the few-token MoE kernels decode Q6_K through
-// PieceQ6_K8 instead of PieceQ6_K. Off by default until measured.
+// STEPSERVE_Q6K_EIGHT_LANES (compile time, default 1; -DCMAKE_CUDA_FLAGS=-D...=0 builds PieceQ6_K
+// in its place): the int8-activation GEMVs (one-row, 2-16 rows, grouped, streamed) and the
+// few-token MoE kernels decode Q6_K through PieceQ6_K8. Measured on the H100 (24 layers, ms per
+// step, two alternating rounds; bench/gpu/results-v21.txt): the Q4_K_M mix at 1 / 2 / 4 streams
+// 3.134 / 4.234 / 7.857 and 3.122 / 4.237 / 7.900 with PieceQ6_K, 2.977 / 4.011 / 7.702 and
+// 3.000 / 4.023 / 7.666 with PieceQ6_K8; IQ4_XS batch 1 (its Q6_K LM head) unchanged.
 #ifndef STEPSERVE_Q6K_EIGHT_LANES
-#define STEPSERVE_Q6K_EIGHT_LANES 0
+#define STEPSERVE_Q6K_EIGHT_LANES 1
 #endif
 using Q6KPiece = std::conditional_t<STEPSERVE_Q6K_EIGHT_LANES != 0, PieceQ6_K8, PieceQ6_K>;
 

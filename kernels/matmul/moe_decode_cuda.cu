@@ -4,7 +4,6 @@
 // GEMV's, lane by lane and block by block, and the SwiGLU values and their int8 form are the
 // bytes the unfused kernels write; only the down combine sums in another order (per lane over
 // (expert, block) items, then across the warp, instead of per expert and then over experts).
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -310,8 +309,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-#include "kernels/matmul/moe_gate_up_ring.cuh"
-
 // A token's down slots: its routed experts, then the shared expert's when there is one.
 __host__ __device__ __forceinline__ int DownSlotsPerToken(const ExpertDownParams& a) {
   return a.routed + (a.shared_down != nullptr ? 1 : 0);
@@ -467,23 +464,6 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
                        : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
-// Rows per warp of ExpertGateUpRingKernel at 1-2 tokens (without the shared expert decoded once),
-// from STEPSERVE_MOE_GATE_UP_RING=N (1-32; read once); 0 (the default): ExpertGateUpKernel, one
-// row per warp. Off until measured: written in session 22 without a device, host-emulated
-// (tests/cuda_emu test_moe_gate_up: the act values and int8 bytes of ExpertGateUpKernel, bit for
-// bit).
-int64_t ClampRingRows(int64_t rows) {
-  return rows < 0 ? 0 : (rows > kRingMaxRowsPerWarp ? kRingMaxRowsPerWarp : rows);
-}
-
-std::atomic<int64_t>& GateUpRingRowsSetting() {
-  static std::atomic<int64_t> rows{[] {
-    const char* v = std::getenv("STEPSERVE_MOE_GATE_UP_RING");
-    return ClampRingRows(v == nullptr ? 0 : std::atoll(v));
-  }()};
-  return rows;
-}
-
 template <class P>
 cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   a.prefetch_shared = WeightsBeforeWait(kEarlyGateUpShared);
@@ -497,18 +477,6 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   if (SharedOnce(a)) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
   }
-  // The ring form (STEPSERVE_MOE_GATE_UP_RING) leaves out the shared rows' L2 prefetch before the
-  // PDL wait (prefetch_shared, kEarlyGateUpShared: off by default, measured no gain).
-  if (const int64_t rows_per_warp = ExpertGateUpRingRows(); rows_per_warp > 0) {
-    const int64_t rows = GateUpGridRows(a) * a.p.out;
-    // At most kRingMaxRowsPerWarp rows per warp (the setting's range).
-    const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;
-    const dim3 ring_grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
-    return a.tokens == 1 ? LaunchWithPdl(ExpertGateUpRingKernel<P, D, true>, ring_grid,
-                                         dim3(kThreads), 0, stream, a)
-                         : LaunchWithPdl(ExpertGateUpRingKernel<P, D, false>, ring_grid,
-                                         dim3(kThreads), 0, stream, a);
-  }
   if (a.tokens == 1) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken>, grid, dim3(kThreads), 0, stream, a);
   }
@@ -520,13 +488,14 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
 template <class P>
 inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 
-// ExpertDownLeanKernel for the per-token form with STEPSERVE_MOE_DOWN_LEAN=1 (read once). Off by
-// default until run on a device: written in session 21 after the device pool closed; host-emulated
-// against the cursor form (tests/cuda_emu test_moe_down: the same bits) and the reference.
+// ExpertDownLeanKernel for the per-token form unless STEPSERVE_MOE_DOWN_LEAN=0 (read once).
+// Measured on the H100 (24 layers IQ4_XS, ms per step at 1 / 2 streams, two alternating rounds;
+// bench/gpu/results-v21.txt): 2.704 / 3.721 and 2.696 / 3.724 with the cursor form, 2.656 / 3.641
+// and 2.643 / 3.644 with this one (ncu: the down kernel 25.4 -> 23.7 us).
 bool DownLean() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_MOE_DOWN_LEAN");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   return on;
 }
@@ -563,12 +532,6 @@ bool FusedQ6K() {
 }
 
 }  // namespace
-
-int64_t ExpertGateUpRingRows() { return GateUpRingRowsSetting().load(std::memory_order_relaxed); }
-
-int64_t SetExpertGateUpRingRows(int64_t rows) {
-  return GateUpRingRowsSetting().exchange(ClampRingRows(rows));
-}
 
 bool ExpertDecodeFusedSupports(GgmlType type) {
   // The 2-3 bit types while they are on at all (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).

@@ -72,11 +72,6 @@ struct ExpertGateUpParams {
 // From 3 tokens the shared expert's rows are decoded once for all the tokens (one warp per row),
 // below once per token.
 cudaError_t LaunchExpertGateUp(GgmlType type, const ExpertGateUpParams& a, cudaStream_t stream);
-// Rows per warp of the gate/up kernel's ring form at 1-2 tokens (0: one row per warp, the
-// default; STEPSERVE_MOE_GATE_UP_RING sets it at start-up); the setter returns the previous value
-// (tests compare the two forms in one process).
-int64_t ExpertGateUpRingRows();
-int64_t SetExpertGateUpRingRows(int64_t rows);
 
 struct ExpertDownParams {
   // The down matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids [tokens][routed]),

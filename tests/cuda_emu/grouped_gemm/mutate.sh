@@ -17,7 +17,6 @@ case $2 in
   matmul/gemv_q8x_cuda.cu) default_test=test_gemv_one_row ;;
   matmul/moe_decode_cuda.cu | matmul/moe_down_lean.cuh) default_test=test_moe_down ;;  # gate/up:
     # EMU_TEST=test_moe_gate_up
-  matmul/moe_gate_up_ring.cuh) default_test=test_moe_gate_up ;;
   *) default_test=test ;;
 esac
 test=${EMU_TEST:-$default_test}

@@ -15,7 +15,7 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_q8x_rows.cuh',
          'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
-         'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h', 'matmul/moe_gate_up_ring.cuh',
+         'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h',
          'matmul/moe_down_lean.cuh']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
@@ -65,7 +65,6 @@ reps = {
  'matmul/q8_quantize.cuh': [],
  'matmul/moe_decode_cuda.cu': [],
  'matmul/moe_decode_cuda.h': [],
- 'matmul/moe_gate_up_ring.cuh': [],
  'matmul/moe_down_lean.cuh': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
