@@ -31,6 +31,7 @@
 #include "kernels/attention/paged_attention_cuda_combine.cuh"
 #include "kernels/attention/paged_attention_cuda_load.cuh"
 #include "kernels/attention/paged_attention_cuda_params.cuh"
+#include "kernels/common/arrival.cuh"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/sigmoid.cuh"
@@ -52,19 +53,17 @@ std::atomic<int64_t> g_combine_launches{0};
 // pairs and the weights; `inv_s` holds nh floats.
 __device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, int head0, int nh,
                                               int q_row, float* area, float* inv_s) {
-  // The pattern of cooperative groups' grid barrier: the CTA barrier orders every thread's
-  // partials before thread 0's device-scope fence and arrival; in the last CTA, thread 0's fence
-  // after the arrival and the barrier order the other CTAs' partials before every thread's reads
-  // (through L2, __ldcg).
+  // The CTA barrier orders every thread's partials before thread 0's release arrival
+  // (kernels/common/arrival.cuh); in the last CTA, thread 0's acquire after the arrival and the
+  // barrier order the other CTAs' partials before every thread's reads (through L2, __ldcg).
   __shared__ int last_s;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
     int* counter = p.arrivals + blockIdx.x;
-    const bool last = atomicAdd(counter, 1) == p.splits - 1;
+    const bool last = ArriveRelease(counter) == p.splits - 1;
     if (last) {
       *counter = 0;  // every split has arrived: the next launch starts from zero
-      __threadfence();
+      AcquireAfterArrivals();
     }
     last_s = last;
   }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "kernels/common/arrival.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -196,19 +197,18 @@ __device__ __forceinline__ void QuantizeActBlock(const ExpertGateUpParams& a, in
 
 // Lane 0 of the warp stores SwiGLU value `v` at row o of act row `k`; the warp that brings the
 // 32-row block's arrival count to 32 then quantizes that block (QuantizeActBlock). Ordering: the
-// value store is fenced before the arrival, and the last warp fences after seeing the count, so
-// it sees all 32 values.
+// arrival releases the value store, and the last warp's lanes acquire after seeing the count
+// (kernels/common/arrival.cuh), so they see all 32 values.
 __device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& a, int64_t k,
                                                       int64_t o, int lane, float v) {
   const int64_t n = a.p.out;
   int arrived = 0;
   if (lane == 0) {
     a.act[k * n + o] = v;
-    __threadfence();
-    arrived = atomicAdd(a.counters + k * (n / 32) + o / 32, 1);
+    arrived = ArriveRelease(a.counters + k * (n / 32) + o / 32);
   }
   if (__shfl_sync(0xFFFFFFFFu, arrived, 0) != 31) return;
-  __threadfence();
+  AcquireAfterArrivals();
   QuantizeActBlock(a, k, o / 32, lane);
 }
 

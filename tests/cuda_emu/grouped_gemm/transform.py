@@ -9,7 +9,7 @@ out = sys.argv[1]
 files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_mma_cuda.cu',
          'matmul/gemm_f16_decoders.cuh', 'matmul/gemm_f16_decoders_grid.cuh',
-         'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh',
+         'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh', 'common/arrival.cuh',
          'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_pieces_low_bit.cuh',
          'matmul/gemv_q8x_piece_q6k8.cuh',
          'matmul/gemv_q8x_rows.cuh',
@@ -38,6 +38,10 @@ reps = {
   ('__device__ __forceinline__ void CopyAsync8(', 'inline void CopyAsync8(void* smem, const void* global) { emu::CopyAsync8(smem, global); }'),
   ('__device__ __forceinline__ void CommitCopies(', 'inline void CommitCopies() { emu::Commit(); }'),
   ('__device__ __forceinline__ void WaitCopiesButOne(', 'inline void WaitCopiesButOne() { emu::WaitGroup(1); }'),
+ ],
+ 'common/arrival.cuh': [
+  ('__device__ __forceinline__ int ArriveRelease(', 'inline int ArriveRelease(int* counter) { return atomicAdd(counter, 1); }'),
+  ('__device__ __forceinline__ void AcquireAfterArrivals(', 'inline void AcquireAfterArrivals() {}'),
  ],
  'matmul/gemv_block_util.cuh': [
   ('__device__ __forceinline__ float F16Bits(', 'inline float F16Bits(uint32_t h) { return stepserve::F16ToF32(static_cast<unsigned short>(h)); }'),

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Session 24, call 3: the arrival counters with a release add and an acquire fence
+# (kernels/common/arrival.cuh, STEPSERVE_ARRIVE_RELEASE=1 by default: MEMBAR.ALL.GPU before the
+# atomic instead of __threadfence()'s MEMBAR.SC.GPU + CCTL.IVALL around it) in the batch-1-4 MoE
+# gate/up kernel and the split decode attention's combine. Their GPU tests, then A/B against a
+# -DSTEPSERVE_ARRIVE_RELEASE=0 build at 1 / 2 / 4 / 16 streams, alternating; the Q4_K_M mix with
+# the lean down kernel (default since this session's call 2) against STEPSERVE_MOE_DOWN_LEAN=0;
+# then the v20-v21 figures of the default build (45 layers on an H200, 24 on an H100).
+#   (timeout 560 bash bench/gpu/calls/session24-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+cd "$(dirname "$0")/../../.." || exit 1
+source bench/gpu/call-lib-h200.sh
+call_build bench_model model_cuda_test moe_gemv_cuda_test moe_cuda_test attention_cuda_test \
+  attention_q8_cuda_test stepserve || exit 1
+CALL_BUILD=build-fence CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_ARRIVE_RELEASE=0" \
+  call_build bench_model || exit 1
+for round in 1 2; do
+  call_ab 1,2,4,16 ""
+  CALL_BUILD=build-fence call_ab 1,2,4,16 ""
+done
+CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moe_gemv
+call_test moe_cuda_test moe
+call_test attention_cuda_test attention
+call_test attention_q8_cuda_test attention_q8
+CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
+for round in 1 2; do
+  CALL_RECIPE=q4_k_m call_ab 1,2 ""
+  CALL_RECIPE=q4_k_m call_ab 1,2 "" STEPSERVE_MOE_DOWN_LEAN=0
+done
+call_ab 1,2,4,8,16,32,64 2048,4096
+CALL_RECIPE=q4_k_m call_ab 1,2,4 2048
+call_done

@@ -1,0 +1,52 @@
+// Arrival counters for "the last one to arrive finishes the work" (the MoE gate/up kernel's
+// 32-row block quantization, the split decode attention's combine): a release add by the arriving
+// thread, an acquire fence by whoever saw the last arrival.
+//
+// Why not __threadfence() around atomicAdd: __threadfence() is fence.sc.gpu (MEMBAR.SC.GPU in
+// SASS), a sequentially consistent fence that every arriving warp pays, while the pattern needs
+// only release (the arriver's stores - and, being cumulative, those a CTA barrier ordered before
+// them - visible before its count) and acquire on the side that saw the last count. In ncu's
+// warp samples of the batch-1 gate/up kernel (H100, bench/gpu/results-v21.txt) the fence after
+// the value store and the shuffle waiting on the atomic's result held ~20% of the samples.
+//
+// STEPSERVE_ARRIVE_RELEASE (compile time, default 1; 0 builds the __threadfence() form, for the
+// A/B) picks the form.
+#ifndef STEPSERVE_KERNELS_COMMON_ARRIVAL_CUH_
+#define STEPSERVE_KERNELS_COMMON_ARRIVAL_CUH_
+
+#ifndef STEPSERVE_ARRIVE_RELEASE
+#define STEPSERVE_ARRIVE_RELEASE 1
+#endif
+
+namespace stepserve::kernels {
+
+// Adds 1 to *counter (global memory) after this thread's earlier writes, and those ordered before
+// them, are visible at GPU scope; returns the previous count.
+__device__ __forceinline__ int ArriveRelease(int* counter) {
+#if STEPSERVE_ARRIVE_RELEASE
+  int previous;
+  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
+               : "=r"(previous)
+               : "l"(counter)
+               : "memory");
+  return previous;
+#else
+  __threadfence();
+  return atomicAdd(counter, 1);
+#endif
+}
+
+// After seeing the last arrival (directly or through a shuffle or barrier from the thread that
+// saw it): the other arrivers' writes before their ArriveRelease are visible to this thread's
+// later reads (through L2: __ldcg).
+__device__ __forceinline__ void AcquireAfterArrivals() {
+#if STEPSERVE_ARRIVE_RELEASE
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+  __threadfence();
+#endif
+}
+
+}  // namespace stepserve::kernels
+
+#endif  // STEPSERVE_KERNELS_COMMON_ARRIVAL_CUH_
