@@ -76,52 +76,24 @@ KernelStatus MakeGemvParams(GgmlType type, const void* w, int64_t w_row_bytes, i
                             int64_t out, const float* x, int64_t x_stride, float* y,
                             int64_t y_stride, GemvParams* p);
 
-// The weight rings of the long-row decode loops (DotTwoRows of the MoE gate/up kernel,
-// AccumulateRows of the 2-16-row, indexed and grouped GEMVs) refill a slot with the block D steps
-// ahead only while there is one; with STEPSERVE_CLAMPED_RING_LOADS=1 (compile time:
-// -DCMAKE_CUDA_FLAGS=...) past the row's end they reload the slot's own block instead, so every
-// refill is unconditional. Why: the conditional refill is a join in the loop, and ptxas, which
-// issues the refill before the slot's decode, then copies the ring's registers back every step - 12
-// MOVs per step of two IQ4_XS rows (SASS, scripts/sass.py). Unconditional, the copies go: the
-// one-token gate/up loop 400 -> 364 instructions per two steps, the grouped GEMV's 1 / 2 / 3 /
-// 4-row chunk loops 417 / 569 / 661 / 734 -> 394 / 538 / 622 / 701. The price: the last D steps of
-// a row issue loads whose data is never used (the blocks just read, so L1 hits). Left conditional
-// where the copies were not the cost: GemvIq4XsOneRowKernel (pointer increments, no copies; the
-// select made its loop longer, 394 -> 453) and AccumulateShortRows (the grouped down chunks: 426 /
-// 594 / 654 / 786 -> 429 / 575 / 670 / 794, and a 4-byte spill).
-// STEPSERVE_LEAN_DECODE_LOOPS (default 1; -DSTEPSERVE_LEAN_DECODE_LOOPS=0 builds the session-21
-// loops) sets this, STEPSERVE_RING_POINTERS and STEPSERVE_Q4K_GATHERED_SCALES below together (one
-// flag: the build scripts pass CMAKE_CUDA_FLAGS through unquoted words). Measured on an H100
-// (session 23, bench/gpu/results-v20.txt; 24 layers, ms per step, default / lean alternating, two
-// rounds each): IQ4_XS 64 streams 35.40 / 35.32 -> 34.35 / 34.34, 16 streams 12.85 / 12.88 ->
-// 12.80 / 12.75, 4 streams 5.54 / 5.59 -> 5.51 / 5.52, 2 streams 3.80 / 3.82 -> 3.74 / 3.88,
-// batch 1 2.686 / 2.711 -> 2.707 / 2.733 (within the rounds' spread); the Q4_K_M mix batch 1
-// 3.305 / 3.288 -> 3.110 / 3.137 and 2 streams 4.475 / 4.454 -> 4.217 / 4.221. The GEMV, MoE and
-// whole-model GPU tests pass with it (371, 52, 13 tests). The index-addressed forms it replaces
-// (AccumulateRows, AccumulateShortRows, DotTwoRows, ScaleMinK4's SetScales) stay only as the
-// baseline of one more batch-1 A/B on an H200; they go after it (docs/cuda-engine.md).
-#ifndef STEPSERVE_LEAN_DECODE_LOOPS
-#define STEPSERVE_LEAN_DECODE_LOOPS 1
-#endif
-#ifndef STEPSERVE_CLAMPED_RING_LOADS
-#define STEPSERVE_CLAMPED_RING_LOADS STEPSERVE_LEAN_DECODE_LOOPS
-#endif
-inline constexpr bool kClampedRingLoads = STEPSERVE_CLAMPED_RING_LOADS != 0;
-// STEPSERVE_RING_POINTERS=1 (compile time): the decode loops of every int8-activation piece
-// (session 22: the 32-value sub-block ones; session 23: the K-quants and Q8_0 as well) through
-// AccumulateRowsPointers / AccumulateShortRowsPointers
-// (gemv_q8x_rows.cuh) and the MoE gate/up's DotTwoRowsPointers (moe_decode_cuda.cu): the same
-// arithmetic, addressed by advancing pointers.
-#ifndef STEPSERVE_RING_POINTERS
-#define STEPSERVE_RING_POINTERS STEPSERVE_LEAN_DECODE_LOOPS
-#endif
-inline constexpr bool kRingPointers = STEPSERVE_RING_POINTERS != 0;
-// STEPSERVE_Q4K_GATHERED_SCALES=1 (compile time): the Q4_K / Q5_K pieces' sub-block scales and
-// mins by lane-constant byte permutes instead of ScaleMinK4's branches (PieceQ4_K::SetScales,
-// gemv_q8x_pieces.cuh; the same bits).
-#ifndef STEPSERVE_Q4K_GATHERED_SCALES
-#define STEPSERVE_Q4K_GATHERED_SCALES STEPSERVE_LEAN_DECODE_LOOPS
-#endif
+// The lean decode loops (session 23's STEPSERVE_LEAN_DECODE_LOOPS, the only form since session 24)
+// of the int8-activation GEMVs (gemv_q8x_rows.cuh: AccumulateRowsPointers,
+// AccumulateShortRowsPointers) and the MoE gate/up kernel (moe_decode_cuda.cu: DotTwoRowsPointers):
+//  - addressed by pointers advanced by a constant each iteration, not by 64-bit products of the
+//    block index at every load;
+//  - long-row rings refilled unconditionally (past the row's end a slot reloads its own block):
+//    a conditional refill is a join in the loop, and ptxas, which issues the refill before the
+//    slot's decode, then copied the ring's registers back every step - 12 MOVs per step of two
+//    IQ4_XS rows (SASS, scripts/sass.py). The price: the last D steps of a row issue loads whose
+//    data is never used (L1 hits). Left conditional where the copies were not the cost:
+//    GemvIq4XsOneRowKernel and the short-row loop;
+//  - Q4_K / Q5_K scales gathered by lane-constant byte permutes (PieceQ4_K::SetScales).
+// All the same bits as the index-addressed forms they replaced. Measured on an H100 (session 23,
+// bench/gpu/results-v20.txt; 24 layers, ms per step, old / lean alternating, two rounds each):
+// IQ4_XS 64 streams 35.40 / 35.32 -> 34.35 / 34.34, 16 streams 12.85 / 12.88 -> 12.80 / 12.75,
+// 4 streams 5.54 / 5.59 -> 5.51 / 5.52, batch 1 2.686 / 2.711 -> 2.707 / 2.733 (within the
+// rounds' spread; session 24's batch-1 runs of the lean default 2.674-2.712); the Q4_K_M mix
+// batch 1 3.305 / 3.288 -> 3.110 / 3.137 and 2 streams 4.475 / 4.454 -> 4.217 / 4.221.
 
 // Decode kernels whose weights do not depend on the kernel before them (the one-row IQ4_XS GEMV;
 // the MoE down + combine kernel, whose expert ids come from the router two launches back) load

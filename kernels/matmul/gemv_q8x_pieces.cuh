@@ -128,8 +128,7 @@ struct PieceQ4_K {
     const uint4* p = reinterpret_cast<const uint4*>(blk);
     return Raw{L::Load(p), L::Load(p + 1 + c)};
   }
-  // The scale and min terms of the lane's two sub-blocks (shared with Q5_K's header layout).
-#if STEPSERVE_Q4K_GATHERED_SCALES
+  // The scale and min terms of the lane's two sub-blocks (shared with Q5_K's header layout):
   // ScaleMinK4's values for sub-blocks j0 = 2 * pair and j0 + 1 gathered by byte permutes whose
   // selectors depend only on the lane, with no branch: scale byte k is byte k of h.y, h.z, h.w.
   // With q = j0 % 4 and P = the bytes {b[q], b[q + 1], b[q + 4], b[q + 5]} of h.y / h.z:
@@ -137,7 +136,7 @@ struct PieceQ4_K {
   //   pairs 2-3: the low 4 bits from A = {b[j + 4], b[j + 5]} of h.w (low nibbles the scales,
   //   high nibbles the mins) and the high 2 bits from the top bits of P (b[j - 4], b[j]).
   // Each byte then becomes a float exactly through the mantissa of 2^23 (0x4B000000 + v - 2^23),
-  // so every product, and the kernels' bits, are those of the branching form below. Why: in SASS
+  // so every product, and the kernels' bits, are those of ScaleMinK4's form. Why: in SASS
   // (scripts/sass.py) the one-row Q4_K GEMV's loop was 591 instructions per 4 steps against 400
   // for IQ4_XS's, which also decodes a 16-entry table; ScaleMinK4's branch on j < 4 splits each
   // 8-lane group (pairs 0-1 against 2-3) and its byte selects run every step.
@@ -159,19 +158,6 @@ struct PieceQ4_K {
     w->ml0 = dmin * byte_float(2);
     w->ml1 = dmin * byte_float(3);
   }
-#else
-  static __device__ __forceinline__ void SetScales(uint4 h, int c, W* w) {
-    const int pair = c >> 1;
-    uint32_t sc0, m0, sc1, m1;
-    ScaleMinK4(h, 2 * pair, &sc0, &m0);
-    ScaleMinK4(h, 2 * pair + 1, &sc1, &m1);
-    const float d = F16Bits(h.x), dmin = (c & 1) ? 0.f : F16Bits(h.x >> 16);
-    w->dl0 = d * static_cast<float>(sc0);
-    w->dl1 = d * static_cast<float>(sc1);
-    w->ml0 = dmin * static_cast<float>(m0);
-    w->ml1 = dmin * static_cast<float>(m1);
-  }
-#endif
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int c, const GemvParams&) {
     const uint4 h = raw.h, q4 = raw.q;
     const uint32_t q[4] = {q4.x, q4.y, q4.z, q4.w};

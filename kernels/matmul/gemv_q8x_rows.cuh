@@ -10,70 +10,18 @@
 // Per step every lane decodes its piece of one block of each of the NR weight rows, then each
 // activation row's int8 piece is loaded once and dotted with all NR. Software pipeline: D steps
 // of raw weight words in flight per warp (a register ring indexed only by unrolled constants);
-// each step decodes the oldest slot, refills it with the step D ahead, then does the arithmetic,
-// so HBM latency overlaps D - 1 steps of work. Rows past `out` re-read the last row.
+// each step decodes the oldest slot, refills it with the step D ahead (past the row's end, block
+// b again: an L1 hit whose data goes unused, which costs less than the ring copies ptxas made of
+// a conditional refill - gemv_cuda_internal.h), then does the arithmetic, so HBM latency overlaps
+// D - 1 steps of work. Rows past `out` re-read the last row.
+// Addressing (sessions 22-23; each piece says where its lane's activations start, XAt / DAt, and
+// loads them, LoadXAt): a weight pointer per row and an int8 / scale pointer pair per activation
+// row advance by a constant each iteration, their per-step offsets immediates, instead of 64-bit
+// products of the block index with the row and block strides at every load (in the SASS of the
+// grouped GEMV's two-row chunk, IQ4_XS, ~100 of the loop's 569 instructions per two steps were
+// address arithmetic; the index-addressed form was removed in session 24).
 // kWaitAfterRing: the caller has not waited for the previous kernel yet; the first ring of weight
 // words is loaded before the PDL wait (WeightsBeforeWait), which then happens here.
-template <class P, int R, int NR, int D, bool kWaitAfterRing = false>
-__device__ __forceinline__ void AccumulateRows(const GemvParams& p, const uint8_t* w, int64_t o0,
-                                               int lane, const int (&x_rows)[R], int n_rows,
-                                               float (&acc)[NR][R]) {
-  const uint8_t* rows[NR];
-#pragma unroll
-  for (int n = 0; n < NR; ++n) {
-    rows[n] = w + (o0 + n < p.out ? o0 + n : p.out - 1) * p.w_row_bytes;
-  }
-  constexpr int kBlocksPerStep = 32 / P::kLanes;
-  const int g = lane / P::kLanes, c = lane % P::kLanes;
-  const int64_t nb = p.in / P::kElems;
-  typename P::Raw ring[D][NR];
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    const int64_t bk = g + k * kBlocksPerStep;
-#pragma unroll
-    for (int n = 0; n < NR; ++n) {
-      if (bk < nb) ring[k][n] = P::LoadRaw(rows[n] + bk * P::kBytes, c);
-    }
-  }
-  if constexpr (kWaitAfterRing) {
-    WaitForPrimaryGrid();
-    AllowDependentLaunch();
-  }
-  for (int64_t b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      const int64_t b = b0 + k * kBlocksPerStep;
-      if (b < nb) {
-        typename P::W wv[NR];
-#pragma unroll
-        for (int n = 0; n < NR; ++n) wv[n] = P::Decode(ring[k][n], b, c, p);
-        const int64_t next = b + D * kBlocksPerStep;
-        if (kClampedRingLoads || next < nb) {  // kClampedRingLoads: past the row, block b again
-          const int64_t at = next < nb ? next : b;
-#pragma unroll
-          for (int n = 0; n < NR; ++n) ring[k][n] = P::LoadRaw(rows[n] + at * P::kBytes, c);
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (r < n_rows) {
-            const typename P::X x = P::LoadX(p, x_rows[r], b, c);
-#pragma unroll
-            for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(wv[n], x, c);
-          }
-        }
-      }
-    }
-  }
-}
-
-// AccumulateRows with STEPSERVE_RING_POINTERS=1 (compile time, gemv_cuda_internal.h), every
-// piece (each says where its lane's activations start, XAt / DAt, and loads them, LoadXAt):
-// the same loads, decodes and sums in the same order, addressed through pointers that advance
-// by a constant each iteration - a weight pointer per row and an int8 / scale pointer pair per
-// activation row, their per-step offsets immediates - instead of 64-bit products of the block
-// index with the row and block strides at every load. Why: in the SASS of the grouped GEMV's
-// two-row chunk (IQ4_XS, scripts/sass.py) ~100 of the loop's 569 instructions per two steps
-// were address arithmetic.
 template <class P, int R, int NR, int D, bool kWaitAfterRing = false>
 __device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, const uint8_t* w,
                                                        int64_t o0, int lane, const int (&x_rows)[R],
@@ -117,11 +65,9 @@ __device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, cons
 #pragma unroll
         for (int n = 0; n < NR; ++n) wv[n] = P::Decode(ring[k][n], b, c, p);
         const bool ahead = b + D * kBlocksPerStep < nb;
-        if (kClampedRingLoads || ahead) {  // kClampedRingLoads: past the row, block b again
 #pragma unroll
-          for (int n = 0; n < NR; ++n) {
-            ring[k][n] = P::LoadRaw(wp[n] + (ahead ? k + D : k) * kStepBytes, c);
-          }
+        for (int n = 0; n < NR; ++n) {
+          ring[k][n] = P::LoadRaw(wp[n] + (ahead ? k + D : k) * kStepBytes, c);
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -162,10 +108,10 @@ __device__ __forceinline__ void StoreRows(const GemvParams& p, float (&acc)[NR][
 }
 
 // Short rows (fewer blocks than two warp steps, e.g. the experts' down projection: 1280 IQ4_XS
-// weights = 5 blocks, which AccumulateRows spreads 4 blocks a step over the lanes, so the second
-// step runs with one lane group in four): each lane group instead takes a row of its own, o0 + g,
-// and walks all of its blocks, so every lane works on every step. acc[r] += that row dotted with
-// activation row x_rows[r], r < n_rows.
+// weights = 5 blocks, which AccumulateRowsPointers spreads 4 blocks a step over the lanes, so the
+// second step runs with one lane group in four): each lane group instead takes a row of its own, o0
+// + g, and walks all of its blocks, so every lane works on every step. acc[r] += that row dotted
+// with activation row x_rows[r], r < n_rows.
 template <class P>
 inline constexpr int kShortRowsPerWarp = 32 / P::kLanes;
 
@@ -174,37 +120,9 @@ __host__ __device__ inline bool IsShortRow(int64_t in) {
   return in / P::kElems < 2 * kShortRowsPerWarp<P>;
 }
 
-template <class P, int R, int D>
-__device__ __forceinline__ void AccumulateShortRows(const GemvParams& p, const uint8_t* w,
-                                                    int64_t o0, int lane, const int (&x_rows)[R],
-                                                    int n_rows, float (&acc)[R]) {
-  const int g = lane / P::kLanes, c = lane % P::kLanes;
-  const uint8_t* row = w + (o0 + g < p.out ? o0 + g : p.out - 1) * p.w_row_bytes;
-  const int64_t nb = p.in / P::kElems;
-  typename P::Raw ring[D];
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    if (k < nb) ring[k] = P::LoadRaw(row + k * P::kBytes, c);
-  }
-  for (int64_t b0 = 0; b0 < nb; b0 += D) {
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      const int64_t b = b0 + k;
-      if (b < nb) {
-        const typename P::W wv = P::Decode(ring[k], b, c, p);
-        if (b + D < nb) ring[k] = P::LoadRaw(row + (b + D) * P::kBytes, c);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (r < n_rows) acc[r] += P::Dot(wv, P::LoadX(p, x_rows[r], b, c), c);
-        }
-      }
-    }
-  }
-}
-
-// AccumulateShortRows with STEPSERVE_RING_POINTERS=1, every piece: the same
-// loads and sums, addressed by advancing pointers as AccumulateRowsPointers (the refill stays
-// conditional: unconditional refills made these loops longer in SASS).
+// acc[r] += the lane group's row o0 + g dotted with activation row x_rows[r], r < n_rows: a ring
+// of D blocks per lane group, addressed by advancing pointers as AccumulateRowsPointers (the
+// refill stays conditional: unconditional refills made these loops longer in SASS).
 template <class P, int R, int D>
 __device__ __forceinline__ void AccumulateShortRowsPointers(const GemvParams& p, const uint8_t* w,
                                                             int64_t o0, int lane,
@@ -267,8 +185,8 @@ __device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)
 }
 
 // The warp's rows with either mapping (NR is unused when short). With one activation row the
-// blocks decode through OneRowPiece (the same bits). kWaitAfterRing: see AccumulateRows (long rows
-// only).
+// blocks decode through OneRowPiece (the same bits). kWaitAfterRing: see
+// AccumulateRowsPointers (long rows only).
 template <class P, int R, int NR, int D, bool kShort, bool kWaitAfterRing = false>
 __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
                                             int lane, const int (&x_rows)[R],
@@ -277,19 +195,11 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
   using PD = std::conditional_t<R == 1, OneRowPiece<P>, P>;
   if constexpr (kShort) {
     float acc[R] = {};
-    if constexpr (kRingPointers) {
-      AccumulateShortRowsPointers<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
-    } else {
-      AccumulateShortRows<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
-    }
+    AccumulateShortRowsPointers<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};
-    if constexpr (kRingPointers) {
-      AccumulateRowsPointers<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
-    } else {
-      AccumulateRows<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
-    }
+    AccumulateRowsPointers<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
     StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
   }
 }

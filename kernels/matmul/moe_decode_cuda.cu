@@ -40,53 +40,9 @@ __device__ __forceinline__ float WarpSum(float v) {
 
 // Rows `wa` and `wb` (same type and length p.in) dotted with activation row x_row, sharing its
 // loads; the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G,
-// ... with D steps of raw words of both rows in flight (gemv_q8x_rows.cuh's AccumulateRows with
-// two rows).
-template <class P, int D>
-__device__ __forceinline__ void DotTwoRows(const GemvParams& p, const uint8_t* wa,
-                                           const uint8_t* wb, int x_row, int lane, float* sa,
-                                           float* sb) {
-  using P1 = OneRowPiece<P>;  // the decoded blocks meet one activation row
-  constexpr int kGroups = 32 / P::kLanes;
-  const int g = lane / P::kLanes, c = lane % P::kLanes;
-  const int nb = static_cast<int>(p.in / P::kElems);
-  typename P::Raw ra[D], rb[D];
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    const int b = g + k * kGroups;
-    if (b < nb) {
-      ra[k] = P::LoadRaw(wa + b * P::kBytes, c);
-      rb[k] = P::LoadRaw(wb + b * P::kBytes, c);
-    }
-  }
-  float acc_a = 0.f, acc_b = 0.f;
-  for (int b0 = g; b0 < nb; b0 += D * kGroups) {
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      const int b = b0 + k * kGroups;
-      if (b < nb) {
-        const typename P1::W va = P1::Decode(ra[k], b, c, p);
-        const typename P1::W vb = P1::Decode(rb[k], b, c, p);
-        const int next = b + D * kGroups;
-        if (kClampedRingLoads || next < nb) {  // kClampedRingLoads: past the row, block b again
-          const int at = next < nb ? next : b;
-          ra[k] = P::LoadRaw(wa + at * P::kBytes, c);
-          rb[k] = P::LoadRaw(wb + at * P::kBytes, c);
-        }
-        const typename P::X x = P::LoadX(p, x_row, b, c);
-        acc_a += P1::Dot(va, x, c);
-        acc_b += P1::Dot(vb, x, c);
-      }
-    }
-  }
-  *sa = WarpSum(acc_a);
-  *sb = WarpSum(acc_b);
-}
-
-// DotTwoRows for every piece with
-// STEPSERVE_RING_POINTERS=1 (gemv_cuda_internal.h): the same loads and sums, addressed by
-// pointers that advance each iteration (AccumulateRowsPointers' scheme) instead of the block
-// index's products at every load.
+// ... with D steps of raw words of both rows in flight, addressed by pointers that advance each
+// iteration (gemv_q8x_rows.cuh's AccumulateRowsPointers with two rows: unconditional refills,
+// past the row's end block b again).
 template <class P, int D>
 __device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const uint8_t* wa,
                                                    const uint8_t* wb, int x_row, int lane,
@@ -118,10 +74,8 @@ __device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const ui
         const typename P1::W va = P1::Decode(ra[k], b, c, p);
         const typename P1::W vb = P1::Decode(rb[k], b, c, p);
         const bool ahead = b + D * kGroups < nb;
-        if (kClampedRingLoads || ahead) {  // kClampedRingLoads: past the row, block b again
-          ra[k] = P::LoadRaw(pa + (ahead ? k + D : k) * kStepBytes, c);
-          rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);
-        }
+        ra[k] = P::LoadRaw(pa + (ahead ? k + D : k) * kStepBytes, c);
+        rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);
         const typename P::X x = P::LoadXAt(xp + k * kStepX, dp + k * kStepD);
         acc_a += P1::Dot(va, x, c);
         acc_b += P1::Dot(vb, x, c);
@@ -136,9 +90,9 @@ __device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const ui
   *sb = WarpSum(acc_b);
 }
 
-// DotTwoRows against activation rows 0 .. n_rows - 1 (n_rows <= R) at once: the rows' weights are
-// decoded once per block for all of them (one raw step in flight: R accumulator pairs fit the
-// 64-register budget with little room).
+// DotTwoRowsPointers against activation rows 0 .. n_rows - 1 (n_rows <= R) at once: the rows'
+// weights are decoded once per block for all of them (one raw step in flight: R accumulator pairs
+// fit the 64-register budget with little room).
 template <class P, int R>
 __device__ __forceinline__ void DotTwoRowsAllTokens(const GemvParams& p, const uint8_t* wa,
                                                     const uint8_t* wb, int n_rows, int lane,
@@ -295,13 +249,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int64_t o = o_first; o < p.out; o += o_stride) {
     float gate = 0.f, up = 0.f;
     if (gate_w != nullptr) {
-      if constexpr (kRingPointers) {
-        DotTwoRowsPointers<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane,
-                                 &gate, &up);
-      } else {
-        DotTwoRows<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane, &gate,
-                         &up);
-      }
+      DotTwoRowsPointers<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane,
+                               &gate, &up);
     }
     StoreAndQuantizeBlock(a, t * per_token + j, o, lane,
                           shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)

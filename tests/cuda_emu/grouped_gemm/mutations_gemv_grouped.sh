@@ -16,20 +16,17 @@ m group_div_off $f 'x_rows[r] = group / p.x_group_div;
   DotAndStore<P, RN'
 m row_loop_once $f 'for (int64_t o0 = first; o0 < p.out; o0 += stride) rows(o0);' 'rows(first);'
 m short_store_guard matmul/gemv_q8x_rows.cuh 'if (c == 0 && o0 + g < p.out) p.y[' 'if (c == 0) p.y['
-# AccumulateRowsPointers (STEPSERVE_RING_POINTERS=1, with and without the clamped refills).
+# AccumulateRowsPointers.
 r=matmul/gemv_q8x_rows.cuh
-mp() { EMU_CXXFLAGS="-DSTEPSERVE_RING_POINTERS=1 ${CLAMP:-}" bash "$here/mutate.sh" "$@"; }
-for CLAMP in "" "-DSTEPSERVE_CLAMPED_RING_LOADS=1"; do
-  mp "ptr_weights_not_advanced${CLAMP:+_clamped}" $r 'for (int n = 0; n < NR; ++n) wp[n] += D * kStepBytes;' ';'
-  mp "ptr_refill_one_step_short${CLAMP:+_clamped}" $r 'wp[n] + (ahead ? k + D : k) * kStepBytes' \
-    'wp[n] + (ahead ? k + D - 1 : k) * kStepBytes'
-  mp "ptr_scales_stride${CLAMP:+_clamped}" $r 'dp[r] += D * kStepD;' 'dp[r] += D * kStepD / 2;'
-  mp "ptr_x_block_offset${CLAMP:+_clamped}" $r 'P::LoadXAt(xp[r] + k * kStepX, dp[r] + k * kStepD)' \
-    'P::LoadXAt(xp[r], dp[r] + k * kStepD)'
-done
+m ptr_weights_not_advanced $r 'for (int n = 0; n < NR; ++n) wp[n] += D * kStepBytes;' ';'
+m ptr_refill_one_step_short $r 'wp[n] + (ahead ? k + D : k) * kStepBytes' \
+  'wp[n] + (ahead ? k + D - 1 : k) * kStepBytes'
+m ptr_scales_stride $r 'dp[r] += D * kStepD;' 'dp[r] += D * kStepD / 2;'
+m ptr_x_block_offset $r 'P::LoadXAt(xp[r] + k * kStepX, dp[r] + k * kStepD)' \
+  'P::LoadXAt(xp[r], dp[r] + k * kStepD)'
 # AccumulateShortRowsPointers (the short-row chunks; 5-block rows, two iterations of a 4-deep ring:
 # the weight pointer's advance is never used for a load there, the activations' is).
-mp ptr_short_x_not_advanced $r 'xp[r] += D * P::kElems;' ';'
-mp ptr_short_scales_stride $r 'dp[r] += D * (P::kElems / 32);' 'dp[r] += D;'
-mp ptr_short_refill_offset $r 'ring[k] = P::LoadRaw(wp + (k + D) * P::kBytes, c);' \
+m ptr_short_x_not_advanced $r 'xp[r] += D * P::kElems;' ';'
+m ptr_short_scales_stride $r 'dp[r] += D * (P::kElems / 32);' 'dp[r] += D;'
+m ptr_short_refill_offset $r 'ring[k] = P::LoadRaw(wp + (k + D) * P::kBytes, c);' \
   'ring[k] = P::LoadRaw(wp + (k + D - 1) * P::kBytes, c);'

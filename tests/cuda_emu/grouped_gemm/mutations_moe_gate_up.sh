@@ -15,15 +15,14 @@ m negative_id_kept $f 'p.matrix_ids[t * a.routed + j]; id >= 0 && id < p.n_matri
   'p.matrix_ids[t * a.routed + j]; id < p.n_matrices)'
 m int8_order_flipped $f 'a.act_d + k * (n / 32), a.act_pair_order,' \
   'a.act_d + k * (n / 32), !a.act_pair_order,'
-# DotTwoRowsPointers (moe_decode_cuda.cu, built with STEPSERVE_LEAN_DECODE_LOOPS=1; the cases'
-# rows have 2-9 blocks, the ring's refills and the activations' advance both in use).
-ml() { EMU_CXXFLAGS=-DSTEPSERVE_LEAN_DECODE_LOOPS=1 EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
-ml ptr_gate_up_x_not_advanced $f '    xp += D * kStepX;
+# DotTwoRowsPointers (the cases' rows have 2-24 blocks, the ring's refills and the activations'
+# advance both in use).
+m ptr_gate_up_x_not_advanced $f '    xp += D * kStepX;
     dp += D * kStepD;
   }
   *sa' '    dp += D * kStepD;
   }
   *sa'
-ml ptr_gate_up_refill_offset $f 'rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);' \
+m ptr_gate_up_refill_offset $f 'rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);' \
   'rb[k] = P::LoadRaw(pb + (ahead ? k + D - 1 : k) * kStepBytes, c);'
-ml ptr_gate_up_up_from_gate $f 'pb += D * kStepBytes;' 'pb = pa;'
+m ptr_gate_up_up_from_gate $f 'pb += D * kStepBytes;' 'pb = pa;'
