@@ -9,8 +9,12 @@
 // warp samples of the batch-1 gate/up kernel (H100, bench/gpu/results-v21.txt) the fence after
 // the value store and the shuffle waiting on the atomic's result held ~20% of the samples.
 //
-// STEPSERVE_ARRIVE_RELEASE (compile time, default 1; 0 builds the __threadfence() form, for the
-// A/B) picks the form.
+// STEPSERVE_ARRIVE_RELEASE (compile time, default 1; 0 builds the __threadfence() form) picks the
+// form. Measured on the H100 (session 24 call 4, bench/gpu/results-v21.txt; 24 layers IQ4_XS, ms
+// per step at 1 / 2 / 4 / 16 streams, two alternating rounds): __threadfence() 2.629 / 3.611 /
+// 5.539 / 12.554 and 2.634 / 3.622 / 5.472 / 12.567, release / acquire 2.601 / 3.566 / 5.494 /
+// 12.616 and 2.607 / 3.567 / 5.480 / 12.544 (1-2 streams -1.1% / -1.4%, 4-16 within the spread);
+// the MoE GEMV (decode cases), MoE, attention and whole-model GPU tests pass with it.
 #ifndef STEPSERVE_KERNELS_COMMON_ARRIVAL_CUH_
 #define STEPSERVE_KERNELS_COMMON_ARRIVAL_CUH_
 

@@ -437,10 +437,13 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
 template <class P>
 inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 
-// ExpertDownLeanKernel for the per-token form unless STEPSERVE_MOE_DOWN_LEAN=0 (read once).
-// Measured on the H100 (24 layers IQ4_XS, ms per step at 1 / 2 streams, two alternating rounds;
-// bench/gpu/results-v21.txt): 2.704 / 3.721 and 2.696 / 3.724 with the cursor form, 2.656 / 3.641
-// and 2.643 / 3.644 with this one (ncu: the down kernel 25.4 -> 23.7 us).
+// ExpertDownLeanKernel for the per-token form of IQ4_XS unless STEPSERVE_MOE_DOWN_LEAN=0 (read
+// once). Measured on the H100 (24 layers, ms per step at 1 / 2 streams, two alternating rounds;
+// bench/gpu/results-v21.txt): IQ4_XS 2.704 / 3.721 and 2.696 / 3.724 with the cursor form, 2.656
+// / 3.641 and 2.643 / 3.644 with this one (ncu: the down kernel 25.4 -> 23.7 us); but the Q4_K_M
+// mix (Q4_K and Q6_K experts) 2.975 / 3.972 and 2.980 / 3.973 with the cursor form, 3.144 / 4.257
+// and 3.207 / 4.237 with this one - so the other types keep the cursor form (not measured for the
+// 2-3 bit types).
 bool DownLean() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_MOE_DOWN_LEAN");
@@ -458,9 +461,11 @@ cudaError_t LaunchDownTyped(ExpertDownParams a, cudaStream_t stream) {
                          0, stream, a);
   }
   const dim3 grid(x, static_cast<unsigned>(a.tokens));
-  if (DownLean() && DownSlotsPerToken(a) <= kLeanMaxSlots) {
-    return LaunchWithPdl(ExpertDownLeanKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream,
-                         a);
+  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+    if (DownLean() && DownSlotsPerToken(a) <= kLeanMaxSlots) {
+      return LaunchWithPdl(ExpertDownLeanKernel<P, kDownDepth<P>>, grid, dim3(kThreads), 0, stream,
+                           a);
+    }
   }
   return LaunchWithPdl(ExpertDownCombineKernel<P, kDownDepth<P>, false>, grid, dim3(kThreads), 0,
                        stream, a);
