@@ -24,19 +24,19 @@
 
 namespace stepserve::kernels {
 
-// Adds 1 to *counter (global memory) after this thread's earlier writes, and those ordered before
-// them, are visible at GPU scope; returns the previous count.
-__device__ __forceinline__ int ArriveRelease(int* counter) {
+// Adds `amount` to *counter (global memory) after this thread's earlier writes, and those ordered
+// before them (a CTA barrier's), are visible at GPU scope; returns the previous count.
+__device__ __forceinline__ int ArriveRelease(int* counter, int amount = 1) {
 #if STEPSERVE_ARRIVE_RELEASE
   int previous;
-  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], 1;"
+  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;"
                : "=r"(previous)
-               : "l"(counter)
+               : "l"(counter), "r"(amount)
                : "memory");
   return previous;
 #else
   __threadfence();
-  return atomicAdd(counter, 1);
+  return atomicAdd(counter, amount);
 #endif
 }
 

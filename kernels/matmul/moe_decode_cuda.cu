@@ -166,6 +166,31 @@ __device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& 
   QuantizeActBlock(a, k, o / 32, lane);
 }
 
+// StoreAndQuantizeBlock with one arrival per CTA instead of one per warp
+// (STEPSERVE_MOE_CTA_ARRIVAL, the per-token modes): the CTA's kWarpsPerBlock warps hold consecutive
+// rows of one 32-row block (the launcher's exact grid, one row per warp, so every warp reaches both
+// barriers once). Each warp's lane 0 stores its value; after the barrier thread 0 adds
+// kWarpsPerBlock to the block's count with release semantics, which cover the other warps' stores
+// (cumulative through the barrier); in the CTA that completes the block, warp 0 quantizes it. Why:
+// ncu's warp samples of the one-token kernel (H100, results-v21.txt) had ~20% of them on each
+// warp's fence and the shuffle waiting for its atomic's result; here a CTA pays two barriers and
+// one atomic.
+__device__ __forceinline__ void StoreAndQuantizeBlockCta(const ExpertGateUpParams& a, int64_t k,
+                                                         int64_t o, int lane, float v) {
+  __shared__ int completes_block;
+  const int64_t n = a.p.out;
+  if (lane == 0) a.act[k * n + o] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    completes_block =
+        ArriveRelease(a.counters + k * (n / 32) + o / 32, kWarpsPerBlock) == 32 - kWarpsPerBlock;
+  }
+  __syncthreads();
+  if (completes_block == 0 || threadIdx.x >= 32) return;
+  AcquireAfterArrivals();
+  QuantizeActBlock(a, k, o / 32, lane);
+}
+
 // Grid (n_ff / kWarpsPerBlock, slots): warp (k, o) computes SwiGLU(gate_o . x_t, up_o . x_t) of
 // grid row k's expert - ids[t * routed + j] (0 for an id outside [0, n_matrices), as the indexed
 // GEMV's zero rows give) or the shared expert - and stores it in act row t * per_token + j
@@ -178,9 +203,11 @@ __device__ __forceinline__ void StoreAndQuantizeBlock(const ExpertGateUpParams& 
 constexpr int kMaxSharedTokens = 4;
 enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce };
 
-template <class P, int D, int kMode>
+template <class P, int D, int kMode, bool kCtaArrival = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
+  static_assert(!(kCtaArrival && kMode == kSharedOnce), "the per-token modes' exact grid");
+  static_assert(32 % kWarpsPerBlock == 0, "a CTA's rows in one 32-row block");
   const GemvParams& p = a.p;
   const int lane = threadIdx.x & 31;
   // Rows o_first, o_first + the grid's warps, ...: with the launch's exact grid one row per warp.
@@ -252,9 +279,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       DotTwoRowsPointers<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane,
                                &gate, &up);
     }
-    StoreAndQuantizeBlock(a, t * per_token + j, o, lane,
-                          shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
-                                 : ExpertSwiGlu(gate, up, a.limit, a.clamp));
+    const float v = shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
+                           : ExpertSwiGlu(gate, up, a.limit, a.clamp);
+    if constexpr (kCtaArrival) {
+      StoreAndQuantizeBlockCta(a, t * per_token + j, o, lane, v);
+    } else {
+      StoreAndQuantizeBlock(a, t * per_token + j, o, lane, v);
+    }
   }
 }
 
@@ -413,6 +444,17 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
                        : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
+// One arrival per CTA in the gate/up kernel's per-token modes (StoreAndQuantizeBlockCta) with
+// STEPSERVE_MOE_CTA_ARRIVAL=1 (read once); off until measured (written in session 24 after its
+// last device call; host-emulated).
+bool CtaArrival() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_MOE_CTA_ARRIVAL");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
 template <class P>
 cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   a.prefetch_shared = WeightsBeforeWait(kEarlyGateUpShared);
@@ -425,6 +467,16 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
                   static_cast<unsigned>(GateUpGridRows(a)));
   if (SharedOnce(a)) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kSharedOnce>, grid, dim3(kThreads), 0, stream, a);
+  }
+  // The exact grid (n_ff % 32 == 0: MoeGemvCudaTakesShared / the decode limit's checks) gives each
+  // warp one row, as the CTA arrival needs.
+  if (CtaArrival() && grid.x * int64_t{kWarpsPerBlock} == a.p.out) {
+    if (a.tokens == 1) {
+      return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken, true>, grid, dim3(kThreads), 0,
+                           stream, a);
+    }
+    return LaunchWithPdl(ExpertGateUpKernel<P, D, kPerToken, true>, grid, dim3(kThreads), 0, stream,
+                         a);
   }
   if (a.tokens == 1) {
     return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken>, grid, dim3(kThreads), 0, stream, a);

@@ -26,3 +26,7 @@ m ptr_gate_up_x_not_advanced $f '    xp += D * kStepX;
 m ptr_gate_up_refill_offset $f 'rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);' \
   'rb[k] = P::LoadRaw(pb + (ahead ? k + D - 1 : k) * kStepBytes, c);'
 m ptr_gate_up_up_from_gate $f 'pb += D * kStepBytes;' 'pb = pa;'
+# StoreAndQuantizeBlockCta (STEPSERVE_MOE_CTA_ARRIVAL=1): the block's last arrival misjudged.
+mc() { STEPSERVE_MOE_CTA_ARRIVAL=1 EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
+mc cta_quantized_one_cta_early $f '32 - kWarpsPerBlock;' '32 - 2 * kWarpsPerBlock;'
+mc cta_arrival_counts_one $f 'o / 32, kWarpsPerBlock) ==' 'o / 32, 1) =='

@@ -36,6 +36,8 @@ for t in $tests; do
   [[ $t == test_gemv_one_row ]] && envs=("STEPSERVE_WEIGHTS_BEFORE_WAIT=0"
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9" "STEPSERVE_WEIGHTS_BEFORE_WAIT=0 STEPSERVE_GEMV_ROW_CTAS=3"
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3")
+  # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL).
+  [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1")
   for e in "${envs[@]}"; do
     for seed in "$@"; do
       for mode in 0 1; do

@@ -40,7 +40,7 @@ reps = {
   ('__device__ __forceinline__ void WaitCopiesButOne(', 'inline void WaitCopiesButOne() { emu::WaitGroup(1); }'),
  ],
  'common/arrival.cuh': [
-  ('__device__ __forceinline__ int ArriveRelease(', 'inline int ArriveRelease(int* counter) { return atomicAdd(counter, 1); }'),
+  ('__device__ __forceinline__ int ArriveRelease(', 'inline int ArriveRelease(int* counter, int amount = 1) { return atomicAdd(counter, amount); }'),
   ('__device__ __forceinline__ void AcquireAfterArrivals(', 'inline void AcquireAfterArrivals() {}'),
  ],
  'matmul/gemv_block_util.cuh': [
@@ -89,6 +89,9 @@ for f in files:
         s = s.replace(old, 'uint8_t* const mma_smem = emu::smem_base;')
     if f == 'matmul/moe_down_lean.cuh':  # static shared arrays: one copy for the CTA's threads
         assert s.count('__shared__ ') == 2
+        s = s.replace('__shared__ ', 'static ')
+    if f == 'matmul/moe_decode_cuda.cu':  # StoreAndQuantizeBlockCta's flag: one per CTA
+        assert s.count('__shared__ ') == 1
         s = s.replace('__shared__ ', 'static ')
     if f == 'matmul/moe_decode_cuda.h':  # ExpertSwiGlu, compiled with the gate/up kernel
         assert s.count('#ifdef __CUDACC__') == 1
