@@ -445,8 +445,10 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
 }
 
 // One arrival per CTA in the gate/up kernel's per-token modes (StoreAndQuantizeBlockCta) with
-// STEPSERVE_MOE_CTA_ARRIVAL=1 (read once); off until measured (written in session 24 after its
-// last device call; host-emulated).
+// STEPSERVE_MOE_CTA_ARRIVAL=1 (read once). Off: on the H100 (session 24 call 7, results-v21.txt;
+// 24 layers IQ4_XS, 1 / 2 / 4 streams, two alternating rounds) it was within the spread - 2.607 /
+// 3.568 / 5.523 and 2.611 / 3.582 / 5.513 ms per warp, 2.609 / 3.581 / 5.541 and 2.596 / 3.518 /
+// 5.482 per CTA; the GPU tests pass with it. One A/B with more rounds on an H200 decides.
 bool CtaArrival() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_MOE_CTA_ARRIVAL");
