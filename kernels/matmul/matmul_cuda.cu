@@ -268,6 +268,19 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
     }
     err = cudaSuccess;
   }
+  // A few groups per matrix (decode batches): the tensor-core decode kernel when it is on
+  // (STEPSERVE_GROUPED_MMA_DECODE), else the dp4a grouped GEMV.
+  if (err == cudaSuccess && a.slot_matrix != nullptr) {
+    err = gemv_internal::LaunchGemvQ8xMmaDecodeGrouped(a.type, p, a.slots, stream);
+    if (err != cudaErrorNotSupported) {
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return KernelStatus::kInvalidArgument;
+      }
+      return KernelStatus::kOk;
+    }
+    err = cudaSuccess;
+  }
   if (err == cudaSuccess) {
     err = a.slot_matrix != nullptr
               ? gemv_internal::LaunchGemvQ8xGrouped(a.type, p, a.slots,

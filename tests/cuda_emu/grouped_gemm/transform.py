@@ -83,9 +83,9 @@ for f in files:
         old = 'extern __shared__ __align__(16) uint8_t gemm_smem[];'
         assert s.count(old) == 1
         s = s.replace(old, 'uint8_t* const gemm_smem = emu::smem_base;')
-    if f == 'matmul/gemv_mma_cuda.cu':  # three kernels declare the dynamic area
+    if f == 'matmul/gemv_mma_cuda.cu':  # four kernels declare the dynamic area
         old = 'extern __shared__ __align__(16) uint8_t mma_smem[];'
-        assert s.count(old) == 3
+        assert s.count(old) == 4
         s = s.replace(old, 'uint8_t* const mma_smem = emu::smem_base;')
     if f == 'matmul/moe_down_lean.cuh':  # static shared arrays: one copy for the CTA's threads
         assert s.count('__shared__ ') == 2
