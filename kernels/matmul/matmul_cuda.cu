@@ -254,45 +254,33 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
                                           stream);
   }
   SetIndexedFields(a, &p);
-  if (err == cudaSuccess && many_groups) {
+  const auto status_of = [](cudaError_t e) {
+    if (e == cudaSuccess) return KernelStatus::kOk;
+    (void)cudaGetLastError();
+    return KernelStatus::kInvalidArgument;
+  };
+  if (err != cudaSuccess) return status_of(err);
+  // The launchers tried in order; cudaErrorNotSupported (nothing launched) passes to the next.
+  // Many groups per matrix (a prefill): the tensor-core grouped kernels. A few (decode batches):
+  // the tensor-core decode kernel when it is on (STEPSERVE_GROUPED_MMA_DECODE), then the dp4a
+  // grouped GEMV.
+  if (many_groups) {
     err = gemv_internal::LaunchGemmQ8xMmaGrouped(a.type, p, a.slots, stream);
     if (err == cudaErrorNotSupported) {
       err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);
     }
-    if (err != cudaErrorNotSupported) {
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return KernelStatus::kInvalidArgument;
-      }
-      return KernelStatus::kOk;
-    }
-    err = cudaSuccess;
+    if (err != cudaErrorNotSupported) return status_of(err);
   }
-  // A few groups per matrix (decode batches): the tensor-core decode kernel when it is on
-  // (STEPSERVE_GROUPED_MMA_DECODE), else the dp4a grouped GEMV.
-  if (err == cudaSuccess && a.slot_matrix != nullptr) {
+  if (a.slot_matrix != nullptr) {
     err = gemv_internal::LaunchGemvQ8xMmaDecodeGrouped(a.type, p, a.slots, stream);
-    if (err != cudaErrorNotSupported) {
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return KernelStatus::kInvalidArgument;
-      }
-      return KernelStatus::kOk;
-    }
-    err = cudaSuccess;
+    if (err != cudaErrorNotSupported) return status_of(err);
   }
-  if (err == cudaSuccess) {
-    err = a.slot_matrix != nullptr
-              ? gemv_internal::LaunchGemvQ8xGrouped(a.type, p, a.slots,
-                                                    /*overlap_previous=*/!quantized, stream)
-              : gemv_internal::LaunchGemvQ8xIndexed(a.type, p, a.groups,
-                                                    /*overlap_previous=*/!quantized, stream);
-  }
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return KernelStatus::kInvalidArgument;
-  }
-  return KernelStatus::kOk;
+  return status_of(
+      a.slot_matrix != nullptr
+          ? gemv_internal::LaunchGemvQ8xGrouped(a.type, p, a.slots,
+                                                /*overlap_previous=*/!quantized, stream)
+          : gemv_internal::LaunchGemvQ8xIndexed(a.type, p, a.groups,
+                                                /*overlap_previous=*/!quantized, stream));
 }
 
 GroupedGemmF16Mode SetGroupedGemmF16Cuda(GroupedGemmF16Mode mode) {
