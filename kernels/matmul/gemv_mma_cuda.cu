@@ -317,60 +317,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
   }
 }
 
-// Grouped mode for decode batches (STEPSERVE_GROUPED_MMA_DECODE=1; LaunchGemvQ8xMmaDecodeGrouped):
-// a slot's groups in chunks of 8 activation rows, one MMA column tile, and no K split - each warp
-// takes whole 16-row tiles (tile blockIdx.x * kWarps + warp, then every gridDim.x * kWarps-th) with
-// the full K loop of WarpK<1> through its own two-stage ring, so its accumulators are final and
-// go straight to y (no reduction through shared memory, no barrier). Why: at 16-64 streams each
-// expert sees ~0.4-1.8 (token, slot) pairs, and the dp4a grouped GEMV pays the decode and the dots
-// per pair: ~3.3 SASS instructions per IQ4_XS weight for one pair, ~4.5 for two (session 22); here
-// the dots of up to 8 pairs are one MMA and a 4-value F32 epilogue per 16 weights of a lane. The
-// grouped tensor-core kernel above (K split over 4 warps, 32 pairs per chunk, a CTA per 16 rows)
-// was built for a prefill's ~60 pairs per expert.
-template <int kWarps>
-__global__ void __launch_bounds__(32 * kWarps)
-    GemvMmaIq4XsDecodeGroupedKernel(const __grid_constant__ GemvParams p) {
-  extern __shared__ __align__(16) uint8_t mma_smem[];
-  auto* rings = reinterpret_cast<uint8_t(*)[kStages][kStageBytes]>(mma_smem);
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t tiles = (p.out + kMmaRowsM - 1) / kMmaRowsM;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
-  const int slot = static_cast<int>(blockIdx.y);
-  WaitForPrimaryGrid();  // the grouping kernel and the quantizer may still run
-  AllowDependentLaunch();
-  const int32_t id = p.slot_matrix[slot];
-  if (id == kSlotUnused) return;
-  const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
-  if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
-    for (int64_t tile = first; tile < tiles; tile += stride) {
-      const int64_t o = tile * kMmaRowsM + (lane & 15);
-      for (int i = begin + (lane >> 4); i < end; i += 2) {
-        if (o < p.out) p.y[p.group_order[i] * p.y_stride + o] = 0.f;
-      }
-    }
-    return;
-  }
-  const uint8_t* w = p.w + id * p.w_matrix_bytes;
-  for (int c0 = begin; c0 < end; c0 += 8) {
-    const int cols = end - c0 < 8 ? end - c0 : 8;
-    // B column g's activation row and the rows of result columns 2t, 2t + 1, clamped to the
-    // chunk's last column (the extra columns are computed and dropped).
-    const auto x_of = [&](int r) { return p.group_order[c0 + (r < cols ? r : cols - 1)]; };
-    const int x_row[1] = {x_of(g) / p.x_group_div};
-    const int d_row0[1] = {x_of(2 * t) / p.x_group_div};
-    const int d_row1[1] = {x_of(2 * t + 1) / p.x_group_div};
-    for (int64_t tile = first; tile < tiles; tile += stride) {
-      const int64_t o0 = tile * kMmaRowsM;
-      const WarpK<1> k_loop(p, w, o0, rings[warp], /*warp_index=*/0, lane);
-      k_loop.IssueFirst();
-      float acc[1][4] = {};
-      k_loop.template Run<1>(cols, x_row, d_row0, d_row1, acc);
-      StoreGroupedTile<1>(p, o0 + g, c0, cols, t, acc);
-    }
-  }
-}
+#include "kernels/matmul/gemv_mma_decode_grouped.cuh"
 
 int MinRowsFromEnv() {
   const char* v = std::getenv("STEPSERVE_GEMV_MMA");
