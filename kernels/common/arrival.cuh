@@ -9,8 +9,8 @@
 // warp samples of the batch-1 gate/up kernel (H100, bench/gpu/results-v21.txt) the fence after
 // the value store and the shuffle waiting on the atomic's result held ~20% of the samples.
 //
-// STEPSERVE_ARRIVE_RELEASE (compile time, default 1; 0 builds the __threadfence() form) picks the
-// form. Measured on the H100 (session 24 call 4, bench/gpu/results-v21.txt; 24 layers IQ4_XS, ms
+// Measured against the __threadfence() form (session 24's STEPSERVE_ARRIVE_RELEASE=0 build, since
+// removed) on the H100 (session 24 call 4, bench/gpu/results-v21.txt; 24 layers IQ4_XS, ms
 // per step at 1 / 2 / 4 / 16 streams, two alternating rounds): __threadfence() 2.629 / 3.611 /
 // 5.539 / 12.554 and 2.634 / 3.622 / 5.472 / 12.567, release / acquire 2.601 / 3.566 / 5.494 /
 // 12.616 and 2.607 / 3.567 / 5.480 / 12.544 (1-2 streams -1.1% / -1.4%, 4-16 within the spread);
@@ -18,37 +18,24 @@
 #ifndef STEPSERVE_KERNELS_COMMON_ARRIVAL_CUH_
 #define STEPSERVE_KERNELS_COMMON_ARRIVAL_CUH_
 
-#ifndef STEPSERVE_ARRIVE_RELEASE
-#define STEPSERVE_ARRIVE_RELEASE 1
-#endif
-
 namespace stepserve::kernels {
 
 // Adds `amount` to *counter (global memory) after this thread's earlier writes, and those ordered
 // before them (a CTA barrier's), are visible at GPU scope; returns the previous count.
 __device__ __forceinline__ int ArriveRelease(int* counter, int amount = 1) {
-#if STEPSERVE_ARRIVE_RELEASE
   int previous;
   asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;"
                : "=r"(previous)
                : "l"(counter), "r"(amount)
                : "memory");
   return previous;
-#else
-  __threadfence();
-  return atomicAdd(counter, amount);
-#endif
 }
 
 // After seeing the last arrival (directly or through a shuffle or barrier from the thread that
 // saw it): the other arrivers' writes before their ArriveRelease are visible to this thread's
 // later reads (through L2: __ldcg).
 __device__ __forceinline__ void AcquireAfterArrivals() {
-#if STEPSERVE_ARRIVE_RELEASE
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#else
-  __threadfence();
-#endif
 }
 
 }  // namespace stepserve::kernels

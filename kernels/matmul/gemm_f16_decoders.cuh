@@ -90,10 +90,8 @@ struct Iq4XsF16Decoder {
   // ~7 integer-pipe instructions; the ALU pipe is the decode's limit (session-9 ncu).
   static __device__ __forceinline__ Row Begin(const uint8_t* row, int, int) {
     const uint2 h = *reinterpret_cast<const uint2*>(row);
-    const uint32_t sh = h.x >> 16;  // scales_h: bits 2ib, 2ib + 1 = bits 4-5 of ls
-    const uint32_t nib = __byte_perm(sh & 0x0F0Fu, (sh >> 4) & 0x0F0Fu, 0x5140u);  // nibble k
-    const uint32_t ls_even = (h.y & 0x0F0F0F0Fu) | ((nib & 0x03030303u) << 4);     // byte k: ls(2k)
-    const uint32_t ls_odd = ((h.y >> 4) & 0x0F0F0F0Fu) | ((nib & 0x0C0C0C0Cu) << 2);
+    uint32_t ls_even, ls_odd;  // byte k: ls(2k), ls(2k + 1)
+    Iq4ScaleBytes(h, &ls_even, &ls_odd);
     const uint32_t d2 = __byte_perm(h.x, 0, 0x1010u);  // {d, d}
     Row r{row, {}};
     BytesTimesF16(ls_even, 0x64206420u, d2, &r.s[0], &r.s[1]);  // 0x6420: 1056 = 1024 + 32

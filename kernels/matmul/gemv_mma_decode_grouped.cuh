@@ -20,16 +20,6 @@ __device__ __forceinline__ void CopyTilePair(uint8_t* stage, const uint8_t* lane
   }
 }
 
-// The 6-bit scales of an IQ4_XS block header {d | scales_h, scales_l}, one per byte: byte k of
-// *even is sub-block 2k's, of *odd sub-block 2k + 1's (whole-word bit operations, as the F16
-// decoder's Begin).
-__device__ __forceinline__ void Iq4ScaleBytes(uint2 h, uint32_t* even, uint32_t* odd) {
-  const uint32_t sh = h.x >> 16;
-  const uint32_t nib = __byte_perm(sh & 0x0F0Fu, (sh >> 4) & 0x0F0Fu, 0x5140u);
-  *even = (h.y & 0x0F0F0F0Fu) | ((nib & 0x03030303u) << 4);
-  *odd = ((h.y >> 4) & 0x0F0F0F0Fu) | ((nib & 0x0C0C0C0Cu) << 2);
-}
-
 // d * (byte k of `bytes` - 32), exact up to the product's rounding (SubBlockScale's value): the
 // byte in the mantissa of 2^23, minus 2^23 + 32.
 __device__ __forceinline__ float ScaleOfByte(uint32_t bytes, uint32_t k, float d) {

@@ -492,8 +492,10 @@ struct PieceQ6_K {
   }
 };
 
-// launch(P{}) for the int8-activation GEMV's piece of `type` (the row, indexed and grouped
-// launchers' dispatch); cudaErrorInvalidValue for a type without one.
+// launch(P{}) for the int8-activation GEMV's piece of `type`; cudaErrorInvalidValue for a type
+// without one. Q6_K is not here: WithQ8xPieceAll (gemv_q8x_pieces_low_bit.cuh, every launcher's
+// dispatch) takes it first through Q6KPiece, and a case here would only instantiate every kernel
+// once more for the piece not in use.
 template <class Launch>
 cudaError_t WithQ8xPiece(GgmlType type, Launch launch) {
   switch (type) {
@@ -503,8 +505,6 @@ cudaError_t WithQ8xPiece(GgmlType type, Launch launch) {
       return launch(PieceQ4_K{});
     case GgmlType::kQ5_K:
       return launch(PieceQ5_K{});
-    case GgmlType::kQ6_K:
-      return launch(PieceQ6_K{});
     case GgmlType::kIQ4_XS:
       return launch(PieceIQ4_XS{});
     default:

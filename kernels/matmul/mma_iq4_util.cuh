@@ -48,6 +48,16 @@ __device__ __forceinline__ float SubBlockScale(uint2 h, float d, int ib) {
   return d * static_cast<float>(static_cast<int>(ls) - 32);
 }
 
+// The 6-bit scales of all 8 sub-blocks of an IQ4_XS block header {d | scales_h, scales_l}, one
+// per byte: byte k of *even is sub-block 2k's, of *odd sub-block 2k + 1's, assembled with
+// whole-word bit operations (per sub-block, SubBlockScale's scalar form costs ~7 instructions).
+__device__ __forceinline__ void Iq4ScaleBytes(uint2 h, uint32_t* even, uint32_t* odd) {
+  const uint32_t sh = h.x >> 16;
+  const uint32_t nib = __byte_perm(sh & 0x0F0Fu, (sh >> 4) & 0x0F0Fu, 0x5140u);
+  *even = (h.y & 0x0F0F0F0Fu) | ((nib & 0x03030303u) << 4);
+  *odd = ((h.y >> 4) & 0x0F0F0F0Fu) | ((nib & 0x0C0C0C0Cu) << 2);
+}
+
 // Grouped mode, the CTA of slot blockIdx.y owning output rows [o0, o0 + kRows): waits for the
 // kernels writing the slot arrays and activations (grouping, quantizer), then yields the slot's
 // matrix and group range. False when there is nothing to multiply: an unused slot, or ids outside

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (STEPSERVE_ARRIVE_RELEASE was removed after this call: the release form is the only one, so the
+# second build of this script no longer differs.)
 # Session 24, call 3: the arrival counters with a release add and an acquire fence
 # (kernels/common/arrival.cuh, STEPSERVE_ARRIVE_RELEASE=1 by default: MEMBAR.ALL.GPU before the
 # atomic instead of __threadfence()'s MEMBAR.SC.GPU + CCTL.IVALL around it) in the batch-1-4 MoE
