@@ -1,9 +1,11 @@
 // CudaBackend Matmul and Embed against the CPU backend, for every GGUF type the published files
 // use, on fresh random weights (placed with PlaceWeight, so rows are padded on the device) and
 // activations, outputs poisoned with NaN first. Bounds by kernel path (cuda_backend_matmul.cc):
-//   T <= 16, Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1e-2 (measured ~6e-3;
-//       IQ4_XS up to T = 32, through the
-//       tensor-core GEMV);
+//   T <= 16, Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS: fast GEMV with int8 activations, 1.5e-2 (IQ4_XS up to
+//       T = 32, through the tensor-core GEMV). The error is the activations' per-32 rounding: a
+//       host emulation of the quantizer on the smallest case (in 256, out 33, T 1; Q4_K and Q5_K)
+//       gives median 5.3e-3, 99.9th percentile 9.8e-3, max 1.13e-2 over 20000 seeds, and the GPU
+//       matched it to 3 digits on a seed that broke the former 1e-2 bound (0.0109);
 //   T <= 16, other types: generic GEMV, exact F32 up to summation order, 1e-5;
 //   T > 16, F32/BF16 weights: cuBLAS SGEMM, exact F32, 1e-5;
 //   T > 16, F16 and quantized weights: F16 tiles + tensor cores, 5e-3 (F16 rounding of W and X,
@@ -55,10 +57,14 @@ constexpr int64_t kIn = 512;
 // GemvCudaSupports while the test runs (the 2-3 bit ones only while turned on).
 bool HasFastGemv(GgmlType t) { return kernels::GemvCudaSupports(t); }
 
+constexpr double kInt8ActivationBound = 1.5e-2;
+
 double Bound(GgmlType type, int64_t rows) {
-  if (rows <= 16) return HasFastGemv(type) ? 1e-2 : 1e-5;
+  if (rows <= 16) return HasFastGemv(type) ? kInt8ActivationBound : 1e-5;
   // IQ4_XS up to the wide tensor-core GEMV's limit (32).
-  if (rows <= kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8)) return 1e-2;
+  if (rows <= kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8)) {
+    return kInt8ActivationBound;
+  }
   return (type == GgmlType::kF32 || type == GgmlType::kBF16) ? 1e-5 : 5e-3;
 }
 
