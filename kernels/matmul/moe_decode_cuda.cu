@@ -444,15 +444,16 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
                        : int64_t{a.tokens} * (a.routed + (shared ? 1 : 0));
 }
 
-// One arrival per CTA in the gate/up kernel's per-token modes (StoreAndQuantizeBlockCta) with
-// STEPSERVE_MOE_CTA_ARRIVAL=1 (read once). Off: on the H100 (session 24 call 7, results-v21.txt;
-// 24 layers IQ4_XS, 1 / 2 / 4 streams, two alternating rounds) it was within the spread - 2.607 /
-// 3.568 / 5.523 and 2.611 / 3.582 / 5.513 ms per warp, 2.609 / 3.581 / 5.541 and 2.596 / 3.518 /
-// 5.482 per CTA; the GPU tests pass with it. One A/B with more rounds on an H200 decides.
+// One arrival per CTA in the gate/up kernel's per-token modes (StoreAndQuantizeBlockCta); one per
+// warp with STEPSERVE_MOE_CTA_ARRIVAL=0 (read once). On by measurement, H100, 24 layers, five
+// alternating rounds over sessions 24-25 (results-v21.txt call 7, results-v22.txt call 1): IQ4_XS
+// 1 / 2 streams per warp 2.607 2.611 2.595 2.583 2.585 / 3.568 3.582 3.547 3.561 3.549 ms, per CTA
+// 2.609 2.596 2.569 2.581 2.573 / 3.581 3.518 3.525 3.551 3.536 (-0.4% / -0.5% in the means, 4 of
+// 5 rounds faster); Q4_K_M 1 stream 2.998 -> 2.947. The GPU tests pass with it.
 bool CtaArrival() {
   static const bool on = [] {
     const char* v = std::getenv("STEPSERVE_MOE_CTA_ARRIVAL");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }();
   return on;
 }
