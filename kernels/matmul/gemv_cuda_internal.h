@@ -176,17 +176,6 @@ inline constexpr int64_t kGroupedMmaMinPairs = 8;
 cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                     cudaStream_t stream);
 
-// Grouped mode of IQ4_XS for decode batches (a few groups per matrix) through the tensor-core
-// kernel with one 8-row column tile and no K split (gemv_mma_cuda.cu,
-// GemvMmaIq4XsDecodeGroupedKernel), tried before the dp4a grouped GEMV when
-// GroupedMmaDecodeCtasSetting() is positive: STEPSERVE_GROUPED_MMA_DECODE at the first use, 0 off
-// (the default until measured), 1 = at most kGroupedMmaDecodeCtasPerSlot CTAs per slot, N > 1 = at
-// most N. cudaErrorNotSupported, with nothing launched, when off or for anything else.
-inline constexpr int kGroupedMmaDecodeCtasPerSlot = 16;
-std::atomic<int>& GroupedMmaDecodeCtasSetting();
-cudaError_t LaunchGemvQ8xMmaDecodeGrouped(GgmlType type, const GemvParams& p, int64_t slots,
-                                          cudaStream_t stream);
-
 // The same through the grouped tensor-core GEMM (gemm_grouped_mma_cuda.cu: 64 weight rows x 32
 // pairs per CTA, activations staged in shared memory), tried first when GroupedGemmSetting() is
 // non-zero (STEPSERVE_GROUPED_GEMM at the first use, or SetGroupedGemmCuda): 1 = with many groups

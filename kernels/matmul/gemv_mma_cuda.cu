@@ -317,8 +317,6 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
   }
 }
 
-#include "kernels/matmul/gemv_mma_decode_grouped.cuh"
-
 int MinRowsFromEnv() {
   const char* v = std::getenv("STEPSERVE_GEMV_MMA");
   if (v != nullptr && v[0] == '0') return kGemvMmaMaxRows + 1;  // never
@@ -331,15 +329,12 @@ int MinRowsFromEnv() {
 namespace {
 
 // Sets the kernel's shared-memory limit once per device, then launches.
-enum class MmaForm { kPlain, kWide, kGrouped, kDecodeGrouped };
+enum class MmaForm { kPlain, kWide, kGrouped };
 template <int kWarps, int NT, MmaForm kForm>
 cudaError_t LaunchMma(bool overlap, dim3 grid, const GemvParams& p, cudaStream_t stream) {
   constexpr size_t kSmem = MmaSharedBytes<kWarps, NT>();
   void (*kernel)(const GemvParams);  // instantiates only the kernel asked for
-  if constexpr (kForm == MmaForm::kDecodeGrouped) {
-    static_assert(NT == 1, "one column tile");
-    kernel = GemvMmaIq4XsDecodeGroupedKernel<kWarps>;
-  } else if constexpr (kForm == MmaForm::kGrouped) {
+  if constexpr (kForm == MmaForm::kGrouped) {
     kernel = GemvMmaIq4XsGroupedKernel<kWarps, NT>;
   } else if constexpr (kForm == MmaForm::kWide) {
     static_assert(kWarps == 4, "GemvMmaIq4XsWideKernel's shape");
@@ -407,31 +402,6 @@ cudaError_t LaunchGemvQ8xMmaGrouped(GgmlType type, const GemvParams& p, int64_t 
                   static_cast<unsigned>(slots));
   // 32 activation rows per chunk: a prefill's experts see ~60 (2048 tokens, 8 of 288 experts).
   return LaunchMma<4, 4, MmaForm::kGrouped>(/*overlap=*/PdlEnabled(), grid, p, stream);
-}
-
-std::atomic<int>& GroupedMmaDecodeCtasSetting() {
-  static std::atomic<int> ctas{[] {
-    const char* v = std::getenv("STEPSERVE_GROUPED_MMA_DECODE");
-    const int n = v == nullptr ? 0 : std::atoi(v);
-    return n == 1 ? kGroupedMmaDecodeCtasPerSlot : (n < 0 ? 0 : n);
-  }()};
-  return ctas;
-}
-
-cudaError_t LaunchGemvQ8xMmaDecodeGrouped(GgmlType type, const GemvParams& p, int64_t slots,
-                                          cudaStream_t stream) {
-  const int max_ctas = GroupedMmaDecodeCtasSetting().load(std::memory_order_relaxed);
-  if (max_ctas <= 0 || type != GgmlType::kIQ4_XS || !p.x_pair_order || p.in % 256 != 0 ||
-      p.slot_matrix == nullptr || p.slot_begin == nullptr || p.group_order == nullptr ||
-      slots < 1 || slots > 65535) {
-    return cudaErrorNotSupported;
-  }
-  constexpr int kWarps = 4;
-  const int64_t tiles = (p.out + kMmaRowsM - 1) / kMmaRowsM;
-  const int64_t ctas = (tiles + kWarps - 1) / kWarps;
-  const dim3 grid(static_cast<unsigned>(ctas < max_ctas ? ctas : max_ctas),
-                  static_cast<unsigned>(slots));
-  return LaunchMma<kWarps, 1, MmaForm::kDecodeGrouped>(/*overlap=*/PdlEnabled(), grid, p, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

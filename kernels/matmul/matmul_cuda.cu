@@ -262,17 +262,16 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   if (err != cudaSuccess) return status_of(err);
   // The launchers tried in order; cudaErrorNotSupported (nothing launched) passes to the next.
   // Many groups per matrix (a prefill): the tensor-core grouped kernels. A few (decode batches):
-  // the tensor-core decode kernel when it is on (STEPSERVE_GROUPED_MMA_DECODE), then the dp4a
-  // grouped GEMV.
+  // the dp4a grouped GEMV. (A tensor-core grouped GEMV for decode batches - chunks of 8 pairs as
+  // one MMA column tile, whole 16-row tiles per warp - lost to it at every batch on the H100,
+  // session 25, 24 layers IQ4_XS, 8 / 16 / 32 / 64 streams: 12.03-12.09 / 16.92 / 26.88-26.90 /
+  // 38.27-38.31 ms per step against 8.40-8.43 / 12.50-12.56 / 22.39-22.50 / 34.30-34.32; 8 or 48
+  // CTAs per slot at 64 streams 40.97 / 36.28. Removed.)
   if (many_groups) {
     err = gemv_internal::LaunchGemmQ8xMmaGrouped(a.type, p, a.slots, stream);
     if (err == cudaErrorNotSupported) {
       err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);
     }
-    if (err != cudaErrorNotSupported) return status_of(err);
-  }
-  if (a.slot_matrix != nullptr) {
-    err = gemv_internal::LaunchGemvQ8xMmaDecodeGrouped(a.type, p, a.slots, stream);
     if (err != cudaErrorNotSupported) return status_of(err);
   }
   return status_of(

@@ -26,7 +26,6 @@
 #include "engine/quant/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/common/cuda_check.h"
-#include "kernels/matmul/gemv_cuda_internal.h"
 #include "kernels/matmul/matmul_cuda.h"
 #include "kernels/matmul/moe_decode_cuda.h"
 #include "kernels/moe/moe.h"
@@ -147,17 +146,6 @@ struct GroupedGemmF16Scope {
   ~GroupedGemmF16Scope() { SetGroupedGemmF16Cuda(was); }
 };
 
-// The tensor-core grouped GEMV for decode batches (STEPSERVE_GROUPED_MMA_DECODE) with at most
-// `ctas` CTAs per slot (0: off) for a scope.
-struct GroupedMmaDecodeScope {
-  int was;
-  explicit GroupedMmaDecodeScope(int ctas)
-      : was(stepserve::kernels::gemv_internal::GroupedMmaDecodeCtasSetting().exchange(ctas)) {}
-  ~GroupedMmaDecodeScope() {
-    stepserve::kernels::gemv_internal::GroupedMmaDecodeCtasSetting().store(was);
-  }
-};
-
 // Turns the low-bit GEMV types on for a case (GemvCudaSupports, hence MoeGemvCudaSupports).
 struct LowBitScope {
   bool was = SetGemvCudaLowBitTypes(true);
@@ -213,12 +201,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   const bool q4k = gu_type == GgmlType::kQ4_K && down_type == GgmlType::kQ4_K;
   const bool q6k = down_type == GgmlType::kQ6_K;
   const bool all_iq4 = gu_type == GgmlType::kIQ4_XS && down_type == GgmlType::kIQ4_XS;
-  struct Mode {
-    GroupedGemmMode gemm;
-    F16Mode f16;
-    int mma_decode_ctas = 0;  // GroupedMmaDecodeScope
-  };
-  std::vector<Mode> modes;
+  std::vector<std::pair<GroupedGemmMode, F16Mode>> modes;
   if (!many || all_iq4) modes.push_back({GroupedGemmMode::kOff, F16Mode::kIq4Xs});
   if ((gu_type == GgmlType::kIQ4_XS || down_type == GgmlType::kIQ4_XS) && (!many || all_iq4)) {
     for (const F16Mode f16 : {F16Mode::kIq4Xs, F16Mode::kOff}) {
@@ -236,15 +219,9 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     if (many) modes.push_back({GroupedGemmMode::kManyGroups, F16Mode::kAll});
     modes.push_back({GroupedGemmMode::kAlways, F16Mode::kAll});
   }
-  // Decode token counts with IQ4_XS experts: once more through the tensor-core decode GEMV
-  // (GemvMmaIq4XsDecodeGroupedKernel; 1 CTA per slot, so warps loop over 16-row tiles).
-  if (!many && (gu_type == GgmlType::kIQ4_XS || down_type == GgmlType::kIQ4_XS)) {
-    modes.push_back({GroupedGemmMode::kOff, F16Mode::kIq4Xs, 1});
-  }
-  for (const auto& [mode, f16_mode, mma_decode_ctas] : modes) {
+  for (const auto& [mode, f16_mode] : modes) {
     const GroupedGemmScope scope(mode);
     const GroupedGemmF16Scope f16_scope(f16_mode);
-    const GroupedMmaDecodeScope mma_decode_scope(mma_decode_ctas);
     const int f16 = static_cast<int>(f16_mode);
     const int gemm = static_cast<int>(mode);
     auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
@@ -268,11 +245,11 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     const double err = testing::RelError(got_delta, ref_delta);
     EXPECT_LT(err, kMaxRelError) << GgmlTypeName(gu_type) << "/" << GgmlTypeName(down_type)
                                  << " tokens " << tokens << " limit " << limit << " gemm " << gemm
-                                 << " f16 " << f16 << " mma_decode " << mma_decode_ctas;
-    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d mma_decode=%d rel_error=%.3g\n",
+                                 << " f16 " << f16;
+    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d rel_error=%.3g\n",
                 std::string(GgmlTypeName(gu_type)).c_str(),
                 std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit,
-                gemm, f16, mma_decode_ctas, err);
+                gemm, f16, err);
   }
 }
 

@@ -20,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-$(mktemp -d)}
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
-tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_mma_decode test_gemv_grouped test_gemv_one_row test_moe_down test_moe_gate_up}
+tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped test_gemv_one_row test_moe_down test_moe_gate_up}
 quant_sources=("$root/engine/quant/quant_k.cc" "$root/engine/quant/quant_iq.cc"
   "$root/engine/quant/quant_tables.cc")
 python3 "$here/transform.py" "$work/shadow"

@@ -16,11 +16,7 @@
 #include <vector>
 
 #include "emu_cuda.h"
-#ifdef EMU_GROUPED_MMA_DECODE  // test_gemv_mma_decode.cc: the tensor-core decode kernel instead
-#include "kernels/matmul/gemv_mma_cuda.cu"
-#else
 #include "kernels/matmul/gemv_q8x_grouped_cuda.cu"
-#endif
 #include "test_common.h"
 #include "test_quant_types.h"
 
@@ -78,13 +74,8 @@ bool RunCase(const Case& c, uint32_t seed) {
   emu::AddGlobal(grouping.slot_begin.data(), grouping.slot_begin.size() * sizeof(int32_t));
   emu::AddGlobal(grouping.group_order.data(), grouping.group_order.size() * sizeof(int32_t));
   const long long ctas0 = emu::n_ctas;
-#ifdef EMU_GROUPED_MMA_DECODE
-  const cudaError_t err = stepserve::kernels::gemv_internal::LaunchGemvQ8xMmaDecodeGrouped(
-      g_type, p, static_cast<int64_t>(c.slots.size()), nullptr);
-#else
   const cudaError_t err = stepserve::kernels::gemv_internal::LaunchGemvQ8xGrouped(
       g_type, p, static_cast<int64_t>(c.slots.size()), /*overlap_previous=*/false, nullptr);
-#endif
   if (err != cudaSuccess) {
     std::printf("FAIL %s: launcher returned %d\n", c.name.c_str(), int(err));
     return false;
@@ -109,7 +100,7 @@ int main(int argc, char** argv) {
   const std::vector<Case> cases = {
       {"long rows, 1-4 groups per slot", 4096, 40, 1, 3, 6, {{2, 1}, {0, 2}, {5, 3}, {1, 4}}, 2},
       {"long rows, 5 and 9 groups (two, three chunks)", 2048, 33, 1, 0, 3, {{1, 5}, {2, 9}}, 1},
-      // 10 tiles of 16 rows (the last one partial): the tensor-core decode kernel's warps loop.
+      // 150 output rows: the last row block partial.
       {"long rows, 150 rows, 2 and 9 groups", 2048, 150, 1, 2, 3, {{1, 2}, {0, 9}}, 1},
       // 40 blocks: five iterations of the two-step ring (the pointer form's advance matters from
       // the third; 16 blocks are two).
@@ -140,21 +131,11 @@ int main(int argc, char** argv) {
        6},
   };
   int fails = 0;
-#ifdef EMU_GROUPED_MMA_DECODE
-  // One CTA per slot, so its warps loop over several 16-row tiles (from 5 tiles: out > 64).
-  stepserve::kernels::gemv_internal::GroupedMmaDecodeCtasSetting().store(1);
-  const std::vector<GgmlType> types = {GgmlType::kIQ4_XS};
-  const char* const kind = "gemv_mma_decode ";
-#else
-  const std::vector<GgmlType> types = {GgmlType::kIQ4_XS, GgmlType::kQ4_K,    GgmlType::kQ5_K,
-                                       GgmlType::kQ6_K,   GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
-                                       GgmlType::kIQ2_S,  GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
-                                       GgmlType::kQ2_K,   GgmlType::kQ3_K};
-  const char* const kind = "gemv_grouped ";
-#endif
-  for (GgmlType t : types) {
+  for (GgmlType t : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                     GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
+                     GgmlType::kIQ3_S, GgmlType::kQ2_K, GgmlType::kQ3_K}) {
     g_type = t;
-    const std::string label = std::string(kind) + EmuType(t).name + " ";
+    const std::string label = std::string("gemv_grouped ") + EmuType(t).name + " ";
     fails = RunCases(cases, only, seed, label.c_str(), fails, RunCase);
   }
   return fails != 0;

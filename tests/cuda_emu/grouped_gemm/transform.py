@@ -7,7 +7,7 @@ import os, sys
 M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'kernels') + '/'
 out = sys.argv[1]
 files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
-         'matmul/gemv_mma_cuda.cu', 'matmul/gemv_mma_decode_grouped.cuh',
+         'matmul/gemv_mma_cuda.cu',
          'matmul/gemm_f16_decoders.cuh', 'matmul/gemm_f16_decoders_grid.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh', 'common/arrival.cuh',
          'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_pieces_low_bit.cuh',
@@ -52,7 +52,6 @@ reps = {
  ],
  'matmul/gemm_grouped_mma_cuda.cu': [],
  'matmul/gemv_mma_cuda.cu': [],
- 'matmul/gemv_mma_decode_grouped.cuh': [],
  'matmul/gemm_grouped_f16_cuda.cu': [],
  'matmul/gemm_f16_decoders.cuh': [
   ('__device__ __forceinline__ uint32_t FmaF16x2(', 'inline uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c) { return emu::FmaF16x2(a, b, c); }'),
@@ -84,9 +83,9 @@ for f in files:
         old = 'extern __shared__ __align__(16) uint8_t gemm_smem[];'
         assert s.count(old) == 1
         s = s.replace(old, 'uint8_t* const gemm_smem = emu::smem_base;')
-    if f in ('matmul/gemv_mma_cuda.cu', 'matmul/gemv_mma_decode_grouped.cuh'):  # 3 + 1 kernels
+    if f == 'matmul/gemv_mma_cuda.cu':  # three kernels declare the dynamic area
         old = 'extern __shared__ __align__(16) uint8_t mma_smem[];'
-        assert s.count(old) == (3 if f == 'matmul/gemv_mma_cuda.cu' else 1)
+        assert s.count(old) == 3
         s = s.replace(old, 'uint8_t* const mma_smem = emu::smem_base;')
     if f == 'matmul/moe_down_lean.cuh':  # static shared arrays: one copy for the CTA's threads
         assert s.count('__shared__ ') == 2
