@@ -141,9 +141,10 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int
   }
 }
 
-// The staged block: the warp's 16 rows x the chunk's 64 columns, into acc. shift: where the block
-// starts in the staged rows g and g + 8 (D::Shift; 0 but for Q6_K).
-template <class D>
+// The staged block: the warp's 16 rows x the first kTiles of the chunk's column tiles (8 columns
+// each), into acc. shift: where the block starts in the staged rows g and g + 8 (D::Shift; 0 but
+// for Q6_K).
+template <class D, int kTiles>
 __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, int g, int t,
                                                int shift, const F16DecodeTables& tbl,
                                                float (&acc)[kColTiles][4]) {
@@ -161,10 +162,10 @@ __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, i
     const uint32_t a_hi[4] = {
         D::Halves(sa, sa.words.y, 0x4140u), D::Halves(sb, sb.words.y, 0x4140u),
         D::Halves(sa, sa.words.y, 0x4342u), D::Halves(sb, sb.words.y, 0x4342u)};
-    // All 8 column tiles, also past the chunk's columns: a branch per tile split the loop into
-    // basic blocks the compiler could not schedule across (the first version's profile).
+    // All kTiles column tiles, also past the chunk's columns: a branch per tile split the loop
+    // into basic blocks the compiler could not schedule across (the first version's profile).
 #pragma unroll
-    for (int j = 0; j < kColTiles; ++j) {
+    for (int j = 0; j < kTiles; ++j) {
       // Column g of tile j = staged row 8j + g; chunk t of sub-block ib.
       const uint4 x = *reinterpret_cast<const uint4*>(act + 8 * j * kActStride + 64 * ib);
       MmaF16(a_lo, x.x, x.y, acc[j]);
@@ -173,9 +174,35 @@ __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, i
   }
 }
 
-// Grid (128-row tiles, slots). A slot's groups run in chunks of 64 (the last one's missing
-// columns are computed and dropped).
-template <class D>
+// One chunk's products over all of K: the two-stage copy pipeline of the weight and activation
+// blocks and, per block, MmaStagedBlock over the first kTiles column tiles.
+template <class D, int kTiles>
+__device__ __forceinline__ void ChunkProducts(uint8_t* smem, const CopyPlan& plan, int64_t nb,
+                                              const uint8_t* w_row_a, int warp, int g, int t,
+                                              const F16DecodeTables& tbl,
+                                              float (&acc)[kColTiles][4]) {
+  constexpr int kStageBytes = Layout<D>::kStageBytes;
+  for (int64_t kb = 0; kb < nb; ++kb) {
+    uint8_t* stage = smem + static_cast<int>(kb % kStages) * kStageBytes;
+    WaitCopiesButOne();  // this thread's copies of block kb have landed
+    __syncthreads();     // and everyone's
+    // Rows g and g + 8 share it: they lie 8 * w_row_bytes apart, a multiple of 16 (Q6_K rows
+    // are 210 bytes per block: even).
+    const int shift = D::Shift(w_row_a + kb * D::kBlockBytes);
+    MmaStagedBlock<D, kTiles>(stage, warp, g, t, shift, tbl, acc);
+    __syncthreads();  // every warp is done with the stage before it is refilled
+    if (kb + kStages < nb) CopyStage<D>(stage, plan, kb + kStages);
+    CommitCopies();
+  }
+}
+
+// Grid (128-row tiles, slots). A slot's groups run in chunks of 64. The last chunk's missing
+// columns are computed and dropped, unless kNarrowTails: then a chunk of at most 16 / 32 columns
+// computes only 2 / 4 of the 8 column tiles (STEPSERVE_GEMM_F16_NARROW_TAILS). Why: at a
+// 2048-token prefill (16384 pairs over 288 experts, ~57 each) ncu counted 69.1M executed HMMAs
+// in a gate launch where its 18432 columns need 47.2M (H100, session 25): about 1.35 chunks per
+// expert, the second mostly padding. The weights are still decoded for a narrow chunk.
+template <class D, bool kNarrowTails>
 __global__ void __launch_bounds__(32 * kWarps, 2)
     GemmF16GroupedKernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(16) uint8_t gemm_smem[];
@@ -210,17 +237,12 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
       CommitCopies();  // empty groups too: the wait below counts groups
     }
     float acc[kColTiles][4] = {};
-    for (int64_t kb = 0; kb < nb; ++kb) {
-      uint8_t* stage = gemm_smem + static_cast<int>(kb % kStages) * kStageBytes;
-      WaitCopiesButOne();  // this thread's copies of block kb have landed
-      __syncthreads();     // and everyone's
-      // Rows g and g + 8 share it: they lie 8 * w_row_bytes apart, a multiple of 16 (Q6_K rows
-      // are 210 bytes per block: even).
-      const int shift = D::Shift(w_row_a + kb * D::kBlockBytes);
-      MmaStagedBlock<D>(stage, warp, g, t, shift, tbl, acc);
-      __syncthreads();  // every warp is done with the stage before it is refilled
-      if (kb + kStages < nb) CopyStage<D>(stage, plan, kb + kStages);
-      CommitCopies();
+    if (kNarrowTails && cols <= 16) {
+      ChunkProducts<D, 2>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+    } else if (kNarrowTails && cols <= 32) {
+      ChunkProducts<D, 4>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+    } else {
+      ChunkProducts<D, kColTiles>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     }
     StoreGroupedTile(p, o0 + 16 * warp + g, c0, cols, t, acc);
   }
@@ -278,8 +300,27 @@ int SettingFromEnv() {
 template <class D>
 cudaError_t LaunchGemmF16(const GemvParams& p, int64_t slots, cudaStream_t stream) {
   static std::atomic<uint64_t> attribute_set{0};
-  return LaunchGroupedTiles(GemmF16GroupedKernel<D>, kTileRows, 32 * kWarps, Layout<D>::kSmemBytes,
-                            attribute_set, p, slots, stream);
+  return LaunchGroupedTiles(GemmF16GroupedKernel<D, false>, kTileRows, 32 * kWarps,
+                            Layout<D>::kSmemBytes, attribute_set, p, slots, stream);
+}
+
+// STEPSERVE_GEMM_F16_NARROW_TAILS=1 (read once): the narrow last chunks, built for the types of
+// the published mixes' experts (IQ4_XS, Q4_K, Q6_K) only, to keep the 2-3 bit decoders' build
+// as it was. Off until measured on a device.
+bool NarrowTails() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_GEMM_F16_NARROW_TAILS");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
+template <class D>
+cudaError_t LaunchGemmF16MaybeNarrow(const GemvParams& p, int64_t slots, cudaStream_t stream) {
+  if (!NarrowTails()) return LaunchGemmF16<D>(p, slots, stream);
+  static std::atomic<uint64_t> attribute_set{0};
+  return LaunchGroupedTiles(GemmF16GroupedKernel<D, true>, kTileRows, 32 * kWarps,
+                            Layout<D>::kSmemBytes, attribute_set, p, slots, stream);
 }
 
 }  // namespace
@@ -310,13 +351,13 @@ cudaError_t LaunchConvertActivationsF16(const GemvParams& p, uint16_t* xh, cudaS
 cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  cudaStream_t stream) {
   if (type == GgmlType::kIQ4_XS && p.x_pair_order) {
-    return LaunchGemmF16<Iq4XsF16Decoder>(p, slots, stream);
+    return LaunchGemmF16MaybeNarrow<Iq4XsF16Decoder>(p, slots, stream);
   }
   if (type == GgmlType::kQ4_K && !p.x_pair_order) {
-    return LaunchGemmF16<Q4KF16Decoder>(p, slots, stream);
+    return LaunchGemmF16MaybeNarrow<Q4KF16Decoder>(p, slots, stream);
   }
   if (type == GgmlType::kQ6_K && !p.x_pair_order) {
-    return LaunchGemmF16<Q6KF16Decoder>(p, slots, stream);
+    return LaunchGemmF16MaybeNarrow<Q6KF16Decoder>(p, slots, stream);
   }
   if (!p.x_pair_order) {
     switch (type) {

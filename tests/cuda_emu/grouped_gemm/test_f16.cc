@@ -471,10 +471,13 @@ int main(int argc, char** argv) {
   }
   const int E = 5;
   // Chunks of 64 pairs: 1 group, exactly one chunk, one and a bit, two and a partial, one and 63;
-  // unused and out-of-range (-1: zero rows) slots, an empty slot.
-  const std::vector<SlotSpec> slots = {{1, 1},   {E - 1, 64}, {0, 65},         {kSlotUnused, 3},
-                                       {2, 150}, {-1, 70},    {3, 127},        {4, 0},
-                                       {-1, 1},  {0, 2},      {kSlotUnused, 0}};
+  // unused and out-of-range (-1: zero rows) slots, an empty slot. Last chunks of every width class
+  // of STEPSERVE_GEMM_F16_NARROW_TAILS (2 column tiles up to 16 columns, 4 up to 32, else 8) and
+  // at each class's edges: 1, 2, 6, 9, 16 | 17, 22, 32 | 33, 63, 64.
+  const std::vector<SlotSpec> slots = {{1, 1},   {E - 1, 64}, {0, 65},          {kSlotUnused, 3},
+                                       {2, 150}, {-1, 70},    {3, 127},         {4, 0},
+                                       {-1, 1},  {0, 2},      {kSlotUnused, 0}, {1, 73},
+                                       {2, 80},  {3, 81},     {4, 96},          {0, 33}};
   const std::vector<Case> cases = {
       // out: one whole tile, two tiles with 72 rows in the second (4 passes of 15 + 12), less than
       // a warp's share, two whole tiles, 15 rows past a tile (one pass), 16 rows (warp 0 only).
