@@ -69,6 +69,11 @@ add no_wait "WaitCopiesButOne();  // this thread's copies of block kb have lande
 # Converter: plain order instead of pair order.
 add convert_order "{a.x, b.x, a.y, b.y, a.z, b.z, a.w, b.w}" \
   "{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}"
+# Narrow last chunks (the default): a class edge one column too wide (a chunk of 17 / 33 pairs
+# with 2 / 4 column tiles), a chunk of <= 16 pairs with one column tile.
+add narrow2_edge "if (kNarrowTails && cols <= 16) {" "if (kNarrowTails && cols <= 17) {"
+add narrow4_edge "} else if (kNarrowTails && cols <= 32) {" "} else if (kNarrowTails && cols <= 33) {"
+add narrow2_one_tile "ChunkProducts<D, 2>(" "ChunkProducts<D, 1>("
 [ $# -gt 0 ] && names=("$@")
 jobs=${EMU_JOBS:-2}
 for n in "${names[@]}"; do
