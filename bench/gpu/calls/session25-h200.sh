@@ -6,7 +6,8 @@
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model || exit 1
-call_ab 1,2,4,16,64 2048,4096
+call_ab 1,2,4 2048,4096
+call_ab 16,64 ""
 CALL_RECIPE=q4_k_m call_ab 1 2048
 call_ab 8,32 ""
 CALL_RECIPE=q4_k_m call_ab 2,4 ""
