@@ -61,16 +61,17 @@ call_model_file() {
 # call_ab BATCHES PREFILL [VAR=value...]: one bench_model process (12 decode steps) of the
 # $CALL_PRESET model (default step-3.5-flash) with $CALL_LAYERS layers (45) in the $CALL_RECIPE
 # recipe (iq4_xs) and the $CALL_TYPES overrides (bench_model --types, e.g. exp-gate-up=iq3_s),
-# 90 s at most; prints ms per step per batch and prefill tok/s.
+# plus the bench_model flags in $CALL_BENCH_ARGS (e.g. "--kv-dtype f16 --context 4096"), 90 s at
+# most; prints ms per step per batch and prefill tok/s.
 call_ab() {
   local batches=$1 prefill=$2
   shift 2
   local s=$(date +%s)
   timeout 90 env "$@" "$CALL_BUILD/bench/gpu/bench_model" --synthetic "${CALL_PRESET:-step-3.5-flash}" \
     --layers "${CALL_LAYERS:-45}" --recipe "${CALL_RECIPE:-iq4_xs}" ${CALL_TYPES:+--types "$CALL_TYPES"} \
-    --batches "$batches" --decode-steps 12 --prefill "$prefill" \
+    --batches "$batches" --decode-steps 12 --prefill "$prefill" ${CALL_BENCH_ARGS:-} \
     --layer-times=false >"$CALL_LOGS/ab.jsonl" 2>"$CALL_LOGS/ab.err"
-  echo "ab ${CALL_PRESET:-step-3.5-flash}/${CALL_LAYERS:-45} ${CALL_RECIPE:-iq4_xs}${CALL_TYPES:+ $CALL_TYPES} [$*] rc=$? $(($(date +%s) - s)) s" "$(grep -E 'decode|prefill' "$CALL_LOGS/ab.jsonl" |
+  echo "ab ${CALL_PRESET:-step-3.5-flash}/${CALL_LAYERS:-45} ${CALL_RECIPE:-iq4_xs}${CALL_TYPES:+ $CALL_TYPES}${CALL_BENCH_ARGS:+ $CALL_BENCH_ARGS} [$*] rc=$? $(($(date +%s) - s)) s" "$(grep -E 'decode|prefill' "$CALL_LOGS/ab.jsonl" |
     grep -o '"batch":[0-9]*,"context":[0-9]*,"ms_per_step":[0-9.]*\|"prompt_tokens":[0-9]*,"seconds":[0-9.]*,"tokens_per_s":[0-9.]*' |
     sed 's/"context":[0-9]*,//' | tr '\n' ' ')"
   grep -h '"memory"' "$CALL_LOGS/ab.jsonl"
