@@ -33,6 +33,7 @@
 #include "kernels/attention/paged_attention_cuda_params.cuh"
 #include "kernels/common/arrival.cuh"
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/sigmoid.cuh"
 #include "kernels/matmul/q8_quantize.cuh"
@@ -435,20 +436,14 @@ cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream
 // call 1): 4.668 / 6.583 / 9.627 and 4.662 / 6.547 / 9.624 without, 4.608 / 6.510 / 9.542 and
 // 4.643 / 6.533 / 9.555 with.
 bool EarlyLoadsEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_ATTN_EARLY_LOADS");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_ATTN_EARLY_LOADS");
   return on;
 }
 
 // Head dim 128 (Step-3.5-Flash, the tiny presets' larger layers) with its geometry fixed at
 // compile time, unless STEPSERVE_ATTN_FIXED_DIMS=0 (read once).
 bool FixedDimsEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_ATTN_FIXED_DIMS");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_ATTN_FIXED_DIMS");
   return on;
 }
 

@@ -24,8 +24,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
+
+#include "kernels/common/env_switch.h"
 
 namespace stepserve::kernels {
 
@@ -43,10 +44,7 @@ __device__ __forceinline__ void WaitForPrimaryGrid() {
 
 // Whether launches use programmatic stream serialization (STEPSERVE_PDL, read once).
 inline bool PdlEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_PDL");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_PDL");
   return on;
 }
 

@@ -38,6 +38,7 @@
 #include <cstdlib>
 
 #include "kernels/common/dynamic_smem.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -299,10 +300,10 @@ int SettingFromEnv() {
   return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : (v[0] == '2' ? 2 : 3));
 }
 
-template <class D>
+template <class D, bool kNarrowTails = false>
 cudaError_t LaunchGemmF16(const GemvParams& p, int64_t slots, cudaStream_t stream) {
-  static std::atomic<uint64_t> attribute_set{0};
-  return LaunchGroupedTiles(GemmF16GroupedKernel<D, false>, kTileRows, 32 * kWarps,
+  static std::atomic<uint64_t> attribute_set{0};  // one per kernel instantiation
+  return LaunchGroupedTiles(GemmF16GroupedKernel<D, kNarrowTails>, kTileRows, 32 * kWarps,
                             Layout<D>::kSmemBytes, attribute_set, p, slots, stream);
 }
 
@@ -314,19 +315,14 @@ cudaError_t LaunchGemmF16(const GemvParams& p, int64_t slots, cudaStream_t strea
 // 15722, 15969 / 15607 (+7-8%); the 4-layer table's gate / down launches 1350 / 1290 -> 1220 /
 // 1160 us. MoE GEMV (52), MoE (50) and whole-model (13) GPU tests pass with it.
 bool NarrowTails() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_GEMM_F16_NARROW_TAILS");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_GEMM_F16_NARROW_TAILS");
   return on;
 }
 
 template <class D>
 cudaError_t LaunchGemmF16MaybeNarrow(const GemvParams& p, int64_t slots, cudaStream_t stream) {
-  if (!NarrowTails()) return LaunchGemmF16<D>(p, slots, stream);
-  static std::atomic<uint64_t> attribute_set{0};
-  return LaunchGroupedTiles(GemmF16GroupedKernel<D, true>, kTileRows, 32 * kWarps,
-                            Layout<D>::kSmemBytes, attribute_set, p, slots, stream);
+  return NarrowTails() ? LaunchGemmF16<D, true>(p, slots, stream)
+                       : LaunchGemmF16<D, false>(p, slots, stream);
 }
 
 }  // namespace

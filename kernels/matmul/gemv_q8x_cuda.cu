@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -221,10 +222,7 @@ inline constexpr int kOneRowMinBlocks<PieceQ4_K> = STEPSERVE_Q4K_ONE_ROW_MIN_BLO
 // 7.216 / 10.144 / 12.111 / 18.667 without, 7.021-7.061 / 9.713-9.730 / 11.500-11.572 /
 // 18.570-18.666 with (the dense projections' GEMVs; 8 streams take the tensor-core GEMV).
 bool GemvExactRows() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_GEMV_EXACT_ROWS");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_GEMV_EXACT_ROWS");
   return on;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -165,10 +166,7 @@ int GroupedMinCtasPerSm() {
 // up 408 -> 390 us, down 484 -> 466 us. The guarded form branches around every activation row's
 // loads, dots and reduction in each step; the exact forms' code is 2.5x larger (4 copies).
 bool GroupedExactRows() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_GROUPED_EXACT_ROWS");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_GROUPED_EXACT_ROWS");
   return on;
 }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/common/arrival.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -451,10 +452,7 @@ int64_t GateUpGridRows(const ExpertGateUpParams& a) {
 // 2.609 2.596 2.569 2.581 2.573 / 3.581 3.518 3.525 3.551 3.536 (-0.4% / -0.5% in the means, 4 of
 // 5 rounds faster); Q4_K_M 1 stream 2.998 -> 2.947. The GPU tests pass with it.
 bool CtaArrival() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_MOE_CTA_ARRIVAL");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_MOE_CTA_ARRIVAL");
   return on;
 }
 
@@ -500,10 +498,7 @@ inline constexpr int kDownDepth = P::kDepth1 > 3 ? 3 : P::kDepth1;
 // and 3.207 / 4.237 with this one - so the other types keep the cursor form (not measured for the
 // 2-3 bit types).
 bool DownLean() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_MOE_DOWN_LEAN");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_MOE_DOWN_LEAN");
   return on;
 }
 
@@ -533,10 +528,7 @@ cudaError_t LaunchDownTyped(ExpertDownParams a, cudaStream_t stream) {
 // at 1 / 2 streams, session 18 call 4, two alternating pairs): 5.869 / 8.690 and 5.888 / 8.716
 // without, 5.639 / 7.801 and 5.643 / 7.816 with.
 bool FusedQ6K() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_MOE_DECODE_Q6K");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_MOE_DECODE_Q6K");
   return on;
 }
 

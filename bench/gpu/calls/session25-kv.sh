@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 25, last call: the KV cache as F16 against the default F32 (bench_model --kv-dtype).
 # Why: the prefill attention kernel (PrefillAttentionKernel<128, float>, ~0.5 ms of a layer's
-# ~5.5 ms at 2048 tokens) loads every F32 key / value tile and converts it to F16 once per query
+# ~6.1 ms at 2048 tokens) loads every F32 key / value tile and converts it to F16 once per query
 # head - 8 (full) or 12 (SWA) times per KV head - about 64 KB per 512 MMAs; F16 pages go by
 # cp.async at half the bytes. Decode attention reads half the bytes too. llama.cpp's default cache
 # type is F16; the tiny model's logits move by < 4e-4 with it (docs/serve-flags.md). IQ4_XS 1 / 16

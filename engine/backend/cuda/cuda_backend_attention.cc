@@ -28,6 +28,7 @@
 #include "engine/base/status_macros.h"
 #include "kernels/attention/kv_append_rope_cuda.h"
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/elementwise/elementwise_cuda.h"
 
 namespace stepserve {
@@ -41,20 +42,14 @@ constexpr int64_t kPrefillMinRows = 16;
 // 7.505 / 7.546 -> 7.400 / 7.358 ms (bench/gpu/results-h200-v12.txt); same bits as the two
 // kernels (rope_append_cuda_test).
 bool RopeAppendFused() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_ROPE_APPEND");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = kernels::EnvSwitchOn("STEPSERVE_ROPE_APPEND");
   return on;
 }
 
 // The head gate in the split-K combine (AttentionHeadGate) unless STEPSERVE_ATTN_GATE_IN_COMBINE=0
 // (then Attention and HeadGate, for A/B runs).
 bool GateInCombine() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_ATTN_GATE_IN_COMBINE");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool on = kernels::EnvSwitchOn("STEPSERVE_ATTN_GATE_IN_COMBINE");
   return on;
 }
 
