@@ -45,8 +45,8 @@
 namespace stepserve::kernels {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kWarps = 4;               // row warps per query head
+constexpr int kThreads = 32 * kWarps;   // threads per query head
 constexpr int kTileRows = 16 * kWarps;  // query rows per CTA
 constexpr int kKeys = 64;               // key positions per shared-memory tile
 // Halves of padding per shared K / V row: a row stride of (head_dim + 8) * 2 bytes is an odd
@@ -56,6 +56,7 @@ constexpr int kPad = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kTileRows == kPrefillTileRows);
 static_assert(kThreads == 2 * kKeys);  // the prologue computes two tiles' offsets, one per thread
+// of the first head
 
 struct PrefillParams {
   const float* q;
@@ -192,18 +193,19 @@ __device__ __forceinline__ void StoreRaw(const RawChunk<KvQ8>& r, __half* kd, __
 // one task per 8 values (16 shared bytes); rows with offset -1 become zeros. F16 pages go through
 // cp.async (the caller commits the group); F32 and Q8_0 pages are loaded kBatch tasks at a time
 // and converted in registers.
-template <int kDim, typename KvT>
+template <int kDim, typename KvT, int kCtaThreads>
 __device__ __forceinline__ void LoadKvTile(const PrefillParams& p, const int64_t* offsets,
                                            __half* k_s, __half* v_s) {
   constexpr int kChunks = kDim / 8;
   constexpr int kStride = kDim + kPad;
-  constexpr int kTasks = kKeys * kChunks / kThreads;  // per thread: 8 (128) or 12 (192)
-  static_assert(kKeys * kChunks % kThreads == 0);
+  // Per thread: 8 (128) or 12 (192) with one query head per CTA, 4 or 6 with two.
+  constexpr int kTasks = kKeys * kChunks / kCtaThreads;
+  static_assert(kKeys * kChunks % kCtaThreads == 0);
   if constexpr (std::is_same_v<KvT, __half>) {
     // (Not unrolled: unrolling let the compiler keep every copy's addresses live, +80 registers.)
 #pragma unroll 1
     for (int i = 0; i < kTasks; ++i) {
-      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int idx = static_cast<int>(threadIdx.x) + i * kCtaThreads;
       const int j = idx / kChunks;
       const int c = idx - j * kChunks;
       __half* kd = k_s + j * kStride + 8 * c;
@@ -218,14 +220,14 @@ __device__ __forceinline__ void LoadKvTile(const PrefillParams& p, const int64_t
       }
     }
   } else {
-    constexpr int kBatch = 4;
+    constexpr int kBatch = kTasks % 4 == 0 ? 4 : 3;
     static_assert(kTasks % kBatch == 0);
 #pragma unroll 1
     for (int i0 = 0; i0 < kTasks; i0 += kBatch) {
       RawChunk<KvT> raw[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        const int idx = static_cast<int>(threadIdx.x) + (i0 + b) * kThreads;
+        const int idx = static_cast<int>(threadIdx.x) + (i0 + b) * kCtaThreads;
         const int j = idx / kChunks;
         const int c = idx - j * kChunks;
         const int64_t base = offsets[j];
@@ -243,7 +245,7 @@ __device__ __forceinline__ void LoadKvTile(const PrefillParams& p, const int64_t
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        const int idx = static_cast<int>(threadIdx.x) + (i0 + b) * kThreads;
+        const int idx = static_cast<int>(threadIdx.x) + (i0 + b) * kCtaThreads;
         const int j = idx / kChunks;
         const int c = idx - j * kChunks;
         StoreRaw(raw[b], k_s + j * kStride + 8 * c, v_s + j * kStride + 8 * c);
@@ -333,8 +335,12 @@ __device__ __forceinline__ void AttendKeyTile(uint32_t k_addr, uint32_t v_addr, 
   }
 }
 
-template <int kDim, typename KvT>
-__global__ void __launch_bounds__(kThreads) PrefillAttentionKernel(const PrefillParams p) {
+// kHeads query heads of one KV head per CTA (grid y: heads / kHeads), kWarps row warps each
+// (warps kWarps * i .. kWarps * i + kWarps - 1: head i): with 2 the CTA loads (and for F32 / Q8_0
+// pages converts) each K / V tile once for both heads, half the tile traffic of one head per CTA
+// at the same warps per SM (the 4-warp CTA's 174 registers allow 2 per SM, the 8-warp one 1).
+template <int kDim, typename KvT, int kHeads>
+__global__ void __launch_bounds__(kThreads* kHeads) PrefillAttentionKernel(const PrefillParams p) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   constexpr int kStride = kDim + kPad;
@@ -349,11 +355,12 @@ __global__ void __launch_bounds__(kThreads) PrefillAttentionKernel(const Prefill
       tile.first_record > p.n_rows - tile.count) {
     return;  // not a tile BuildPrefillTiles makes; the whole CTA leaves
   }
-  const int h = static_cast<int>(blockIdx.y);
-  const int g = h / p.group;
+  // The host launches kHeads > 1 only when group % kHeads == 0: the CTA's heads share g.
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
-  const int warp = tid >> 5;
+  const int warp = (tid >> 5) % kWarps;  // row warp within the head
+  const int h = static_cast<int>(blockIdx.y) * kHeads + (tid >> 5) / kWarps;
+  const int g = static_cast<int>(blockIdx.y) * kHeads / p.group;
   const PagedAttentionCudaRow* records = p.rows + tile.first_record;
   const int first_pos = records[0].position;
   const int kv_hi = records[tile.count - 1].position;
@@ -410,11 +417,11 @@ __global__ void __launch_bounds__(kThreads) PrefillAttentionKernel(const Prefill
 
   const int n_key_tiles = (kv_hi - kv_lo) / kKeys + 1;
   // Prologue: offsets of key tiles 0 and 1, then tile 0's copies.
-  if (tid < kKeys || n_key_tiles > 1) {
+  if (tid < kKeys || (tid < 2 * kKeys && n_key_tiles > 1)) {
     offset_s[tid] = KeyOffset<kDim, KvT>(p, table, int64_t{kv_lo} + tid, kv_hi, g);
   }
   __syncthreads();
-  LoadKvTile<kDim, KvT>(p, offset_s, kv_s, kv_s + kTileHalves);
+  LoadKvTile<kDim, KvT, kThreads * kHeads>(p, offset_s, kv_s, kv_s + kTileHalves);
   CommitCopies();
 #pragma unroll 1
   for (int t = 0; t < n_key_tiles; ++t) {
@@ -422,7 +429,8 @@ __global__ void __launch_bounds__(kThreads) PrefillAttentionKernel(const Prefill
     // Tile t + 1 into the other stage, last read by iteration t - 1 (before its final barrier).
     if (t + 1 < n_key_tiles) {
       __half* next = kv_s + (stage ^ 1) * 2 * kTileHalves;
-      LoadKvTile<kDim, KvT>(p, offset_s + (stage ^ 1) * kKeys, next, next + kTileHalves);
+      LoadKvTile<kDim, KvT, kThreads * kHeads>(p, offset_s + (stage ^ 1) * kKeys, next,
+                                               next + kTileHalves);
     }
     CommitCopies();  // possibly empty: keeps "all but the newest group" = tile t
     WaitCopiesButOne();
@@ -466,27 +474,37 @@ constexpr size_t SmemBytes(int dim) {
   return 4 * static_cast<size_t>(kKeys) * (dim + kPad) * 2 + 2 * kKeys * sizeof(int64_t);
 }
 
-template <int kDim, typename KvT>
+template <int kDim, typename KvT, int kHeads>
 cudaError_t Launch(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
-  auto* kernel = &PrefillAttentionKernel<kDim, KvT>;
+  auto* kernel = &PrefillAttentionKernel<kDim, KvT, kHeads>;
   constexpr size_t kSmem = SmemBytes(kDim);  // 70656 (128) / 103424 (192): above the 48 KB default
   static std::atomic<uint64_t> attribute_set{0};
   cudaError_t err = SetDynamicSharedOnce(kernel, kSmem, attribute_set);
   if (err != cudaSuccess) return err;
-  err = LaunchWithPdl(kernel, grid, kThreads, kSmem, stream, p);
+  err = LaunchWithPdl(kernel, grid, kThreads * kHeads, kSmem, stream, p);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
-template <int kDim>
+template <int kDim, int kHeads>
 cudaError_t LaunchForType(KvDtype dtype, const PrefillParams& p, dim3 grid, cudaStream_t stream) {
   switch (dtype) {
     case KvDtype::kF16:
-      return Launch<kDim, __half>(p, grid, stream);
+      return Launch<kDim, __half, kHeads>(p, grid, stream);
     case KvDtype::kQ8_0:
-      return Launch<kDim, KvQ8>(p, grid, stream);
+      return Launch<kDim, KvQ8, kHeads>(p, grid, stream);
     default:
-      return Launch<kDim, float>(p, grid, stream);
+      return Launch<kDim, float, kHeads>(p, grid, stream);
   }
+}
+
+// Two query heads per CTA sharing each K / V tile (where the group is even), on when
+// STEPSERVE_PREFILL_SHARED_KV=1 (read once; off until measured on a device).
+bool SharedKvTiles() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_PREFILL_SHARED_KV");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
 }
 
 // On unless STEPSERVE_PREFILL_ATTENTION=0 (the default since it was measured on the H200:
@@ -557,9 +575,16 @@ KernelStatus PrefillAttentionCuda(const PagedAttentionCudaArgs& a,
   // Positions are int32, so a window of 2^31 or more hides nothing: the same as none.
   p.window = a.window > 0x7FFFFFFF ? 0 : static_cast<int>(a.window);
   p.scale_log2 = a.scale * kLog2e;
-  const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(a.heads));
-  const cudaError_t err = kv.head_dim == 128 ? LaunchForType<128>(kv.dtype, p, grid, stream)
-                                             : LaunchForType<192>(kv.dtype, p, grid, stream);
+  const bool pair = SharedKvTiles() && p.group % 2 == 0;
+  const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(a.heads / (pair ? 2 : 1)));
+  cudaError_t err;
+  if (kv.head_dim == 128) {
+    err = pair ? LaunchForType<128, 2>(kv.dtype, p, grid, stream)
+               : LaunchForType<128, 1>(kv.dtype, p, grid, stream);
+  } else {
+    err = pair ? LaunchForType<192, 2>(kv.dtype, p, grid, stream)
+               : LaunchForType<192, 1>(kv.dtype, p, grid, stream);
+  }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return KernelStatus::kInvalidArgument;

@@ -1,8 +1,8 @@
 // The tensor-core prefill attention (PrefillAttentionCuda) against PagedAttentionRef on fresh
 // random data, its tiling (BuildPrefillTiles, host only) and the backend's routing.
 //
-// Kernel cases: head_dim 128 and 192, GQA groups 8, 12 and 16, full attention and windows 512 and
-// 37 (a window smaller than a tile, so key tiles are cut inside a warp's rows), prompts of 1-3
+// Kernel cases: head_dim 128 and 192, GQA groups 1, 3, 8, 12 and 16, full attention and windows 512
+// and 37 (a window smaller than a tile, so key tiles are cut inside a warp's rows), prompts of 1-3
 // sequences of 16, 63, 64, 65, 200, 700 rows, prefill chunks that start at a nonzero position
 // (the earlier context already cached), block sizes 16 and 32, pages shuffled over the cache, F32,
 // F16 and Q8_0 pages. The cache is poisoned with 0xFF bytes (NaN in F32 / F16, a NaN scale in
@@ -299,6 +299,26 @@ TEST(PrefillAttentionCudaTest, LongPromptsMatchReference) {
     c.name = absl::StrFormat("long %s dh %d group %d window %d q %.0f", DtypeName(l.dtype),
                              l.head_dim, l.group, l.window, l.q_scale);
     RunCase(c, 2000 + i++);
+  }
+}
+
+// Odd groups (1 and 3 query heads per KV head): with STEPSERVE_PREFILL_SHARED_KV=1 the launcher
+// pairs the heads of a CTA only for even groups, so these keep one head per CTA in either setting
+// (the cases above, all even groups, take the paired kernel when it is on).
+TEST(PrefillAttentionCudaTest, OddGroupsMatchReference) {
+  if (!HaveDevice()) GTEST_SKIP() << kNoDeviceMessage;
+  int i = 0;
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+    for (int64_t group : {1, 3}) {
+      Case c;
+      c.dtype = dtype;
+      c.group = group;
+      c.kv_heads = 3;
+      c.window = i % 2 == 0 ? 0 : 37;
+      c.seqs = {{130, 130}, {263, 63}};
+      c.name = absl::StrFormat("odd %s group %d window %d", DtypeName(dtype), group, c.window);
+      RunCase(c, 3000 + i++);
+    }
   }
 }
 
