@@ -40,6 +40,7 @@
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dynamic_smem.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 
 namespace stepserve::kernels {
@@ -497,13 +498,13 @@ cudaError_t LaunchForType(KvDtype dtype, const PrefillParams& p, dim3 grid, cuda
   }
 }
 
-// Two query heads per CTA sharing each K / V tile (where the group is even), on when
-// STEPSERVE_PREFILL_SHARED_KV=1 (read once; off until measured on a device).
+// Two query heads per CTA sharing each K / V tile (where the group is even), on unless
+// STEPSERVE_PREFILL_SHARED_KV=0 (read once). Measured on the H200 (session 26, results-v23.txt;
+// 45 layers, alternating): prefill 2048 / 4096 tokens 8026 / 7698 and 7972 / 7734 -> 8176 / 7899
+// and 8168 / 7899 tok/s with F32 pages (+2.2% / +2.4%), unchanged with F16 pages (8169 / 7937 ->
+// 8183 / 7926); a full-attention layer's launch at 2048 tokens 852 -> 602 us under ncu.
 bool SharedKvTiles() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_PREFILL_SHARED_KV");
-    return v != nullptr && v[0] == '1';
-  }();
+  static const bool on = EnvSwitchOn("STEPSERVE_PREFILL_SHARED_KV");
   return on;
 }
 
