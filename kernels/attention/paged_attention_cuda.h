@@ -203,6 +203,8 @@ bool SetPrefillAttentionCuda(bool enabled);
 // the rows of the tiles are written. kUnsupportedType when !PrefillAttentionCudaSupports(args.kv)
 // (the caller then runs PagedAttentionCuda); kInvalidArgument for a bad tile list or a failed
 // launch. Tiles that are out of range or empty are skipped by the kernel (their rows untouched).
+// With args.gate set (gate_stride >= heads, no q8 outputs) each written row also takes the head
+// gate, the same floats as HeadGateCuda after an ungated launch.
 KernelStatus PrefillAttentionCuda(const PagedAttentionCudaArgs& args,
                                   const PrefillTileCuda* device_tiles, int64_t n_tiles,
                                   cudaStream_t stream);

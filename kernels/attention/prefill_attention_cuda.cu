@@ -42,6 +42,7 @@
 #include "kernels/common/dynamic_smem.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/sigmoid.cuh"
 
 namespace stepserve::kernels {
 namespace {
@@ -77,6 +78,9 @@ struct PrefillParams {
   int group;   // query heads per KV head
   int window;  // 0: full causal attention
   float scale_log2;
+  const float*
+      gate;  // optional head gate logits: out row r, head h *= sigmoid(gate[r * stride + h])
+  int64_t gate_stride;
 };
 
 struct KvQ8 {};  // element tag of Q8_0 pages (addressed in bytes, 2-byte aligned)
@@ -462,11 +466,13 @@ __global__ void __launch_bounds__(kThreads* kHeads) PrefillAttentionKernel(const
     // sum >= 1: the row sees at least its own position, and its largest score adds exp2(0).
     if (16 * warp + (lane >> 2) + 8 * r >= tile.count) continue;  // a clamped repeat row
     const float inv = 1.0f / sum;
+    // The head gate as HeadGateCuda applies it to the stored output: (o * inv) * s, s = 1 exact.
+    const float s = p.gate != nullptr ? Sigmoid(p.gate[q_row[r] * p.gate_stride + h]) : 1.0f;
     float* out = p.out + q_row[r] * p.out_stride + static_cast<int64_t>(h) * kDim + 2 * tig;
 #pragma unroll
     for (int dt = 0; dt < kDim / 8; ++dt) {
-      out[8 * dt] = o[dt][2 * r] * inv;
-      out[8 * dt + 1] = o[dt][2 * r + 1] * inv;
+      out[8 * dt] = o[dt][2 * r] * inv * s;
+      out[8 * dt + 1] = o[dt][2 * r + 1] * inv * s;
     }
   }
 }
@@ -548,7 +554,16 @@ int64_t PrefillAttentionCudaLaunches() { return g_launches.load(std::memory_orde
 KernelStatus PrefillAttentionCuda(const PagedAttentionCudaArgs& a,
                                   const PrefillTileCuda* device_tiles, int64_t n_tiles,
                                   cudaStream_t stream) {
-  if (KernelStatus s = ValidatePagedAttentionCudaArgs(a); s != KernelStatus::kOk) return s;
+  // The head gate here is applied per output row in the epilogue: the combine-kernel conditions
+  // of the shared validation (split-K, int8 rows) do not apply; the int8 rows are not written.
+  PagedAttentionCudaArgs ungated = a;
+  ungated.gate = nullptr;
+  ungated.gate_stride = 0;
+  if (KernelStatus s = ValidatePagedAttentionCudaArgs(ungated); s != KernelStatus::kOk) return s;
+  if (a.gate != nullptr &&
+      (a.gate_stride < a.heads || a.q8_natural != nullptr || a.q8_pair != nullptr)) {
+    return KernelStatus::kInvalidArgument;
+  }
   if (!PrefillAttentionCudaSupports(a.kv)) return KernelStatus::kUnsupportedType;
   if (n_tiles < 0 || (n_tiles > 0 && (device_tiles == nullptr || a.n_rows == 0))) {
     return KernelStatus::kInvalidArgument;
@@ -576,6 +591,8 @@ KernelStatus PrefillAttentionCuda(const PagedAttentionCudaArgs& a,
   // Positions are int32, so a window of 2^31 or more hides nothing: the same as none.
   p.window = a.window > 0x7FFFFFFF ? 0 : static_cast<int>(a.window);
   p.scale_log2 = a.scale * kLog2e;
+  p.gate = a.gate;
+  p.gate_stride = a.gate_stride;
   const bool pair = SharedKvTiles() && p.group % 2 == 0;
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(a.heads / (pair ? 2 : 1)));
   cudaError_t err;

@@ -5,9 +5,10 @@
 // and 37 (a window smaller than a tile, so key tiles are cut inside a warp's rows), prompts of 1-3
 // sequences of 16, 63, 64, 65, 200, 700 rows, prefill chunks that start at a nonzero position
 // (the earlier context already cached), block sizes 16 and 32, pages shuffled over the cache, F32,
-// F16 and Q8_0 pages. The cache is poisoned with 0xFF bytes (NaN in F32 / F16, a NaN scale in
-// Q8_0) before the context is written through KvAppendRef, and pages before every row's window are
-// freed (-1), so a read of anything a row may not see shows. Outputs are poisoned with NaN: the
+// F16 and Q8_0 pages, some cases with the head gate in the epilogue (the reference output times
+// sigmoid of random logits). The cache is poisoned with 0xFF bytes (NaN in F32 / F16, a NaN scale
+// in Q8_0) before the context is written through KvAppendRef, and pages before every row's window
+// are freed (-1), so a read of anything a row may not see shows. Outputs are poisoned with NaN: the
 // rows BuildPrefillTiles leaves out (decode rows, runs under 16) and the padding columns of strided
 // Q / out must stay NaN.
 //
@@ -74,6 +75,7 @@ struct Case {
   std::vector<SeqSpec> seqs;
   int64_t q_pad = 0;     // extra floats per Q / out row
   float q_scale = 3.0f;  // Q uniform in [-q_scale, q_scale], K and V in [-1, 1]
+  bool gated = false;    // with the head gate (logits uniform in [-4, 4], stride heads + 3)
 };
 
 bool CopyToDevice(void* dst, const void* src, size_t bytes) {
@@ -160,6 +162,15 @@ void RunCase(const Case& c, uint32_t seed) {
   host.scale = 1.0f / std::sqrt(static_cast<float>(dh));
   host.kv = host_kv;
   ASSERT_EQ(kernels::PagedAttentionRef(host), KernelStatus::kOk);
+  const int64_t gate_stride = heads + 3;
+  const std::vector<float> gate = RandomVector(rows * gate_stride, 4.0f, rng);
+  if (c.gated) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < width; ++i) {
+        want[r * stride + i] *= 1.0f / (1.0f + std::exp(-gate[r * gate_stride + i / dh]));
+      }
+    }
+  }
 
   kernels::PagedAttentionCudaBatch batch;
   ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);
@@ -179,7 +190,9 @@ void RunCase(const Case& c, uint32_t seed) {
 
   DeviceBuffer dk(cache_bytes), dv(cache_bytes), dq(q.size() * 4), dout(q.size() * 4);
   DeviceBuffer dwords(batch.words.size() * 4), dtiles(tiles.size() * sizeof(PrefillTileCuda));
-  ASSERT_TRUE(dk.ptr && dv.ptr && dq.ptr && dout.ptr && dwords.ptr && dtiles.ptr);
+  DeviceBuffer dgate(gate.size() * 4);
+  ASSERT_TRUE(dk.ptr && dv.ptr && dq.ptr && dout.ptr && dwords.ptr && dtiles.ptr && dgate.ptr);
+  ASSERT_TRUE(CopyToDevice(dgate.ptr, gate.data(), gate.size() * 4));
   ASSERT_TRUE(CopyToDevice(dk.ptr, k_cache.data(), cache_bytes));
   ASSERT_TRUE(CopyToDevice(dv.ptr, v_cache.data(), cache_bytes));
   ASSERT_TRUE(CopyToDevice(dq.ptr, q.data(), q.size() * 4));
@@ -201,6 +214,10 @@ void RunCase(const Case& c, uint32_t seed) {
   a.kv = host_kv;
   a.kv.k = dk.ptr;
   a.kv.v = dv.ptr;
+  if (c.gated) {
+    a.gate = static_cast<const float*>(dgate.ptr);
+    a.gate_stride = gate_stride;
+  }
   ASSERT_EQ(kernels::PrefillAttentionCuda(a, static_cast<const PrefillTileCuda*>(dtiles.ptr),
                                           static_cast<int64_t>(tiles.size()), nullptr),
             KernelStatus::kOk);
@@ -262,8 +279,10 @@ TEST(PrefillAttentionCudaTest, MatchesReferenceAcrossShapes) {
         c.block_size = (i / 2) % 2 == 0 ? 16 : 32;
         c.seqs = batches[i % 3];
         c.q_pad = i % 3 == 2 ? 8 : 0;
-        c.name = absl::StrFormat("%s dh %d group %d window %d block %d batch %d", DtypeName(dtype),
-                                 head_dim, c.group, window, c.block_size, i % 3);
+        c.gated = i % 4 == 1;
+        c.name = absl::StrFormat("%s dh %d group %d window %d block %d batch %d%s",
+                                 DtypeName(dtype), head_dim, c.group, window, c.block_size, i % 3,
+                                 c.gated ? " gated" : "");
         RunCase(c, 1000 + i);
         ++i;
       }
@@ -296,8 +315,9 @@ TEST(PrefillAttentionCudaTest, LongPromptsMatchReference) {
     c.block_size = l.block_size;
     c.q_scale = l.q_scale;
     c.seqs = {{700, 700}, {900, 200}, {50, 1}};
-    c.name = absl::StrFormat("long %s dh %d group %d window %d q %.0f", DtypeName(l.dtype),
-                             l.head_dim, l.group, l.window, l.q_scale);
+    c.gated = i == 1;
+    c.name = absl::StrFormat("long %s dh %d group %d window %d q %.0f%s", DtypeName(l.dtype),
+                             l.head_dim, l.group, l.window, l.q_scale, c.gated ? " gated" : "");
     RunCase(c, 2000 + i++);
   }
 }

@@ -53,6 +53,13 @@ bool GateInCombine() {
   return on;
 }
 
+// The head gate in the prefill attention kernel's epilogue (AttentionHeadGate on prefill tiles)
+// unless STEPSERVE_PREFILL_ATTN_GATE=0: one pass over the attention output fewer per layer.
+bool PrefillGateInAttention() {
+  static const bool on = kernels::EnvSwitchOn("STEPSERVE_PREFILL_ATTN_GATE");
+  return on;
+}
+
 }  // namespace
 
 struct CudaBackend::AttentionState {
@@ -209,11 +216,20 @@ absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const Attent
     const int32_t* words = static_cast<const int32_t*>(device_words);
     a.rows = reinterpret_cast<const kernels::PagedAttentionCudaRow*>(words);
     a.block_tables = words + state.batch.tables_offset;
+    bool gated = false;
+    if (gate.gate_logits != nullptr && gate.head_dim == cache.head_dim &&
+        PrefillGateInAttention()) {
+      ASSIGN_OR_RETURN(const kernels::HeadGateArgs g,
+                       HeadGateOpArgs(out, *gate.gate_logits, gate.head_dim));
+      a.gate = g.gate;
+      a.gate_stride = g.gate_stride;
+      gated = true;
+    }
     RETURN_IF_ERROR(KernelResult(
         kernels::PrefillAttentionCuda(a, static_cast<const kernels::PrefillTileCuda*>(device_tiles),
                                       static_cast<int64_t>(state.prefill_tiles.size()), stream()),
         "Attention"));
-    return false;
+    return gated;
   }
   a.splits = kernels::PagedAttentionCudaSplits(a.n_rows, a.heads, cache.kv_heads,
                                                state.batch.max_visible, state.sm_count);
