@@ -1,6 +1,6 @@
 // DequantRowsCuda (dequant_cuda.h): one thread per 8 output elements, grid-stride over
 // (row, group); the source row is a range entry or a gathered id. IQ4_XS to F16 (the prefill's
-// weight tiles in the IQ4_XS mix) has its own kernel, one thread per 32-value sub-block.
+// weight tiles in the IQ4_XS mix) has its own kernel with the same mapping and lean loads.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -76,14 +76,17 @@ __global__ void DequantRowsKernel(DequantRowsParams p, DequantTables tables) {
   }
 }
 
-// IQ4_XS rows -> F16, one thread per 32-value sub-block: the block's 16 nibble bytes as two 8-byte
-// loads, the 16 table values as floats in shared memory (16 words in 16 banks: any lanes' lookups
-// are conflict-free), 64 output bytes as four 16-byte stores. Why: the generic kernel above
-// (per 8 values: byte loads, a table read from global memory per value, a 64-bit division)
-// dequantized the prefill's weight tiles at ~1.2 TB/s (ncu, H100: 18 us per 2048 x 4096 tile,
-// ~0.3 ms per MoE layer at a 2048-token prefill). Bitwise its output: d * (ls - 32) * value is
-// exact in float (11 + 12 significant bits), so either kernel's single rounding to F16 agrees.
-// Needs: F16 output, 16-byte aligned out / out_stride * 2, 8-byte aligned w / w_row_bytes.
+// IQ4_XS rows -> F16, one thread per 8 values (as the generic kernel, so a warp's 16-byte stores
+// are one contiguous 512 bytes): the block header and the 8 nibble bytes as two 8-byte loads, the
+// 16 table values as floats in shared memory (16 words in 16 banks: any lanes' lookups are
+// conflict-free). Why: the generic kernel above (per 8 values: ~20 byte and table loads from
+// global memory, a 64-bit division) dequantized the prefill's weight tiles at ~1.2 TB/s (ncu,
+// H100: 18 us per 2048 x 4096 tile, ~17 tiles per MoE layer, also at 64 decode streams). A first
+// form with one thread per 32-value sub-block (four 16-byte stores 64 bytes apart per lane) was
+// slower than the generic kernel (session 26, H100: 64 streams 34.1 -> 37.0 ms). Bitwise the
+// generic kernel's output: d * (ls - 32) * value is exact in float (11 + 12 significant bits), so
+// either kernel's single rounding to F16 agrees. Needs: F16 output, 16-byte aligned out /
+// out_stride * 2, 8-byte aligned w / w_row_bytes.
 __global__ void __launch_bounds__(kThreads)
     DequantIq4XsF16Kernel(DequantRowsParams p, const int8_t* values) {
   __shared__ float table[16];
@@ -91,46 +94,38 @@ __global__ void __launch_bounds__(kThreads)
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   __syncthreads();
-  const int64_t subs_per_row = p.cols / 32;
-  const int64_t total = p.rows * subs_per_row;
+  const int64_t groups_per_row = p.cols / 8;
+  const int64_t total = p.rows * groups_per_row;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / subs_per_row;
-    const int64_t sub = i - r * subs_per_row;
+    const int64_t r = i / groups_per_row;
+    const int64_t group = i - r * groups_per_row;
     const int64_t src = p.row_ids != nullptr ? p.row_ids[r] : p.first_row + r;
-    uint4* o = reinterpret_cast<uint4*>(static_cast<__half*>(p.out) + r * p.out_stride + 32 * sub);
+    uint4* o = reinterpret_cast<uint4*>(static_cast<__half*>(p.out) + r * p.out_stride + 8 * group);
     if (src < 0 || src >= p.table_rows) {
-      const uint4 nan = make_uint4(0x7E007E00u, 0x7E007E00u, 0x7E007E00u, 0x7E007E00u);
-      o[0] = o[1] = o[2] = o[3] = nan;
+      *o = make_uint4(0x7E007E00u, 0x7E007E00u, 0x7E007E00u, 0x7E007E00u);  // quiet NaN
       continue;
     }
-    const uint8_t* b = p.w + src * p.w_row_bytes + (sub / 8) * 136;
-    const int ib = static_cast<int>(sub % 8);
+    // Group g of a block: sub-block ib = g / 4; values 8l..8l+7 of it (l = g % 4) are the low
+    // (l < 2) or high nibbles of qs bytes 8 (l % 2) .. + 7 of the sub-block's 16.
+    const int g = static_cast<int>(group % 32), ib = g / 4, l = g % 4;
+    const uint8_t* b = p.w + src * p.w_row_bytes + (group / 32) * 136;
     const uint2 head = *reinterpret_cast<const uint2*>(b);  // d, scales_h, scales_l[0..3]
-    const uint2 q0 = *reinterpret_cast<const uint2*>(b + 8 + 16 * ib);
-    const uint2 q1 = *reinterpret_cast<const uint2*>(b + 16 + 16 * ib);
-    const uint32_t scales_h = head.x >> 16;
+    const uint2 q = *reinterpret_cast<const uint2*>(b + 8 + 16 * ib + 8 * (l & 1));
     const uint32_t scales_l = (head.y >> (8 * (ib / 2))) & 0xFF;
-    const int ls = ((scales_l >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const int ls = ((scales_l >> (4 * (ib % 2))) & 15) | (((head.x >> (16 + 2 * ib)) & 3) << 4);
     const float dl = __half2float(__ushort_as_half(static_cast<unsigned short>(head.x & 0xFFFF))) *
                      static_cast<float>(ls - 32);
-    const uint32_t q[4] = {q0.x, q0.y, q1.x, q1.y};  // qs bytes 0-15
-    uint32_t lo[8], hi[8];  // F16 pairs: elements 0-15 (low nibbles), 16-31 (high nibbles)
+    const int shift = 4 * (l >> 1);
+    uint32_t h[4];
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const uint32_t b0 = q[w] >> (16 * k), b1 = q[w] >> (16 * k + 8);
-        const __half2 l = __floats2half2_rn(dl * table[b0 & 15], dl * table[b1 & 15]);
-        const __half2 h = __floats2half2_rn(dl * table[(b0 >> 4) & 15], dl * table[(b1 >> 4) & 15]);
-        lo[2 * w + k] = *reinterpret_cast<const uint32_t*>(&l);
-        hi[2 * w + k] = *reinterpret_cast<const uint32_t*>(&h);
-      }
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t word = k < 2 ? q.x : q.y;
+      const uint32_t b0 = word >> (16 * (k & 1) + shift), b1 = word >> (16 * (k & 1) + 8 + shift);
+      const __half2 v = __floats2half2_rn(dl * table[b0 & 15], dl * table[b1 & 15]);
+      h[k] = *reinterpret_cast<const uint32_t*>(&v);
     }
-    o[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    o[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
-    o[2] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    o[3] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+    *o = make_uint4(h[0], h[1], h[2], h[3]);
   }
 }
 
@@ -186,8 +181,8 @@ KernelStatus DequantRowsCuda(const DequantRowsArgs& a, cudaStream_t stream) {
   p.out = a.out;
   p.out_stride = a.out_stride;
   if (a.type == GgmlType::kIQ4_XS && FastIq4Xs(p)) {
-    const int64_t subs = a.rows * (a.cols / 32);
-    const int blocks = static_cast<int>(std::min(kMaxBlocks, (subs + kThreads - 1) / kThreads));
+    const int64_t groups = a.rows * (a.cols / 8);
+    const int blocks = static_cast<int>(std::min(kMaxBlocks, (groups + kThreads - 1) / kThreads));
     LaunchWithPdl(DequantIq4XsF16Kernel, blocks, kThreads, 0, stream, p, tables.iq4nl_values);
     return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/common/alignment.h"
 #include "kernels/common/pdl.cuh"
@@ -18,8 +19,17 @@
 namespace stepserve::kernels {
 namespace {
 
-// Dequantized tile budget in elements (16 MiB of F16, 32 MiB of F32).
-constexpr int64_t kTileElems = int64_t{1} << 23;
+// Dequantized tile budget in elements: 2^23 (16 MiB of F16, 32 MiB of F32) unless
+// STEPSERVE_GEMM_TILE_LOG2 (20-27, read once) says otherwise, for A/B runs of larger tiles (fewer
+// dequantize + GEMM launch pairs, larger GEMMs, more scratch).
+int64_t TileElems() {
+  static const int64_t elems = [] {
+    const char* v = std::getenv("STEPSERVE_GEMM_TILE_LOG2");
+    const int log2 = v != nullptr ? std::atoi(v) : 23;
+    return int64_t{1} << (log2 >= 20 && log2 <= 27 ? log2 : 23);
+  }();
+  return elems;
+}
 
 int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
@@ -28,7 +38,7 @@ int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 int64_t PaddedLd(int64_t in) { return AlignUp(in, 8); }
 
 int64_t TileRows(int64_t in, int64_t out) {
-  const int64_t rows = kTileElems / PaddedLd(in);
+  const int64_t rows = TileElems() / PaddedLd(in);
   if (rows >= out) return out;
   return std::max<int64_t>(16, rows / 16 * 16);
 }
