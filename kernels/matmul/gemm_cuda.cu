@@ -19,14 +19,19 @@
 namespace stepserve::kernels {
 namespace {
 
-// Dequantized tile budget in elements: 2^23 (16 MiB of F16, 32 MiB of F32) unless
-// STEPSERVE_GEMM_TILE_LOG2 (20-27, read once) says otherwise, for A/B runs of larger tiles (fewer
-// dequantize + GEMM launch pairs, larger GEMMs, more scratch).
+// Dequantized tile budget in elements: 2^26 (128 MiB of F16, 256 MiB of F32: the largest
+// step35 matrix, the fused q / k / v / gate projection's 59M, in one tile) unless
+// STEPSERVE_GEMM_TILE_LOG2 (20-27, read once) says otherwise. Why: each tile is a dequantize
+// launch and a GEMM launch in stream order; 2^23 (16 MiB of F16, the first size) cut a 4096 x
+// 14432 matrix into 7 pairs. Measured on the H100 (session 26, results-v23.txt calls 3-4; 24
+// layers IQ4_XS, alternating, with the IQ4_XS dequantization kernel): 64 streams 31.36 / 31.19
+// ms at 2^23, 30.02 / 29.99 / 30.03 / 30.21 at 2^25, 29.82 / 29.93 at 2^26, 29.84 / 29.90 at 2^27;
+// prefill 2048 tokens 15923 / 15564 -> 16247 / 16054 / 16267 / 16087 -> 16291 / 16148 tok/s.
 int64_t TileElems() {
   static const int64_t elems = [] {
     const char* v = std::getenv("STEPSERVE_GEMM_TILE_LOG2");
-    const int log2 = v != nullptr ? std::atoi(v) : 23;
-    return int64_t{1} << (log2 >= 20 && log2 <= 27 ? log2 : 23);
+    const int log2 = v != nullptr ? std::atoi(v) : 26;
+    return int64_t{1} << (log2 >= 20 && log2 <= 27 ? log2 : 26);
   }();
   return elems;
 }
