@@ -216,7 +216,24 @@ KernelStatus LaunchGroupedF16(const GemvIndexedCudaArgs& a, gemv_internal::GemvP
   return KernelStatus::kOk;
 }
 
+// Many groups per matrix (a prefill): the tensor-core grouped kernels where they apply.
+// STEPSERVE_GROUPED_GEMM=2: at any number of groups per matrix (to measure the grouped GEMM
+// against the dp4a grouped GEMV at decode batch sizes).
+bool ManyGroupsPerMatrix(const GemvIndexedCudaArgs& a) {
+  const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
+  const int grouped_gemm = gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed);
+  return a.slot_matrix != nullptr && (grouped_gemm == static_cast<int>(GroupedGemmMode::kAlways) ||
+                                      a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices);
+}
+
 }  // namespace
+
+bool GemvIndexedCudaTakesGroupedF16(const GemvIndexedCudaArgs& a) {
+  return ManyGroupsPerMatrix(a) &&
+         gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed) != 0 &&
+         gemv_internal::GroupedGemmF16Applies(a.type, a.in, a.slots) &&
+         a.scratch_bytes >= GemvIndexedCudaScratchBytes(a.in, a.x_rows);
+}
 
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvIndexedCuda(a);
@@ -228,19 +245,7 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
     return s;
   }
   auto* base = static_cast<uint8_t*>(a.scratch);
-  // Many groups per matrix (a prefill): the tensor-core grouped kernels where they apply.
-  const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
-  const int grouped_gemm = gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed);
-  // STEPSERVE_GROUPED_GEMM=2: the grouped GEMM at any number of groups per matrix (to measure it
-  // against the dp4a grouped GEMV at decode batch sizes).
-  const bool many_groups =
-      a.slot_matrix != nullptr && (grouped_gemm == static_cast<int>(GroupedGemmMode::kAlways) ||
-                                   a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices);
-  if (many_groups && grouped_gemm != 0 &&
-      gemv_internal::GroupedGemmF16Applies(a.type, a.in, a.slots) &&
-      a.scratch_bytes >= GemvIndexedCudaScratchBytes(a.in, a.x_rows)) {
-    return LaunchGroupedF16(a, p, stream);
-  }
+  if (GemvIndexedCudaTakesGroupedF16(a)) return LaunchGroupedF16(a, p, stream);
   const bool given_q8 = a.x_q8 != nullptr;
   const uint8_t* q8 = given_q8 ? static_cast<const uint8_t*>(a.x_q8) : base;
   p.xq = reinterpret_cast<const int8_t*>(q8);
@@ -267,7 +272,7 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
   // session 25, 24 layers IQ4_XS, 8 / 16 / 32 / 64 streams: 12.03-12.09 / 16.92 / 26.88-26.90 /
   // 38.27-38.31 ms per step against 8.40-8.43 / 12.50-12.56 / 22.39-22.50 / 34.30-34.32; 8 or 48
   // CTAs per slot at 64 streams 40.97 / 36.28. Removed.)
-  if (many_groups) {
+  if (ManyGroupsPerMatrix(a)) {
     err = gemv_internal::LaunchGemmQ8xMmaGrouped(a.type, p, a.slots, stream);
     if (err == cudaErrorNotSupported) {
       err = gemv_internal::LaunchGemvQ8xMmaGrouped(a.type, p, a.slots, stream);

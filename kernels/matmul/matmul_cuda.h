@@ -185,6 +185,12 @@ struct GemvIndexedCudaArgs {
 KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& args);
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& args, cudaStream_t stream);
 
+// Whether GemvIndexedCuda takes the grouped F16 GEMM for these (valid) arguments. Then, with
+// x_prequantized, it reads X from the scratch as F16 rows (x_rows of `in` halves, in the pair
+// order of Q8ScratchPosition for IQ4_XS, else natural) instead of converting x: what the MoE's
+// SwiGLU writes there directly (moe_gemv_cuda.cu).
+bool GemvIndexedCudaTakesGroupedF16(const GemvIndexedCudaArgs& args);
+
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_MATMUL_MATMUL_CUDA_H_

@@ -1,11 +1,14 @@
 // MoeGemvCuda: orchestration of the indexed GEMVs (matmul_cuda.h) plus two small kernels, the
 // clamped SwiGLU over the T*k intermediate rows and the weighted combine into y - or, for a few
 // tokens, of the two kernels of moe_decode_cuda.h.
+#include <cuda_fp16.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 
 #include "kernels/common/alignment.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -182,6 +185,45 @@ __global__ void SwiGluRowsQ8Kernel(float* g, const float* u, int64_t n, int64_t 
   q8_quantize::StoreQ8Four(q, k, xq + row * n_ff, xd + row * (n_ff / 32), pair_order, mask);
 }
 
+// SwiGluRowsKernel's values straight into the down projection's F16 activations (its grouped F16
+// GEMM then skips ConvertActivationsF16Kernel, and the F32 rows are never written): one thread per
+// 16-byte chunk c of a row, in that kernel's order - pair order (IQ4_XS: elements 4i..4i+3 and
+// 16+4i..16+4i+3 of a 32-value block interleaved) or natural - with its saturation at +-65504 and
+// round-to-nearest, so the same halves. Needs n_ff % 32 == 0 and 16-byte aligned g / u.
+__global__ void SwiGluRowsF16Kernel(const float* g, const float* u, int64_t rows, int64_t n_ff,
+                                    float limit, bool clamp, bool pair_order, __half* xh) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t per_row = n_ff / 8;
+  if (t >= rows * per_row) return;
+  const int64_t r = t / per_row, c = t - r * per_row;
+  // Element offsets of the chunk's two float4 halves in the row.
+  const int64_t k0 = pair_order ? (c >> 2) * 32 + 4 * (c & 3) : 8 * c;
+  const int64_t k1 = pair_order ? k0 + 16 : k0 + 4;
+  const float4 ga = *reinterpret_cast<const float4*>(g + r * n_ff + k0);
+  const float4 gb = *reinterpret_cast<const float4*>(g + r * n_ff + k1);
+  const float4 ua = *reinterpret_cast<const float4*>(u + r * n_ff + k0);
+  const float4 ub = *reinterpret_cast<const float4*>(u + r * n_ff + k1);
+  auto half_of = [&](float gv, float uv) {
+    const float z = gemv_internal::ExpertSwiGlu(gv, uv, limit, clamp);
+    return __float2half_rn(fminf(fmaxf(z, -65504.f), 65504.f));
+  };
+  const __half a[4] = {half_of(ga.x, ua.x), half_of(ga.y, ua.y), half_of(ga.z, ua.z),
+                       half_of(ga.w, ua.w)};
+  const __half b[4] = {half_of(gb.x, ub.x), half_of(gb.y, ub.y), half_of(gb.z, ub.z),
+                       half_of(gb.w, ub.w)};
+  __half2 out[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // Pair order interleaves the halves (a0 b0 a1 b1 ..); natural order is a0..a3 b0..b3.
+    out[j] = pair_order ? __halves2half2(a[j], b[j])
+                        : (j < 2 ? __halves2half2(a[2 * j], a[2 * j + 1])
+                                 : __halves2half2(b[2 * j - 4], b[2 * j - 3]));
+  }
+  *reinterpret_cast<uint4*>(xh + r * n_ff + 8 * c) = *reinterpret_cast<const uint4*>(out);
+}
+
 // y[t][i] += sum_k w[t][k] * down[t*k + k][i]; one thread per (t, kVec columns i..): 4 with
 // float4 loads where n_embd, y_stride and the pointers allow, the same float operations per value.
 template <int kVec>
@@ -321,9 +363,19 @@ struct Grouping {
   }
 };
 
-// The unfused gate and up GEMVs and the SwiGLU (with the down's quantization when fuse_down).
+// The SwiGLU of a prefill's expert rows written as the down projection's F16 activations
+// (SwiGluRowsF16Kernel) when that projection takes the grouped F16 GEMM, unless
+// STEPSERVE_MOE_SWIGLU_F16=0 (read once): SwiGluRowsKernel's F32 rows, then the GEMM's conversion.
+bool SwiGluF16() {
+  static const bool on = EnvSwitchOn("STEPSERVE_MOE_SWIGLU_F16");
+  return on;
+}
+
+// The unfused gate and up GEMVs and the SwiGLU (with the down's quantization when fuse_down; as
+// the down's F16 activations, into down_xh, when that is set).
 KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
-                          const Grouping& grouping, bool fuse_down, cudaStream_t stream) {
+                          const Grouping& grouping, bool fuse_down, __half* down_xh,
+                          cudaStream_t stream) {
   const int64_t groups = a.tokens * a.top_k;
   float* gate = reinterpret_cast<float*>(base + l.gate);
   float* up = reinterpret_cast<float*>(base + l.up);
@@ -358,7 +410,11 @@ KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* ba
   if (KernelStatus s = GemvIndexedCuda(u, stream); s != KernelStatus::kOk) return s;
 
   const int64_t n = groups * a.n_ff;
-  if (fuse_down) {
+  if (down_xh != nullptr) {
+    LaunchWithPdl(SwiGluRowsF16Kernel, static_cast<unsigned>((n / 8 + 255) / 256), 256, 0, stream,
+                  gate, up, groups, a.n_ff, a.limit, a.limit > kSwiGluClampThreshold,
+                  a.down.type == GgmlType::kIQ4_XS, down_xh);
+  } else if (fuse_down) {
     LaunchWithPdl(SwiGluRowsQ8Kernel, static_cast<unsigned>((n / 4 + 255) / 256), 256, 0, stream,
                   gate, up, n, a.n_ff, a.limit, a.limit > kSwiGluClampThreshold, DownQ8(l, base),
                   DownQ8Scales(l, base, a.n_ff, groups), Q8ScratchPosition(a.down.type, 1) != 1);
@@ -495,16 +551,6 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
       a.fuse_down_quantization && a.tokens <= kMoeGemvFusedDownMaxTokens && a.n_ff % 32 == 0;
   // Whether the down GEMV's int8 activations will be in Layout::down_q8 (its quantizer skipped).
   const bool down_q8_written = fused_gate_up || fuse_down;
-  if (fused_gate_up) {
-    if (KernelStatus s = LaunchFusedGateUp(a, l, base, stream); s != KernelStatus::kOk) return s;
-  } else {
-    if (KernelStatus s = GateUpSwiGlu(a, l, base, grouping, fuse_down, stream);
-        s != KernelStatus::kOk) {
-      return s;
-    }
-  }
-  if (fused_down) return LaunchFusedDown(a, l, base, stream);
-
   GemvIndexedCudaArgs d;
   d.type = a.down.type;
   d.w = a.down.data;
@@ -525,6 +571,21 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   d.scratch_bytes = l.scratch_bytes;
   if (down_q8_written) d.x_q8 = DownQ8(l, base);
   grouping.SetOn(&d);
+  // A prefill's down projection through the grouped F16 GEMM: the SwiGLU writes its F16 rows.
+  const bool swiglu_f16 = !fused_gate_up && !fuse_down && SwiGluF16() && a.n_ff % 32 == 0 &&
+                          Aligned16(gate) && Aligned16(base + l.up) && Aligned16(d.scratch) &&
+                          GemvIndexedCudaTakesGroupedF16(d);
+  if (fused_gate_up) {
+    if (KernelStatus s = LaunchFusedGateUp(a, l, base, stream); s != KernelStatus::kOk) return s;
+  } else {
+    __half* down_xh = swiglu_f16 ? static_cast<__half*>(d.scratch) : nullptr;
+    if (KernelStatus s = GateUpSwiGlu(a, l, base, grouping, fuse_down, down_xh, stream);
+        s != KernelStatus::kOk) {
+      return s;
+    }
+  }
+  if (fused_down) return LaunchFusedDown(a, l, base, stream);
+  d.x_prequantized = swiglu_f16;
   if (KernelStatus s = GemvIndexedCuda(d, stream); s != KernelStatus::kOk) return s;
 
   const bool vec = a.n_embd % 4 == 0 && a.y_stride % 4 == 0 && Aligned16(down) && Aligned16(a.y);
