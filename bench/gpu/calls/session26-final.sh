@@ -12,12 +12,6 @@ call_build bench_model dequant_cuda_test prefill_attention_cuda_test model_cuda_
   moe_gemv_cuda_test moe_cuda_test || exit 1
 call_test dequant_cuda_test dq
 call_test prefill_attention_cuda_test pa
-CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moegemv
-call_test moe_cuda_test moe
-model_file=$(call_model_file)
-CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file"
-CALL_TEST_TIMEOUT=150 call_test model_cuda_test model20 STEPSERVE_GPU_TEST_MODELS="$model_file" \
-  STEPSERVE_GEMM_TILE_LOG2=20
 for round in 1 2; do
   call_ab "" 2048,4096
   call_ab "" 2048,4096 STEPSERVE_MOE_SWIGLU_F16=0
@@ -26,5 +20,10 @@ call_ab 1,2,4 2048,4096
 call_ab 16,64 ""
 CALL_RECIPE=q4_k_m call_ab 1,2,4 2048
 call_ab 8,32 ""
-call_ab 64 2048 STEPSERVE_GEMM_TILE_LOG2=23 STEPSERVE_DEQUANT_IQ4XS_FAST=0 STEPSERVE_PREFILL_ATTN_GATE=0
+CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moegemv
+call_test moe_cuda_test moe
+model_file=$(call_model_file)
+CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file"
+CALL_TEST_TIMEOUT=100 call_test model_cuda_test model20 STEPSERVE_GPU_TEST_MODELS="$model_file" \
+  STEPSERVE_GEMM_TILE_LOG2=20
 call_done
