@@ -364,10 +364,14 @@ struct Grouping {
 };
 
 // The SwiGLU of a prefill's expert rows written as the down projection's F16 activations
-// (SwiGluRowsF16Kernel) when that projection takes the grouped F16 GEMM, unless
-// STEPSERVE_MOE_SWIGLU_F16=0 (read once): SwiGluRowsKernel's F32 rows, then the GEMM's conversion.
+// (SwiGluRowsF16Kernel) when that projection takes the grouped F16 GEMM, with
+// STEPSERVE_MOE_SWIGLU_F16=1 (read once; off until its GPU tests have run): else SwiGluRowsKernel's
+// F32 rows, then the GEMM's conversion.
 bool SwiGluF16() {
-  static const bool on = EnvSwitchOn("STEPSERVE_MOE_SWIGLU_F16");
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_MOE_SWIGLU_F16");
+    return v != nullptr && v[0] == '1';
+  }();
   return on;
 }
 
