@@ -7,6 +7,7 @@
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model moe_gemv_cuda_test moe_cuda_test model_cuda_test stepserve || exit 1
+echo "(what this call reaches comes back: the steps are in order of need)"
 on=(STEPSERVE_MOE_SWIGLU_F16=1)
 CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moegemv "${on[@]}"
 call_test moe_cuda_test moe "${on[@]}"
