@@ -16,7 +16,7 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
          'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h',
-         'matmul/moe_down_lean.cuh']
+         'matmul/moe_down_lean.cuh', 'matmul/moe_swiglu_f16.cuh']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
     j = text.index('{', i)
@@ -70,6 +70,7 @@ reps = {
  'matmul/moe_decode_cuda.cu': [],
  'matmul/moe_decode_cuda.h': [],
  'matmul/moe_down_lean.cuh': [],
+ 'matmul/moe_swiglu_f16.cuh': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
 # A mutation of a file the shadow does not copy would test the unmutated original (the real
