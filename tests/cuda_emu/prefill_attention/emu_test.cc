@@ -24,7 +24,8 @@ inline void AllowDependentLaunch() {}
 template <class... KA, class... A>
 cudaError_t LaunchWithPdl(void (*kernel)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
                           A&&... args) {
-  if (block.x != 128 || smem > 110000) emu::Fail("launch shape");
+  // 128 threads: one query head per CTA; 256: two sharing the K / V tiles.
+  if ((block.x != 128 && block.x != 256) || smem > 110000) emu::Fail("launch shape");
   emu::RunGrid(grid, block, smem, [&] { kernel(args...); });
   return cudaSuccess;
 }

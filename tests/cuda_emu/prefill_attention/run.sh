@@ -20,4 +20,7 @@ g++ -std=c++20 -O1 -w -I "$cuda_include" -I "$root" -I "$here" -I "$work" "$here
   "$here/emu_cuda.cc" "$root/kernels/attention/paged_attention_ref.cc" \
   "$root/kernels/attention/paged_attention_cuda_plan.cc" "$build/engine/quant/libstepserve_quant.a" \
   "$build/engine/base/libstepserve_base.a" $libs -o "$work/emu_test"
-for mode in 0 1; do "$work/emu_test" 0 "$mode"; done  # cp.async landing at the wait / at issue
+# cp.async landing at the wait / at issue; one query head per CTA and two sharing K / V tiles.
+for shared in 0 1; do
+  for mode in 0 1; do STEPSERVE_PREFILL_SHARED_KV=$shared "$work/emu_test" 0 "$mode"; done
+done
