@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "kernels/common/env_switch.h"
@@ -34,6 +35,31 @@ struct DequantRowsParams {
   int64_t out_stride;
 };
 
+// Output row r, values e0 .. e0 + 7 (fewer at the row's end) from v, as F32 or F16.
+__device__ __forceinline__ void StoreGroup(const DequantRowsParams& p, int64_t r, int64_t e0,
+                                           const float (&v)[8]) {
+  const int n = static_cast<int>(min(static_cast<int64_t>(8), p.cols - e0));
+  if (!p.f16_out) {
+    float* o = static_cast<float*>(p.out) + r * p.out_stride + e0;
+    if (p.vector_store && n == 8) {
+      reinterpret_cast<float4*>(o)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(o)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      for (int j = 0; j < n; ++j) o[j] = v[j];
+    }
+  } else {
+    __half* o = static_cast<__half*>(p.out) + r * p.out_stride + e0;
+    if (p.vector_store && n == 8) {
+      __half2 h[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+      *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(h);
+    } else {
+      for (int j = 0; j < n; ++j) o[j] = __float2half_rn(v[j]);
+    }
+  }
+}
+
 template <GgmlType kType>
 __global__ void DequantRowsKernel(DequantRowsParams p, DequantTables tables) {
   WaitForPrimaryGrid();
@@ -52,28 +78,64 @@ __global__ void DequantRowsKernel(DequantRowsParams p, DequantTables tables) {
     } else {
       DequantGroup<kType>(p.w + src * p.w_row_bytes, group, p.cols, tables, v);
     }
-    const int64_t e0 = 8 * group;
-    const int n = static_cast<int>(min(static_cast<int64_t>(8), p.cols - e0));
-    if (!p.f16_out) {
-      float* o = static_cast<float*>(p.out) + r * p.out_stride + e0;
-      if (p.vector_store && n == 8) {
-        reinterpret_cast<float4*>(o)[0] = make_float4(v[0], v[1], v[2], v[3]);
-        reinterpret_cast<float4*>(o)[1] = make_float4(v[4], v[5], v[6], v[7]);
-      } else {
-        for (int j = 0; j < n; ++j) o[j] = v[j];
-      }
-    } else {
-      __half* o = static_cast<__half*>(p.out) + r * p.out_stride + e0;
-      if (p.vector_store && n == 8) {
-        __half2 h[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
-        *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(h);
-      } else {
-        for (int j = 0; j < n; ++j) o[j] = __float2half_rn(v[j]);
+    StoreGroup(p, r, 8 * group, v);
+  }
+}
+
+// The quantized types with each CTA's blocks staged in shared memory: a CTA takes kStagedValues
+// consecutive values of one row (whole blocks), copies their bytes with coalesced byte loads, and
+// its threads decode one 8-value group each from there with the generic kernel's DequantGroup -
+// the same code on the same bytes, so the same values. Why: DequantGroup reads its block byte by
+// byte (and, per type, scales and grid indices), which from global memory costs a load
+// instruction per byte - the generic kernel ran at ~1.2 TB/s for IQ4_XS (see below); staged, the
+// bytes cross from global memory once, in 32-byte-per-warp instructions. Off unless
+// STEPSERVE_DEQUANT_STAGED=1 (written in session 26 without a device: dequant_cuda_test's types
+// run through it with that switch).
+constexpr int kStagedValues = 8 * kThreads;
+template <GgmlType kType>
+__global__ void __launch_bounds__(kThreads)
+    DequantStagedKernel(DequantRowsParams p, DequantTables tables) {
+  constexpr dequant_device::BlockGeometry kGeo = dequant_device::Geometry(kType);
+  static_assert(kGeo.elems > 1 && kStagedValues % kGeo.elems == 0);
+  constexpr int kBlocks = kStagedValues / kGeo.elems;
+  __shared__ uint8_t staged[kBlocks * kGeo.bytes];  // 1088-2176 bytes
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t chunks_per_row = (p.cols + kStagedValues - 1) / kStagedValues;
+  for (int64_t c = blockIdx.x; c < p.rows * chunks_per_row; c += gridDim.x) {
+    const int64_t r = c / chunks_per_row;
+    const int64_t e0 = (c - r * chunks_per_row) * kStagedValues;
+    const int64_t src = p.row_ids != nullptr ? p.row_ids[r] : p.first_row + r;
+    const bool bad = src < 0 || src >= p.table_rows;
+    const int blocks =
+        static_cast<int>(min(static_cast<int64_t>(kBlocks), (p.cols - e0) / kGeo.elems));
+    __syncthreads();  // the previous chunk's readers are done with `staged`
+    if (!bad) {
+      const uint8_t* from = p.w + src * p.w_row_bytes + (e0 / kGeo.elems) * kGeo.bytes;
+      for (int i = static_cast<int>(threadIdx.x); i < blocks * kGeo.bytes; i += kThreads) {
+        staged[i] = from[i];
       }
     }
+    __syncthreads();
+    const int group = static_cast<int>(threadIdx.x);  // within the chunk
+    if (8 * group >= blocks * kGeo.elems) continue;
+    float v[8];
+    if (bad) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = __int_as_float(0x7fc00000);  // quiet NaN
+    } else {
+      DequantGroup<kType>(staged, group, blocks * kGeo.elems, tables, v);
+    }
+    StoreGroup(p, r, e0 + 8 * group, v);
   }
+}
+
+bool StagedDequant() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_DEQUANT_STAGED");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
 }
 
 // IQ4_XS rows -> F16, one thread per 8 values (as the generic kernel, so a warp's 16-byte stores
@@ -103,7 +165,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t src = p.row_ids != nullptr ? p.row_ids[r] : p.first_row + r;
     uint4* o = reinterpret_cast<uint4*>(static_cast<__half*>(p.out) + r * p.out_stride + 8 * group);
     if (src < 0 || src >= p.table_rows) {
-      *o = make_uint4(0x7E007E00u, 0x7E007E00u, 0x7E007E00u, 0x7E007E00u);  // quiet NaN
+      // Quiet NaN, converted as the generic kernel converts it (the same bits).
+      const __half2 nan2 =
+          __floats2half2_rn(__int_as_float(0x7fc00000), __int_as_float(0x7fc00000));
+      const uint32_t nan_bits = *reinterpret_cast<const uint32_t*>(&nan2);
+      *o = make_uint4(nan_bits, nan_bits, nan_bits, nan_bits);
       continue;
     }
     // Group g of a block: sub-block ib = g / 4; values 8l..8l+7 of it (l = g % 4) are the low
@@ -187,6 +253,17 @@ KernelStatus DequantRowsCuda(const DequantRowsArgs& a, cudaStream_t stream) {
     const int64_t groups = a.rows * (a.cols / 8);
     const int blocks = static_cast<int>(std::min(kMaxBlocks, (groups + kThreads - 1) / kThreads));
     LaunchWithPdl(DequantIq4XsF16Kernel, blocks, kThreads, 0, stream, p, tables.iq4nl_values);
+    return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
+  }
+  if (geo.elems > 1 && StagedDequant()) {
+    const int64_t chunks = a.rows * ((a.cols + kStagedValues - 1) / kStagedValues);
+    const int blocks = static_cast<int>(std::min(kMaxBlocks, chunks));
+    dequant_device::DispatchDequantType(a.type, [&](auto tag) {
+      if constexpr (dequant_device::Geometry(decltype(tag)::value).elems > 1) {
+        LaunchWithPdl(DequantStagedKernel<decltype(tag)::value>, blocks, kThreads, 0, stream, p,
+                      tables);
+      }
+    });
     return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
   }
   const int64_t total = a.rows * groups_per_row;

@@ -1,10 +1,11 @@
 // DequantRowsCuda on the device against engine/quant's DequantizeRow: F16 output must be that
 // value rounded to nearest even, bit for bit, and F32 output the value itself. IQ4_XS to F16 has
-// its own kernel (one thread per sub-block, dequant_cuda.cu) while its alignment holds, and the
-// generic kernel otherwise (an output stride that breaks 16-byte rows, or
-// STEPSERVE_DEQUANT_IQ4XS_FAST=0); both are checked on fresh random blocks: a row range from an
-// offset, gathered ids with a bad id (a row of NaN), odd row counts, padded output rows. Outputs
-// are poisoned with 0xFF first, and the padding past each row's `cols` must stay poisoned.
+// its own kernel (dequant_cuda.cu) while its alignment holds, and the generic kernel otherwise (an
+// output stride that breaks 16-byte rows, or STEPSERVE_DEQUANT_IQ4XS_FAST=0); every quantized type
+// also goes through the staged kernel with STEPSERVE_DEQUANT_STAGED=1 (run the test with it). All
+// on fresh random blocks: a row range from an offset, gathered ids with a bad id (a row of NaN),
+// odd row counts, rows that end mid-chunk, padded output rows. Outputs are poisoned with 0xFF
+// first, and the padding past each row's `cols` must stay poisoned.
 #include "kernels/matmul/dequant_cuda.h"
 
 #include <cuda_runtime_api.h>
@@ -129,6 +130,17 @@ TEST(DequantCudaTest, RowsMatchDequantizeRowBitForBit) {
       {GgmlType::kQ4_K, 4096, 60, 7, 29, 4104, false, true},
       {GgmlType::kQ6_K, 1280, 60, 0, 41, 1280, true, true},
       {GgmlType::kQ5_K, 4096, 30, 2, 9, 4096, false, false},
+      // Row lengths that end mid-chunk for the staged kernel (2048 values per CTA).
+      {GgmlType::kQ8_0, 4128, 20, 1, 13, 4128, false, true},
+      {GgmlType::kIQ4_NL, 2080, 20, 0, 11, 2080, true, true},
+      {GgmlType::kQ2_K, 2304, 20, 3, 7, 2304, false, true},
+      {GgmlType::kQ3_K, 4096, 12, 0, 5, 4096, true, false},
+      {GgmlType::kIQ2_XXS, 2304, 12, 2, 5, 2312, false, true},
+      {GgmlType::kIQ2_XS, 768, 12, 0, 9, 768, true, true},
+      {GgmlType::kIQ2_S, 512, 12, 1, 6, 512, false, true},
+      {GgmlType::kIQ3_XXS, 256, 12, 0, 12, 256, false, false},
+      {GgmlType::kIQ3_S, 1280, 12, 4, 8, 1280, true, true},
+      {GgmlType::kQ6_K, 2304, 20, 0, 7, 2304, false, true},
   };
   uint64_t seed = 11;
   for (const Case& c : cases) RunCase(c, seed++);

@@ -15,6 +15,8 @@ case $2 in
   matmul/gemv_mma_cuda.cu) default_test=test_gemv_mma ;;
   matmul/gemv_q8x_grouped_cuda.cu | matmul/gemv_q8x_rows.cuh) default_test=test_gemv_grouped ;;
   matmul/gemv_q8x_cuda.cu) default_test=test_gemv_one_row ;;
+  matmul/dequant_cuda.cu) default_test=test_dequant ;;
+  matmul/moe_swiglu_f16.cuh) default_test=test_swiglu_f16 ;;
   matmul/moe_decode_cuda.cu | matmul/moe_down_lean.cuh) default_test=test_moe_down ;;  # gate/up:
     # EMU_TEST=test_moe_gate_up
   *) default_test=test ;;
@@ -24,7 +26,8 @@ rm -rf "$work" && mkdir -p "$work"
 python3 "$here/transform.py" "$work/shadow" "$2" "$3" "$4" || { echo "$1: TRANSFORM FAILED"; exit 1; }
 g++ -std=c++20 -O1 -ffp-contract=off -w ${EMU_CXXFLAGS:-} -I "$work/shadow" -I "$here" -I "$cuda_include" -I "$root" \
   "$here/$test.cc" "$here/emu_cuda.cc" "$root/engine/quant/quant_k.cc" \
-  "$root/engine/quant/quant_iq.cc" "$root/engine/quant/quant_tables.cc" -o "$work/emu" \
+  "$root/engine/quant/quant_iq.cc" "$root/engine/quant/quant_tables.cc" \
+  "$root/engine/quant/ggml_type.cc" -o "$work/emu" \
   2>"$work/build.log" ||
   { echo "$1: BUILD FAILED"; head -5 "$work/build.log"; exit 1; }
 res=""

@@ -7,7 +7,8 @@
 # the one-row GEMVs (gemv_q8x_cuda.cu; test_gemv_one_row.cc), and the few-token MoE kernels of
 # moe_decode_cuda.cu: down + combine, lean and cursor forms (test_moe_down.cc), and gate/up with
 # its block quantization (test_moe_gate_up.cc; shuffles of partial warps are emulated), and the
-# prefill MoE's SwiGLU-to-F16 kernel against SwiGLU + the converter (test_swiglu_f16.cc). The real
+# prefill MoE's SwiGLU-to-F16 kernel against SwiGLU + the converter (test_swiglu_f16.cc), and the
+# staged and IQ4_XS dequantization kernels against the generic one (test_dequant.cc). The real
 # kernel sources with their inline-asm wrappers (mma.sync, cp.async, cvt, f16x2 arithmetic)
 # replaced by emulated ones (emu_cuda.*), a CTA's threads as coroutines in shuffled orders,
 # cp.async landing at issue or at the wait. No GPU needed (CUDA headers only). A check of
@@ -21,8 +22,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${EMU_WORK:-$(mktemp -d)}
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
-tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped test_gemv_one_row test_moe_down test_moe_gate_up test_swiglu_f16}
-quant_sources=("$root/engine/quant/quant_k.cc" "$root/engine/quant/quant_iq.cc"
+tests=${EMU_TESTS:-test test_f16 test_gemv_mma test_gemv_grouped test_gemv_one_row test_moe_down test_moe_gate_up test_swiglu_f16 test_dequant}
+quant_sources=("$root/engine/quant/quant_k.cc" "$root/engine/quant/quant_iq.cc" "$root/engine/quant/ggml_type.cc"
   "$root/engine/quant/quant_tables.cc")
 python3 "$here/transform.py" "$work/shadow"
 for t in $tests; do

@@ -16,7 +16,8 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_q8x_grouped_cuda.cu', 'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
          'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h',
-         'matmul/moe_down_lean.cuh', 'matmul/moe_swiglu_f16.cuh']
+         'matmul/moe_down_lean.cuh', 'matmul/moe_swiglu_f16.cuh', 'matmul/dequant_cuda.cu',
+         'matmul/dequant_cuda.cuh']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
     j = text.index('{', i)
@@ -71,6 +72,8 @@ reps = {
  'matmul/moe_decode_cuda.h': [],
  'matmul/moe_down_lean.cuh': [],
  'matmul/moe_swiglu_f16.cuh': [],
+ 'matmul/dequant_cuda.cu': [],
+ 'matmul/dequant_cuda.cuh': [],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
 # A mutation of a file the shadow does not copy would test the unmutated original (the real
@@ -93,6 +96,9 @@ for f in files:
         s = s.replace('__shared__ ', 'static ')
     if f == 'matmul/moe_decode_cuda.cu':  # StoreAndQuantizeBlockCta's flag: one per CTA
         assert s.count('__shared__ ') == 1
+        s = s.replace('__shared__ ', 'static ')
+    if f == 'matmul/dequant_cuda.cu':  # the table and the staged blocks: one copy per CTA
+        assert s.count('__shared__ ') == 2
         s = s.replace('__shared__ ', 'static ')
     if f == 'matmul/moe_decode_cuda.h':  # ExpertSwiGlu, compiled with the gate/up kernel
         assert s.count('#ifdef __CUDACC__') == 1
