@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "kernels/attention/paged_attention_cuda.h"
+#include "kernels/common/env_switch.h"
 
 namespace stepserve::kernels {
 namespace {
@@ -38,10 +39,7 @@ constexpr int64_t kHeadsPerCta = 16;  // matches the kernel's accumulator bound
 // slower than the combine kernel, whose launch PDL already overlaps - batch 1 5.82 vs 5.75 ms,
 // batch 4 11.47 vs 11.39 ms, batch 16 equal (docs/cuda-engine.md).
 std::atomic<bool>& FusedCombineSetting() {
-  static std::atomic<bool> setting{[] {
-    const char* v = std::getenv("STEPSERVE_ATTN_FUSED_COMBINE");
-    return v != nullptr && v[0] == '1';
-  }()};
+  static std::atomic<bool> setting{EnvSwitchSet("STEPSERVE_ATTN_FUSED_COMBINE")};
   return setting;
 }
 

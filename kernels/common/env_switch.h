@@ -1,6 +1,7 @@
-// The on-by-default run-time switches of the CUDA kernels and backend (docs/cuda-engine.md's
-// switch table): STEPSERVE_<NAME>=0 turns one off for an A/B run, anything else or unset leaves
-// it on. Callers read it once, into a function-local static.
+// The run-time switches of the CUDA kernels and backend (docs/cuda-engine.md's switch table),
+// read once by their callers into a function-local static: on-by-default ones (STEPSERVE_<NAME>=0
+// turns one off for an A/B run, anything else or unset leaves it on) and off-by-default ones
+// (STEPSERVE_<NAME>=1 turns one on: a path not yet measured or tested on a device).
 #ifndef STEPSERVE_KERNELS_COMMON_ENV_SWITCH_H_
 #define STEPSERVE_KERNELS_COMMON_ENV_SWITCH_H_
 
@@ -12,6 +13,12 @@ namespace stepserve::kernels {
 inline bool EnvSwitchOn(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || v[0] != '0';
+}
+
+// True only when the environment variable `name` is set and starts with '1'.
+inline bool EnvSwitchSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] == '1';
 }
 
 }  // namespace stepserve::kernels

@@ -35,6 +35,18 @@ struct DequantRowsParams {
   int64_t out_stride;
 };
 
+// Output row r's source row: a range entry or a gathered id; -1 for an id outside the table
+// (its output row is NaN).
+__device__ __forceinline__ int64_t SourceRow(const DequantRowsParams& p, int64_t r) {
+  const int64_t src = p.row_ids != nullptr ? p.row_ids[r] : p.first_row + r;
+  return src < 0 || src >= p.table_rows ? -1 : src;
+}
+
+__device__ __forceinline__ void FillQuietNaN(float (&v)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = __int_as_float(0x7fc00000);
+}
+
 // Output row r, values e0 .. e0 + 7 (fewer at the row's end) from v, as F32 or F16.
 __device__ __forceinline__ void StoreGroup(const DequantRowsParams& p, int64_t r, int64_t e0,
                                            const float (&v)[8]) {
@@ -70,11 +82,10 @@ __global__ void DequantRowsKernel(DequantRowsParams p, DequantTables tables) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / groups_per_row;
     const int64_t group = i - r * groups_per_row;
-    const int64_t src = p.row_ids != nullptr ? p.row_ids[r] : p.first_row + r;
+    const int64_t src = SourceRow(p, r);
     float v[8];
-    if (src < 0 || src >= p.table_rows) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = __int_as_float(0x7fc00000);  // quiet NaN
+    if (src < 0) {
+      FillQuietNaN(v);
     } else {
       DequantGroup<kType>(p.w + src * p.w_row_bytes, group, p.cols, tables, v);
     }
@@ -105,8 +116,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t c = blockIdx.x; c < p.rows * chunks_per_row; c += gridDim.x) {
     const int64_t r = c / chunks_per_row;
     const int64_t e0 = (c - r * chunks_per_row) * kStagedValues;
-    const int64_t src = p.row_ids != nullptr ? p.row_ids[r] : p.first_row + r;
-    const bool bad = src < 0 || src >= p.table_rows;
+    const int64_t src = SourceRow(p, r);
+    const bool bad = src < 0;
     const int blocks =
         static_cast<int>(min(static_cast<int64_t>(kBlocks), (p.cols - e0) / kGeo.elems));
     __syncthreads();  // the previous chunk's readers are done with `staged`
@@ -121,8 +132,7 @@ __global__ void __launch_bounds__(kThreads)
     if (8 * group >= blocks * kGeo.elems) continue;
     float v[8];
     if (bad) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = __int_as_float(0x7fc00000);  // quiet NaN
+      FillQuietNaN(v);
     } else {
       DequantGroup<kType>(staged, group, blocks * kGeo.elems, tables, v);
     }
@@ -131,10 +141,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 bool StagedDequant() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_DEQUANT_STAGED");
-    return v != nullptr && v[0] == '1';
-  }();
+  static const bool on = EnvSwitchSet("STEPSERVE_DEQUANT_STAGED");
   return on;
 }
 
@@ -162,9 +169,9 @@ __global__ void __launch_bounds__(kThreads)
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / groups_per_row;
     const int64_t group = i - r * groups_per_row;
-    const int64_t src = p.row_ids != nullptr ? p.row_ids[r] : p.first_row + r;
+    const int64_t src = SourceRow(p, r);
     uint4* o = reinterpret_cast<uint4*>(static_cast<__half*>(p.out) + r * p.out_stride + 8 * group);
-    if (src < 0 || src >= p.table_rows) {
+    if (src < 0) {
       // Quiet NaN, converted as the generic kernel converts it (the same bits).
       const __half2 nan2 =
           __floats2half2_rn(__int_as_float(0x7fc00000), __int_as_float(0x7fc00000));

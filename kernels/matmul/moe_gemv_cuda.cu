@@ -331,10 +331,7 @@ struct Grouping {
 // STEPSERVE_MOE_SWIGLU_F16=1 (read once; off until its GPU tests have run): else SwiGluRowsKernel's
 // F32 rows, then the GEMM's conversion.
 bool SwiGluF16() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_MOE_SWIGLU_F16");
-    return v != nullptr && v[0] == '1';
-  }();
+  static const bool on = EnvSwitchSet("STEPSERVE_MOE_SWIGLU_F16");
   return on;
 }
 

@@ -49,39 +49,6 @@ struct Case {
   bool gather, f16;
 };
 
-const char* TypeName(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ8_0:
-      return "q8_0";
-    case GgmlType::kIQ4_NL:
-      return "iq4_nl";
-    case GgmlType::kQ2_K:
-      return "q2_K";
-    case GgmlType::kQ3_K:
-      return "q3_K";
-    case GgmlType::kQ4_K:
-      return "q4_K";
-    case GgmlType::kQ5_K:
-      return "q5_K";
-    case GgmlType::kQ6_K:
-      return "q6_K";
-    case GgmlType::kIQ2_XXS:
-      return "iq2_xxs";
-    case GgmlType::kIQ2_XS:
-      return "iq2_xs";
-    case GgmlType::kIQ2_S:
-      return "iq2_s";
-    case GgmlType::kIQ3_XXS:
-      return "iq3_xxs";
-    case GgmlType::kIQ3_S:
-      return "iq3_s";
-    case GgmlType::kIQ4_XS:
-      return "iq4_xs";
-    default:
-      return "?";
-  }
-}
-
 template <GgmlType kType>
 bool RunTyped(const Case& c, uint32_t seed) {
   constexpr auto kGeo = k::dequant_device::Geometry(kType);
@@ -141,10 +108,10 @@ bool RunTyped(const Case& c, uint32_t seed) {
   const bool pad_ok = poisoned_pad == c.rows * (c.out_stride - c.cols) * static_cast<int64_t>(elem);
   const bool ok = bad_staged == 0 && bad_fast == 0 && pad_ok;
   std::printf("%s %-8s cols %5lld rows %3lld stride %5lld %s %s: staged mismatches %lld%s\n",
-              ok ? "ok  " : "FAIL", TypeName(c.type), static_cast<long long>(c.cols),
-              static_cast<long long>(c.rows), static_cast<long long>(c.out_stride),
-              c.gather ? "gathered" : "range   ", c.f16 ? "f16" : "f32",
-              static_cast<long long>(bad_staged),
+              ok ? "ok  " : "FAIL", std::string(stepserve::TypeInfo(c.type).name).c_str(),
+              static_cast<long long>(c.cols), static_cast<long long>(c.rows),
+              static_cast<long long>(c.out_stride), c.gather ? "gathered" : "range   ",
+              c.f16 ? "f16" : "f32", static_cast<long long>(bad_staged),
               fast_run ? (" iq4_xs kernel mismatches " + std::to_string(bad_fast)).c_str() : "");
   return ok;
 }
