@@ -46,6 +46,7 @@ Loaded Load() {
   ok = Bind(lib, "cublasSetStream_v2", &l.api.set_stream, &l.error) && ok;
   ok = Bind(lib, "cublasSgemm_v2", &l.api.sgemm, &l.error) && ok;
   ok = Bind(lib, "cublasGemmEx", &l.api.gemm_ex, &l.error) && ok;
+  ok = Bind(lib, "cublasSgemmStridedBatched", &l.api.sgemm_strided_batched, &l.error) && ok;
   l.ok = ok;
   return l;  // the library stays loaded for the life of the process
 }

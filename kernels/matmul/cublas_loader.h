@@ -25,6 +25,10 @@ struct CublasApi {
                             const void*, const void*, cudaDataType, int, const void*, cudaDataType,
                             int, const void*, void*, cudaDataType, int, cublasComputeType_t,
                             cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*sgemm_strided_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                          int, int, const float*, const float*, int, long long,
+                                          const float*, int, long long, const float*, float*, int,
+                                          long long, int) = nullptr;
 };
 
 // Loads cuBLAS once per process (thread-safe): $STEPSERVE_CUBLAS if set, else libcublas.so.<major>

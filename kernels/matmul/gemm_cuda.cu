@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "kernels/common/alignment.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/cublas_loader.h"
 #include "kernels/matmul/dequant_cuda.h"
@@ -53,15 +54,32 @@ bool IsPlainFloat(GgmlType type) {
 }
 
 struct ScratchLayout {
-  int64_t x16_bytes = 0;   // F16 copy of X (0 when X is used as F32)
-  int64_t tile_bytes = 0;  // dequantized weight tile (0 when W is used as stored)
-  int64_t tile_elem = 0;   // 2 (F16) or 4 (F32)
-  int64_t total() const { return x16_bytes + tile_bytes; }
+  int64_t x16_bytes = 0;    // F16 copy of X (0 when X is used as F32)
+  int64_t tile_bytes = 0;   // dequantized weight tile (0 when W is used as stored)
+  int64_t tile_elem = 0;    // 2 (F16) or 4 (F32)
+  int split_parts = 1;      // K parts of a split-K SGEMM (SplitKParts)
+  int64_t split_bytes = 0;  // their F32 partial products, split_parts x rows x out
+  int64_t total() const { return x16_bytes + tile_bytes + split_bytes; }
 };
 
 // Weights used as stored by cuBLAS (no tile): F32 always, F16 unless exact.
 bool WeightsAsStored(GgmlType type, bool exact) {
   return type == GgmlType::kF32 || (type == GgmlType::kF16 && !exact);
+}
+
+// K parts of an F32-weight SGEMM with few output columns and many rows (the MoE router: 288
+// experts x 4096 at a prefill of 2048 tokens), 1 = no split. Why: cuBLAS ran that router GEMM as
+// 8 x 5 CTAs of 256 x 64 (sm80_xmma ... 256x64x8) on a 132-SM device - 124 us per MoE layer, ~2%
+// of the prefill (H100, results-v22.txt call 2). Parts of K as one strided batch, then a fixed-
+// order sum (SumSplitKKernel): the same F32 products, summed in another order. Off unless
+// STEPSERVE_SGEMM_SPLIT_K=1 (read once) until measured on a device.
+int SplitKParts(int64_t in, int64_t out, int64_t rows) {
+  static const bool on = EnvSwitchSet("STEPSERVE_SGEMM_SPLIT_K");
+  if (!on || rows < 256 || out > 1024 || in < 2048 || in % 16 != 0) return 1;
+  // cuBLAS's tile for these shapes is about 64 columns x 256 rows: 2 or 4 parts (K stays a
+  // multiple of 4) to reach about a wave of 132 SMs.
+  const int64_t ctas = (out + 63) / 64 * ((rows + 255) / 256);
+  return ctas >= 132 ? 1 : (ctas >= 66 ? 2 : 4);
 }
 
 ScratchLayout Layout(GgmlType type, int64_t in, int64_t out, int64_t rows, bool exact) {
@@ -72,7 +90,26 @@ ScratchLayout Layout(GgmlType type, int64_t in, int64_t out, int64_t rows, bool 
     s.tile_elem = (exact || type == GgmlType::kBF16) ? 4 : 2;
     s.tile_bytes = TileRows(in, out) * PaddedLd(in) * s.tile_elem;
   }
+  if (type == GgmlType::kF32) {
+    s.split_parts = SplitKParts(in, out, rows);
+    if (s.split_parts > 1) s.split_bytes = AlignUp(s.split_parts * rows * out * 4, 256);
+  }
   return s;
+}
+
+// y[r][o] = sum over p in order 0, 1, .. of parts[p][r][o] (each part rows x out, dense).
+__global__ void SumSplitKKernel(const float* parts, int n_parts, int64_t out, int64_t rows,
+                                float* y, int64_t y_stride) {
+  WaitForPrimaryGrid();
+  AllowDependentLaunch();
+  const int64_t n = out * rows;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = parts[i];
+    for (int p = 1; p < n_parts; ++p) sum += parts[p * n + i];
+    const int64_t r = i / out;
+    y[r * y_stride + (i - r * out)] = sum;
+  }
 }
 
 // x (rows x cols F32, row stride x_stride) -> out (F16, row stride out_ld). Grid x tiles a row's
@@ -181,6 +218,24 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
                            x16, CUDA_R_16F, static_cast<int>(ld), &beta, y, CUDA_R_32F,
                            static_cast<int>(a.y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
+  if (layout.split_parts > 1) {
+    // Part p: columns [p kc, (p + 1) kc) of W's rows and X's rows, into partial product p.
+    const int parts = layout.split_parts;
+    const int kc = k / parts;
+    auto* partial = reinterpret_cast<float*>(scratch + layout.x16_bytes + layout.tile_bytes);
+    const int m = static_cast<int>(a.out);
+    if (cublas->sgemm_strided_batched(
+            handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, kc, &alpha, static_cast<const float*>(a.w),
+            static_cast<int>(w_ld), kc, a.x, static_cast<int>(a.x_stride), kc, &beta, partial, m,
+            static_cast<long long>(m) * n, parts) != CUBLAS_STATUS_SUCCESS) {
+      return KernelStatus::kInvalidArgument;
+    }
+    const int64_t elems = a.out * a.rows;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elems + 255) / 256, 4096));
+    LaunchWithPdl(SumSplitKKernel, dim3(blocks), dim3(256), 0, stream, partial, parts, a.out,
+                  a.rows, a.y, a.y_stride);
+    return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
+  }
   if (WeightsAsStored(a.type, a.exact)) {
     const bool ok = gemm(a.w, static_cast<int>(w_ld), a.type == GgmlType::kF32, 0,
                          static_cast<int>(a.out)) == CUBLAS_STATUS_SUCCESS;

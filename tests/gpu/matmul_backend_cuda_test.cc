@@ -150,6 +150,16 @@ TEST(MatmulCudaLayoutTest, StridedActivationsAndOddPlainWidths) {
   }
 }
 
+// F32 weights with few columns and many rows: the router's shape, which CublasGemm splits over K
+// under STEPSERVE_SGEMM_SPLIT_K=1 (4 parts at 300 rows, 2 at 5000; 1 part without the switch).
+TEST(MatmulCudaLayoutTest, RouterShapedF32) {
+  std::unique_ptr<Backend> cuda = CudaBackendOrNull();
+  if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
+  const uint64_t seed = std::random_device{}();
+  CheckMatmul(*cuda, GgmlType::kF32, 4096, 289, 300, 4, 3, seed);
+  CheckMatmul(*cuda, GgmlType::kF32, 2048, 288, 5000, 0, 0, seed + 1);
+}
+
 // The 2-3 bit types through the int8-activation GEMV (turned on for this test): 1-16 rows, long
 // rows and short ones (1280 = 5 blocks: a row per lane group), padded strides.
 TEST(MatmulCudaLowBitTest, LowBitTypesThroughTheInt8Gemv) {
