@@ -23,7 +23,9 @@
 // fall in distinct banks; activation rows 576 bytes apart, so a quarter warp's 16-byte loads of
 // two rows fill the 32 banks). Two CTAs per SM (~108-112 KB shared each) for IQ4_XS and Q4_K;
 // one for Q6_K (224-byte staged rows: 2 x (128 x 224 + 64 x 576) + 256 = 131328 bytes, 72 KB of
-// it the activation stages). Rows past `out` are never copied or stored.
+// it the activation stages). Rows past `out` are never copied or stored. Under
+// STEPSERVE_GEMM_F16_WIDE=1 (IQ4_XS, Q4_K, Q6_K): 128 pairs, one CTA per SM (184832 / 188928 /
+// 205312 bytes; 190-201 registers, no spills).
 //
 // Fragment mapping: lane t's 16-byte chunk t of a sub-block's activations holds the 8 elements
 // whose weights the decoder yields for lane t, in the same order: for IQ4_XS the activations are
@@ -56,20 +58,23 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kTileRows = 16 * kWarps;  // weight (output) rows per CTA, 16 per warp
-constexpr int kTilePairs = 64;          // activation rows (token, slot pairs) per chunk
-constexpr int kColTiles = kTilePairs / 8;
 constexpr int kStages = 2;
 // Sub-blocks unrolled per step of the decode loop: all 8 spill (128 registers, the cap of two
 // CTAs per SM); 4 fit in 120.
 constexpr int kUnrollIb = 4;
 constexpr int kActStride = 512 + 64;  // 256 F16 + 64 bytes: rows 64 bytes apart mod 128
-constexpr int kActStageBytes = kTilePairs * kActStride;
+// Activation rows (token, slot pairs) per chunk, kPairs: 64 (two CTAs per SM), or 128 - the wide
+// chunks of STEPSERVE_GEMM_F16_WIDE (one CTA per SM: 64 accumulators per thread, 185-206 KB of
+// shared memory), which decode an expert's weights once for up to 128 pairs instead of twice past
+// 64.
 // A stage: the weight rows (D::kStride bytes each), then the activation rows.
-template <class D>
+template <class D, int kPairs>
 struct Layout {
+  static constexpr int kColTiles = kPairs / 8;
+  static constexpr int kActStageBytes = kPairs * kActStride;
   static constexpr int kWeightStageBytes = kTileRows * D::kStride;
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
-  static constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + kTilePairs * sizeof(int);
+  static constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + kPairs * sizeof(int);
   static_assert(kStageBytes % 16 == 0, "stages must stay 16-byte aligned");
   static_assert(D::kStride % 16 == 0, "staged rows stay 16-byte aligned");
   static_assert(D::kPieces * D::kPieceBytes >= D::kMaxShift + D::kBlockBytes &&
@@ -83,25 +88,30 @@ struct Layout {
 // 8 bytes, 15 rows per pass; Q4_K: 9 of 16 bytes, 28 rows per pass; Q6_K: 14 of 16 bytes, 18
 // rows per pass), so a warp's copies cover whole rows (coalesced; a row's pieces land in
 // consecutive banks); rows past `out` are not copied (their stale products are dropped).
-// Activations: four threads per row, 16-byte pieces q, q + 4, .. (8 of 32), so at each step the
-// four threads of a row read 64 contiguous bytes; rows past the chunk's `cols` are not copied
-// either (an MMA column depends on its own B column only, and those are dropped).
+// Activations: four threads per row (rows rx, rx + 64 for 128 pairs), 16-byte pieces q, q + 4,
+// .. (8 of 32), so at each step the four threads of a row read 64 contiguous bytes; rows past the
+// chunk's `cols` are not copied either (an MMA column depends on its own B column only, and those
+// are dropped).
+constexpr int kActRowsPerPass = 32 * kWarps / 4;
+template <int kPairs>
 struct CopyPlan {
-  const uint8_t* w_src;  // the thread's piece of block 0 of its first weight row
-  int w_piece;           // which piece of a block that is (D::CopySource)
-  const uint8_t* x_src;  // the thread's first piece of element 0 of its activation row
-  int w_dst, x_dst;      // offsets within a stage
-  int w_rows;            // rows of the thread's weight passes (0 for threads past the last row)
-  bool x_on;
+  static constexpr int kXRows = kPairs / kActRowsPerPass;  // activation rows per thread
+  const uint8_t* w_src;          // the thread's piece of block 0 of its first weight row
+  int w_piece;                   // which piece of a block that is (D::CopySource)
+  const uint8_t* x_src[kXRows];  // the thread's first piece of element 0 of its activation rows
+  int w_dst, x_dst[kXRows];      // offsets within a stage
+  int w_rows;  // rows of the thread's weight passes (0 for threads past the last row)
+  bool x_on[kXRows];
   int64_t w_pass_bytes;  // one pass of rows of global weights
 };
-static_assert(kTilePairs * 4 == 32 * kWarps, "the copy plan maps 4 threads per activation row");
+static_assert(64 == kActRowsPerPass, "the copy plan maps 4 threads per activation row");
 
-template <class D>
-__device__ __forceinline__ CopyPlan MakeCopyPlan(const GemvParams& p, const uint8_t* w, int64_t o0,
-                                                 int cols, const int* pair_row) {
+template <class D, int kPairs>
+__device__ __forceinline__ CopyPlan<kPairs> MakeCopyPlan(const GemvParams& p, const uint8_t* w,
+                                                         int64_t o0, int cols,
+                                                         const int* pair_row) {
   constexpr int kRowsPerPass = 32 * kWarps / D::kPieces;
-  CopyPlan c;
+  CopyPlan<kPairs> c;
   const int tid = static_cast<int>(threadIdx.x);
   const int r0 = tid / D::kPieces, piece = tid - D::kPieces * r0;
   const int64_t valid = p.out - o0 < kTileRows ? p.out - o0 : kTileRows;  // rows inside `out`
@@ -111,17 +121,21 @@ __device__ __forceinline__ CopyPlan MakeCopyPlan(const GemvParams& p, const uint
   c.w_piece = piece;
   c.w_dst = r0 * D::kStride + D::kPieceBytes * piece;
   c.w_pass_bytes = kRowsPerPass * p.w_row_bytes;
-  const int rx = tid >> 2, q = tid & 3;
-  c.x_src = reinterpret_cast<const uint8_t*>(p.xh) + static_cast<int64_t>(pair_row[rx]) * p.in * 2 +
-            16 * q;
-  c.x_dst = Layout<D>::kWeightStageBytes + rx * kActStride + 16 * q;
-  c.x_on = rx < cols;
+  const int q = tid & 3;
+#pragma unroll
+  for (int i = 0; i < CopyPlan<kPairs>::kXRows; ++i) {
+    const int rx = (tid >> 2) + kActRowsPerPass * i;
+    c.x_src[i] = reinterpret_cast<const uint8_t*>(p.xh) +
+                 static_cast<int64_t>(pair_row[rx]) * p.in * 2 + 16 * q;
+    c.x_dst[i] = Layout<D, kPairs>::kWeightStageBytes + rx * kActStride + 16 * q;
+    c.x_on[i] = rx < cols;
+  }
   return c;
 }
 
 // Block kb of the chunk's weight rows and activation rows into `stage`.
-template <class D>
-__device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int64_t kb) {
+template <class D, int kPairs>
+__device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan<kPairs>& c, int64_t kb) {
   constexpr int kRowsPerPass = 32 * kWarps / D::kPieces;
   const uint8_t* ws = c.w_src + kb * D::kBlockBytes;
   uint8_t* wd = stage + c.w_dst;
@@ -136,23 +150,26 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan& c, int
     ws += c.w_pass_bytes;
     wd += kRowsPerPass * D::kStride;
   }
-  if (c.x_on) {
-    const uint8_t* xs = c.x_src + kb * 512;
-    uint8_t* xd = stage + c.x_dst;
 #pragma unroll
-    for (int m = 0; m < 8; ++m) CopyAsync16(xd + 64 * m, xs + 64 * m);
+  for (int i = 0; i < CopyPlan<kPairs>::kXRows; ++i) {
+    if (c.x_on[i]) {
+      const uint8_t* xs = c.x_src[i] + kb * 512;
+      uint8_t* xd = stage + c.x_dst[i];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) CopyAsync16(xd + 64 * m, xs + 64 * m);
+    }
   }
 }
 
 // The staged block: the warp's 16 rows x the first kTiles of the chunk's column tiles (8 columns
 // each), into acc. shift: where the block starts in the staged rows g and g + 8 (D::Shift; 0 but
 // for Q6_K).
-template <class D, int kTiles>
+template <class D, int kPairs, int kTiles>
 __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, int g, int t,
                                                int shift, const F16DecodeTables& tbl,
-                                               float (&acc)[kColTiles][4]) {
+                                               float (&acc)[kPairs / 8][4]) {
   const uint8_t* ra = stage + (16 * warp + g) * D::kStride;
-  const uint8_t* act = stage + Layout<D>::kWeightStageBytes + g * kActStride + 16 * t;
+  const uint8_t* act = stage + Layout<D, kPairs>::kWeightStageBytes + g * kActStride + 16 * t;
   const typename D::Row row_a = D::Begin(ra, shift, t);
   const typename D::Row row_b = D::Begin(ra + 8 * D::kStride, shift, t);
 #pragma unroll kUnrollIb
@@ -179,12 +196,12 @@ __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, i
 
 // One chunk's products over all of K: the two-stage copy pipeline of the weight and activation
 // blocks and, per block, MmaStagedBlock over the first kTiles column tiles.
-template <class D, int kTiles>
-__device__ __forceinline__ void ChunkProducts(uint8_t* smem, const CopyPlan& plan, int64_t nb,
-                                              const uint8_t* w_row_a, int warp, int g, int t,
-                                              const F16DecodeTables& tbl,
-                                              float (&acc)[kColTiles][4]) {
-  constexpr int kStageBytes = Layout<D>::kStageBytes;
+template <class D, int kPairs, int kTiles>
+__device__ __forceinline__ void ChunkProducts(uint8_t* smem, const CopyPlan<kPairs>& plan,
+                                              int64_t nb, const uint8_t* w_row_a, int warp, int g,
+                                              int t, const F16DecodeTables& tbl,
+                                              float (&acc)[kPairs / 8][4]) {
+  constexpr int kStageBytes = Layout<D, kPairs>::kStageBytes;
   for (int64_t kb = 0; kb < nb; ++kb) {
     uint8_t* stage = smem + static_cast<int>(kb % kStages) * kStageBytes;
     WaitCopiesButOne();  // this thread's copies of block kb have landed
@@ -192,24 +209,26 @@ __device__ __forceinline__ void ChunkProducts(uint8_t* smem, const CopyPlan& pla
     // Rows g and g + 8 share it: they lie 8 * w_row_bytes apart, a multiple of 16 (Q6_K rows
     // are 210 bytes per block: even).
     const int shift = D::Shift(w_row_a + kb * D::kBlockBytes);
-    MmaStagedBlock<D, kTiles>(stage, warp, g, t, shift, tbl, acc);
+    MmaStagedBlock<D, kPairs, kTiles>(stage, warp, g, t, shift, tbl, acc);
     __syncthreads();  // every warp is done with the stage before it is refilled
-    if (kb + kStages < nb) CopyStage<D>(stage, plan, kb + kStages);
+    if (kb + kStages < nb) CopyStage<D, kPairs>(stage, plan, kb + kStages);
     CommitCopies();
   }
 }
 
-// Grid (128-row tiles, slots). A slot's groups run in chunks of 64. The last chunk's missing
+// Grid (128-row tiles, slots). A slot's groups run in chunks of kPairs. The last chunk's missing
 // columns are computed and dropped, unless kNarrowTails: then a chunk of at most 16 / 32 columns
-// computes only 2 / 4 of the 8 column tiles (the default; STEPSERVE_GEMM_F16_NARROW_TAILS). Why: at
-// a 2048-token prefill (16384 pairs over 288 experts, ~57 each) ncu counted 69.1M executed HMMAs in
-// a gate launch where its 18432 columns need 47.2M (H100, session 25): about 1.35 chunks per
-// expert, the second mostly padding. The weights are still decoded for a narrow chunk.
-template <class D, bool kNarrowTails>
-__global__ void __launch_bounds__(32 * kWarps, 2)
+// computes only 2 / 4 of the 8 column tiles (the default; STEPSERVE_GEMM_F16_NARROW_TAILS), and a
+// wide one (128 pairs) also 8 / 12 of its 16 up to 64 / 96. Why: at a 2048-token prefill (16384
+// pairs over 288 experts, ~57 each) ncu counted 69.1M executed HMMAs in a gate launch where its
+// 18432 columns need 47.2M (H100, session 25): about 1.35 chunks per expert, the second mostly
+// padding. The weights are still decoded for a narrow chunk (hence the wide chunks).
+template <class D, bool kNarrowTails, int kPairs>
+__global__ void __launch_bounds__(32 * kWarps, kPairs == 64 ? 2 : 1)
     GemmF16GroupedKernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(16) uint8_t gemm_smem[];
-  constexpr int kStageBytes = Layout<D>::kStageBytes;
+  constexpr int kStageBytes = Layout<D, kPairs>::kStageBytes;
+  constexpr int kColTiles = kPairs / 8;
   int* pair_row = reinterpret_cast<int*>(gemm_smem + size_t{kStages} * kStageBytes);
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2, t = lane & 3;
@@ -229,23 +248,27 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
                             p.iq2s_grid,
                             p.iq3xxs_grid,
                             p.iq3s_grid};
-  for (int c0 = begin; c0 < end; c0 += kTilePairs) {
-    const int cols = end - c0 < kTilePairs ? end - c0 : kTilePairs;
+  for (int c0 = begin; c0 < end; c0 += kPairs) {
+    const int cols = end - c0 < kPairs ? end - c0 : kPairs;
     __syncthreads();  // the previous chunk is done with pair_row and the stages
-    LoadPairRows<kTilePairs>(p, c0, cols, pair_row);
-    const CopyPlan plan = MakeCopyPlan<D>(p, w, o0, cols, pair_row);
+    LoadPairRows<kPairs>(p, c0, cols, pair_row);
+    const CopyPlan<kPairs> plan = MakeCopyPlan<D, kPairs>(p, w, o0, cols, pair_row);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      if (s < nb) CopyStage<D>(gemm_smem + s * kStageBytes, plan, s);
+      if (s < nb) CopyStage<D, kPairs>(gemm_smem + s * kStageBytes, plan, s);
       CommitCopies();  // empty groups too: the wait below counts groups
     }
     float acc[kColTiles][4] = {};
     if (kNarrowTails && cols <= 16) {
-      ChunkProducts<D, 2>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, 2>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else if (kNarrowTails && cols <= 32) {
-      ChunkProducts<D, 4>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, 4>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+    } else if (kNarrowTails && kPairs > 64 && cols <= 64) {
+      ChunkProducts<D, kPairs, 8>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+    } else if (kNarrowTails && kPairs > 64 && cols <= 96) {
+      ChunkProducts<D, kPairs, 12>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else {
-      ChunkProducts<D, kColTiles>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, kColTiles>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     }
     StoreGroupedTile(p, o0 + 16 * warp + g, c0, cols, t, acc);
   }
@@ -300,11 +323,11 @@ int SettingFromEnv() {
   return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : (v[0] == '2' ? 2 : 3));
 }
 
-template <class D, bool kNarrowTails = false>
+template <class D, bool kNarrowTails = false, int kPairs = 64>
 cudaError_t LaunchGemmF16(const GemvParams& p, int64_t slots, cudaStream_t stream) {
   static std::atomic<uint64_t> attribute_set{0};  // one per kernel instantiation
-  return LaunchGroupedTiles(GemmF16GroupedKernel<D, kNarrowTails>, kTileRows, 32 * kWarps,
-                            Layout<D>::kSmemBytes, attribute_set, p, slots, stream);
+  return LaunchGroupedTiles(GemmF16GroupedKernel<D, kNarrowTails, kPairs>, kTileRows, 32 * kWarps,
+                            Layout<D, kPairs>::kSmemBytes, attribute_set, p, slots, stream);
 }
 
 // The narrow last chunks, on unless STEPSERVE_GEMM_F16_NARROW_TAILS=0 (read once); built for the
@@ -319,8 +342,18 @@ bool NarrowTails() {
   return on;
 }
 
+// Chunks of 128 pairs (with the narrow classes) for IQ4_XS, Q4_K and Q6_K experts, off unless
+// STEPSERVE_GEMM_F16_WIDE=1 (read once) until measured on a device. Why: with ~57 pairs per
+// expert at a 2048-token prefill, about a third of the experts need a second chunk of 64, which
+// decodes all of the expert's weights again (the decode is ~2/3 of the kernel's instructions).
+bool WideChunks() {
+  static const bool on = EnvSwitchSet("STEPSERVE_GEMM_F16_WIDE");
+  return on;
+}
+
 template <class D>
 cudaError_t LaunchGemmF16MaybeNarrow(const GemvParams& p, int64_t slots, cudaStream_t stream) {
+  if (WideChunks()) return LaunchGemmF16<D, true, 128>(p, slots, stream);
   return NarrowTails() ? LaunchGemmF16<D, true>(p, slots, stream)
                        : LaunchGemmF16<D, false>(p, slots, stream);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Session 27's first call: the GPU tests of the two off-by-default prefill changes - the MoE SwiGLU
-# written as the down GEMM's F16 activations (STEPSERVE_MOE_SWIGLU_F16=1, session 26) and the
-# split-K router SGEMM (STEPSERVE_SGEMM_SPLIT_K=1, session 27) - then alternating prefill A/B of
-# each and both, then the whole-model test with both.
+# Session 27's first call: the GPU tests of three off-by-default prefill changes - the MoE SwiGLU
+# written as the down GEMM's F16 activations (STEPSERVE_MOE_SWIGLU_F16=1, session 26), the
+# split-K router SGEMM (STEPSERVE_SGEMM_SPLIT_K=1) and the grouped F16 GEMM's 128-pair chunks
+# (STEPSERVE_GEMM_F16_WIDE=1; both session 27) - then alternating prefill A/B, then the
+# whole-model test with all three.
 #   (timeout 560 bash bench/gpu/calls/session27-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -11,16 +12,17 @@ call_build bench_model moe_gemv_cuda_test moe_cuda_test model_cuda_test matmul_b
 echo "(what this call reaches comes back: the steps are in order of need)"
 sw=STEPSERVE_MOE_SWIGLU_F16=1
 sk=STEPSERVE_SGEMM_SPLIT_K=1
+wd=STEPSERVE_GEMM_F16_WIDE=1
 call_test matmul_backend_cuda_test mm "GTEST_FILTER=MatmulCudaLayoutTest.*:*F32*" "$sk"
-CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moegemv "$sw"
-call_test moe_cuda_test moe "$sw"
+CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moegemv "$sw" "$wd"
+call_test moe_cuda_test moe "$sw" "$wd"
 for round in 1 2; do
   call_ab "" 2048,4096
-  call_ab "" 2048,4096 "$sw"
-  call_ab "" 2048,4096 "$sk"
+  call_ab "" 2048,4096 "$wd"
   call_ab "" 2048,4096 "$sw" "$sk"
+  call_ab "" 2048,4096 "$sw" "$sk" "$wd"
 done
 model_file=$(call_model_file)
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file" \
-  "$sw" "$sk"
+  "$sw" "$sk" "$wd"
 call_done

@@ -9,9 +9,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 kernel=matmul/gemm_grouped_f16_cuda.cu
 decoders=matmul/gemm_f16_decoders.cuh
 out=$(mktemp -d)
-declare -A old new file
+declare -A old new file envs
 # add NAME OLD NEW [FILE] (FILE relative to kernels/, default the kernel)
 add() { names+=("$1"); old[$1]=$2; new[$1]=$3; file[$1]=${4:-$kernel}; }
+# add_wide NAME OLD NEW: a bug of the 128-pair chunks, run under STEPSERVE_GEMM_F16_WIDE=1.
+add_wide() { add "$@"; envs[$1]=STEPSERVE_GEMM_F16_WIDE=1; }
 names=()
 # A fragments: rows g and g + 8 swapped in a0 / a1 of the first MMA.
 add swap_a0_a1 "D::Halves(sa, sa.words.x, 0x4140u), D::Halves(sb, sb.words.x, 0x4140u)," \
@@ -28,7 +30,7 @@ add plan_rows_short "static_cast<int>((valid - 1 - r0) / kRowsPerPass) + 1" \
 add plan_rows_long "static_cast<int>((valid - 1 - r0) / kRowsPerPass) + 1" \
   "static_cast<int>((valid - r0) / kRowsPerPass) + 1"
 # The chunk's last activation row not copied.
-add x_last_col "c.x_on = rx < cols;" "c.x_on = rx < cols - 1;"
+add x_last_col "c.x_on[i] = rx < cols;" "c.x_on[i] = rx < cols - 1;"
 # IQ4_XS sub-block scale: wrong half of the pair, wrong bias (ls - 33).
 add scale_half "(ib & 2) ? 0x3232u : 0x1010u" "(ib & 2) ? 0x1010u : 0x3232u" "$decoders"
 add scale_bias "BytesTimesF16(ls_even, 0x64206420u, d2, &r.s[0], &r.s[1]);" \
@@ -73,12 +75,20 @@ add convert_order "{a.x, b.x, a.y, b.y, a.z, b.z, a.w, b.w}" \
 # with 2 / 4 column tiles), a chunk of <= 16 pairs with one column tile.
 add narrow2_edge "if (kNarrowTails && cols <= 16) {" "if (kNarrowTails && cols <= 17) {"
 add narrow4_edge "} else if (kNarrowTails && cols <= 32) {" "} else if (kNarrowTails && cols <= 33) {"
-add narrow2_one_tile "ChunkProducts<D, 2>(" "ChunkProducts<D, 1>("
+add narrow2_one_tile "ChunkProducts<D, kPairs, 2>(" "ChunkProducts<D, kPairs, 1>("
+# Chunks of 128 pairs: the second activation row of a thread one row early; the 64-column class
+# taking 65 columns (8 tiles for 65), the 96-column class taking 97; the 12-tile class with 11.
+add_wide wide_second_row "const int rx = (tid >> 2) + kActRowsPerPass * i;" \
+  "const int rx = (tid >> 2) + (kActRowsPerPass - 1) * i;"
+add_wide wide_edge64 "kPairs > 64 && cols <= 64)" "kPairs > 64 && cols <= 65)"
+add_wide wide_edge96 "kPairs > 64 && cols <= 96)" "kPairs > 64 && cols <= 97)"
+add_wide wide_tiles12 "ChunkProducts<D, kPairs, 12>(" "ChunkProducts<D, kPairs, 11>("
 [ $# -gt 0 ] && names=("$@")
 jobs=${EMU_JOBS:-2}
 for n in "${names[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-  EMU_TEST=test_f16 bash "$here/mutate.sh" "f16_$n" "${file[$n]}" "${old[$n]}" "${new[$n]}" \
+  env ${envs[$n]:-STEPSERVE_UNUSED=0} EMU_TEST=test_f16 bash "$here/mutate.sh" "f16_$n" \
+    "${file[$n]}" "${old[$n]}" "${new[$n]}" \
     >"$out/$n" 2>&1 &
 done
 wait

@@ -11,6 +11,7 @@
 // in), which the test's own decode must match bit for bit.
 //   test_f16 [copy_at_issue 0|1] [seed] [only_case]
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -390,6 +391,11 @@ bool RunCase(const Case& c, uint32_t seed) {
   const cudaError_t err =
       stepserve::kernels::gemv_internal::LaunchGemmF16Grouped(c.type, p, slots, nullptr);
   // ---- compare ----
+  // Chunks of 128 pairs under STEPSERVE_GEMM_F16_WIDE=1 (IQ4_XS, Q4_K, Q6_K), else 64.
+  const char* wide_env = std::getenv("STEPSERVE_GEMM_F16_WIDE");
+  const bool wide =
+      wide_env != nullptr && wide_env[0] == '1' && (c.type == GgmlType::kIQ4_XS || q4k || q6k);
+  const int chunk_pairs = wide ? 128 : 64;
   double max_norm = 0, max_plain = 0, max_plain_rel = 0;
   int64_t bad = 0, plain_bad = 0, written_ok = 0, zeros = 0, stray = 0, missing = 0;
   for (int64_t i = 0; i < ny; ++i) {
@@ -427,8 +433,8 @@ bool RunCase(const Case& c, uint32_t seed) {
           "  mismatch %s: y[group %lld][row %lld] (slot %d matrix %d, column %d of the slot, "
           "chunk %d col %d) got %.9g want %.9g (sum|products| %.3g)\n",
           c.name.c_str(), (long long)g, (long long)o, s, s >= 0 ? slot_matrix[s] : -99, pos,
-          pos / 64, pos % 64, got, kind[i] == kComputed ? want[i] : (kind[i] == kZero ? 0.0 : nan),
-          sum_abs[i]);
+          pos / chunk_pairs, pos % chunk_pairs, got,
+          kind[i] == kComputed ? want[i] : (kind[i] == kZero ? 0.0 : nan), sum_abs[i]);
     }
   }
   const bool stride_112 = q2k || c.type == GgmlType::kIQ3_XXS || c.type == GgmlType::kIQ2_XS ||
@@ -438,7 +444,7 @@ bool RunCase(const Case& c, uint32_t seed) {
                      : stride_112                   ? 112
                      : c.type == GgmlType::kIQ2_XXS ? 80
                                                     : 144;  // IQ4_XS, IQ3_S
-  const size_t want_smem = 2 * (128 * stride + 64 * 576) + 64 * sizeof(int);
+  const size_t want_smem = 2 * (128 * stride + chunk_pairs * 576) + chunk_pairs * sizeof(int);
   const bool ok =
       coverage_ok && conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 &&
       missing == 0 && err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&
@@ -473,11 +479,14 @@ int main(int argc, char** argv) {
   // Chunks of 64 pairs: 1 group, exactly one chunk, one and a bit, two and a partial, one and 63;
   // unused and out-of-range (-1: zero rows) slots, an empty slot. Last chunks of every width class
   // of STEPSERVE_GEMM_F16_NARROW_TAILS (2 column tiles up to 16 columns, 4 up to 32, else 8) and
-  // at each class's edges: 1, 2, 6, 9, 16 | 17, 22, 32 | 33, 63, 64.
-  const std::vector<SlotSpec> slots = {{1, 1},   {E - 1, 64}, {0, 65},          {kSlotUnused, 3},
-                                       {2, 150}, {-1, 70},    {3, 127},         {4, 0},
-                                       {-1, 1},  {0, 2},      {kSlotUnused, 0}, {1, 73},
-                                       {2, 80},  {3, 81},     {4, 96},          {0, 33}};
+  // at each class's edges: 1, 2, 6, 9, 16 | 17, 22, 32 | 33, 63, 64. Under
+  // STEPSERVE_GEMM_F16_WIDE=1 (chunks of 128: also 8 tiles up to 64 columns, 12 up to 96, else 16)
+  // the IQ4_XS, Q4_K and Q6_K cases' chunks are 1 | 2, 22 (150 = 128 + 22), 32 | 33, 64 | 65, 96 |
+  // 97, 127, 128 and 129 = 128 + 1.
+  const std::vector<SlotSpec> slots = {
+      {1, 1},  {E - 1, 64}, {0, 65}, {kSlotUnused, 3}, {2, 150}, {-1, 70}, {3, 127},
+      {4, 0},  {-1, 1},     {0, 2},  {kSlotUnused, 0}, {1, 73},  {2, 80},  {3, 81},
+      {4, 96}, {0, 33},     {1, 97}, {2, 128},         {3, 129}};
   const std::vector<Case> cases = {
       // out: one whole tile, two tiles with 72 rows in the second (4 passes of 15 + 12), less than
       // a warp's share, two whole tiles, 15 rows past a tile (one pass), 16 rows (warp 0 only).
