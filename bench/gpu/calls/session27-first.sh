@@ -2,17 +2,20 @@
 # Session 27's first call: the GPU tests of three off-by-default prefill changes - the MoE SwiGLU
 # written as the down GEMM's F16 activations (STEPSERVE_MOE_SWIGLU_F16=1, session 26), the
 # split-K router SGEMM (STEPSERVE_SGEMM_SPLIT_K=1) and the grouped F16 GEMM's 128-pair chunks
-# (STEPSERVE_GEMM_F16_WIDE=1; both session 27) - then alternating prefill A/B, then the
+# (STEPSERVE_GEMM_F16_WIDE=1; both session 27) - and of the q/k norm + RoPE + KV append's early
+# loads (STEPSERVE_ROPE_EARLY_LOADS=1), then alternating prefill A/B, then the
 # whole-model test with all three.
 #   (timeout 560 bash bench/gpu/calls/session27-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model moe_gemv_cuda_test moe_cuda_test model_cuda_test matmul_backend_cuda_test \
-  stepserve || exit 1
+  rope_append_cuda_test stepserve || exit 1
 echo "(what this call reaches comes back: the steps are in order of need)"
 sw=STEPSERVE_MOE_SWIGLU_F16=1
 sk=STEPSERVE_SGEMM_SPLIT_K=1
 wd=STEPSERVE_GEMM_F16_WIDE=1
+re=STEPSERVE_ROPE_EARLY_LOADS=1
+call_test rope_append_cuda_test rope "$re"
 call_test matmul_backend_cuda_test mm "GTEST_FILTER=MatmulCudaLayoutTest.*:*F32*" "$sk"
 CALL_TEST_TIMEOUT=120 call_test moe_gemv_cuda_test moegemv "$sw" "$wd"
 call_test moe_cuda_test moe "$sw" "$wd"
@@ -21,8 +24,9 @@ for round in 1 2; do
   call_ab "" 2048,4096 "$wd"
   call_ab "" 2048,4096 "$sw" "$sk"
   call_ab "" 2048,4096 "$sw" "$sk" "$wd"
+  call_ab "" 2048,4096 "$sw" "$sk" "$wd" "$re"
 done
 model_file=$(call_model_file)
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file" \
-  "$sw" "$sk" "$wd"
+  "$sw" "$sk" "$wd" "$re"
 call_done
