@@ -29,4 +29,15 @@ done
 model_file=$(call_model_file)
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file" \
   "$sw" "$sk" "$wd" "$re"
+if [[ -z ${CALL_LAYERS:-} ]]; then  # the figures on an H200 only (45 layers), all four switches on
+  call_ab 1,2,4 2048,4096 "$sw" "$sk" "$wd" "$re"
+  call_ab 16,64 "" "$sw" "$sk" "$wd" "$re"
+  CALL_RECIPE=q4_k_m call_ab 1,2,4 2048 "$sw" "$sk" "$wd" "$re"
+  call_ab 8,32 "" "$sw" "$sk" "$wd" "$re"
+else  # the early RoPE loads at decode (H100, 24 layers)
+  for round in 1 2; do
+    call_ab 1,64 ""
+    call_ab 1,64 "" "$re"
+  done
+fi
 call_done
