@@ -23,9 +23,9 @@
 // fall in distinct banks; activation rows 576 bytes apart, so a quarter warp's 16-byte loads of
 // two rows fill the 32 banks). Two CTAs per SM (~108-112 KB shared each) for IQ4_XS and Q4_K;
 // one for Q6_K (224-byte staged rows: 2 x (128 x 224 + 64 x 576) + 256 = 131328 bytes, 72 KB of
-// it the activation stages). Rows past `out` are never copied or stored. Under
-// STEPSERVE_GEMM_F16_WIDE=1 (IQ4_XS, Q4_K, Q6_K): 128 pairs, one CTA per SM (184832 / 188928 /
-// 205312 bytes; 190-201 registers, no spills).
+// it the activation stages). Rows past `out` are never copied or stored. Wide chunks
+// (STEPSERVE_GEMM_F16_WIDE: IQ4_XS by default, also Q4_K and Q6_K at 2): 128 pairs, one CTA per
+// SM (184832 / 188928 / 205312 bytes; 190-201 registers, no spills).
 //
 // Fragment mapping: lane t's 16-byte chunk t of a sub-block's activations holds the 8 elements
 // whose weights the decoder yields for lane t, in the same order: for IQ4_XS the activations are
@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/common/dynamic_smem.h"
 #include "kernels/common/env_switch.h"
@@ -64,10 +65,9 @@ constexpr int kStages = 2;
 constexpr int kUnrollIb = 4;
 constexpr int kActStride = 512 + 64;  // 256 F16 + 64 bytes: rows 64 bytes apart mod 128
 // Activation rows (token, slot pairs) per chunk, kPairs: 64 (two CTAs per SM), or 128 - the wide
-// chunks of STEPSERVE_GEMM_F16_WIDE (one CTA per SM: 64 accumulators per thread, 185-206 KB of
-// shared memory), which decode an expert's weights once for up to 128 pairs instead of twice past
-// 64.
-// A stage: the weight rows (D::kStride bytes each), then the activation rows.
+// chunks of STEPSERVE_GEMM_F16_WIDE (WideChunksSetting; one CTA per SM: 64 accumulators per thread,
+// 185-206 KB of shared memory), which decode an expert's weights once for up to 128 pairs instead
+// of twice past 64. A stage: the weight rows (D::kStride bytes each), then the activation rows.
 template <class D, int kPairs>
 struct Layout {
   static constexpr int kColTiles = kPairs / 8;
@@ -342,18 +342,31 @@ bool NarrowTails() {
   return on;
 }
 
-// Chunks of 128 pairs (with the narrow classes) for IQ4_XS, Q4_K and Q6_K experts, off unless
-// STEPSERVE_GEMM_F16_WIDE=1 (read once) until measured on a device. Why: with ~57 pairs per
-// expert at a 2048-token prefill, about a third of the experts need a second chunk of 64, which
-// decodes all of the expert's weights again (the decode is ~2/3 of the kernel's instructions).
-bool WideChunks() {
-  static const bool on = EnvSwitchSet("STEPSERVE_GEMM_F16_WIDE");
-  return on;
+// Chunks of 128 pairs (with the narrow classes): by default for IQ4_XS experts only;
+// STEPSERVE_GEMM_F16_WIDE=0 turns them off, =2 also takes Q4_K and Q6_K (read once). Why: with ~57
+// pairs per expert at a 2048-token prefill, about a third of the experts need a second chunk of
+// 64, which decodes all of the expert's weights again (the IQ4_XS decode is ~2/3 of the kernel's
+// instructions). Measured on the H100 (session 27, results-v24.txt call 1; 24 layers, alternating
+// rounds): IQ4_XS prefill 2048 / 4096 tokens 16055 / 15767 and 16129 / 15833 -> 16963 / 16592,
+// 16875 / 16587, 17115 / 16620, 16960 / 16589 tok/s (+5%); the Q4_K_M mix (Q4_K gate / up, Q6_K
+// down) lost: 17356 / 16926 and 17175 / 16797 -> 16874 / 16762 and 16961 / 16676 (-1-3%) - its
+// cheaper decode does not pay for one CTA per SM. moe_gemv_cuda_test 52/52, moe_cuda_test 50/50
+// and model_cuda_test 13/13 pass with all three types wide.
+int WideChunksSetting() {
+  static const int setting = [] {
+    const char* v = std::getenv("STEPSERVE_GEMM_F16_WIDE");
+    if (v == nullptr || v[0] == '\0') return 1;
+    return v[0] == '0' ? 0 : (v[0] == '2' ? 2 : 1);
+  }();
+  return setting;
 }
 
 template <class D>
 cudaError_t LaunchGemmF16MaybeNarrow(const GemvParams& p, int64_t slots, cudaStream_t stream) {
-  if (WideChunks()) return LaunchGemmF16<D, true, 128>(p, slots, stream);
+  const int wide = WideChunksSetting();
+  if (wide == 2 || (wide == 1 && std::is_same_v<D, Iq4XsF16Decoder>)) {
+    return LaunchGemmF16<D, true, 128>(p, slots, stream);
+  }
   return NarrowTails() ? LaunchGemmF16<D, true>(p, slots, stream)
                        : LaunchGemmF16<D, false>(p, slots, stream);
 }

@@ -12,8 +12,9 @@ out=$(mktemp -d)
 declare -A old new file envs
 # add NAME OLD NEW [FILE] (FILE relative to kernels/, default the kernel)
 add() { names+=("$1"); old[$1]=$2; new[$1]=$3; file[$1]=${4:-$kernel}; }
-# add_wide NAME OLD NEW: a bug of the 128-pair chunks, run under STEPSERVE_GEMM_F16_WIDE=1.
-add_wide() { add "$@"; envs[$1]=STEPSERVE_GEMM_F16_WIDE=1; }
+# add_wide NAME OLD NEW: a bug of the 128-pair chunks, run under STEPSERVE_GEMM_F16_WIDE=2 (every
+# type that has them); the others run with them off (the 64-pair kernels).
+add_wide() { add "$@"; envs[$1]=STEPSERVE_GEMM_F16_WIDE=2; }
 names=()
 # A fragments: rows g and g + 8 swapped in a0 / a1 of the first MMA.
 add swap_a0_a1 "D::Halves(sa, sa.words.x, 0x4140u), D::Halves(sb, sb.words.x, 0x4140u)," \
@@ -87,7 +88,7 @@ add_wide wide_tiles12 "ChunkProducts<D, kPairs, 12>(" "ChunkProducts<D, kPairs, 
 jobs=${EMU_JOBS:-2}
 for n in "${names[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-  env ${envs[$n]:-STEPSERVE_UNUSED=0} EMU_TEST=test_f16 bash "$here/mutate.sh" "f16_$n" \
+  env ${envs[$n]:-STEPSERVE_GEMM_F16_WIDE=0} EMU_TEST=test_f16 bash "$here/mutate.sh" "f16_$n" \
     "${file[$n]}" "${old[$n]}" "${new[$n]}" \
     >"$out/$n" 2>&1 &
 done

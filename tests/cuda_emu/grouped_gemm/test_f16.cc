@@ -391,10 +391,12 @@ bool RunCase(const Case& c, uint32_t seed) {
   const cudaError_t err =
       stepserve::kernels::gemv_internal::LaunchGemmF16Grouped(c.type, p, slots, nullptr);
   // ---- compare ----
-  // Chunks of 128 pairs under STEPSERVE_GEMM_F16_WIDE=1 (IQ4_XS, Q4_K, Q6_K), else 64.
+  // Chunks of 128 pairs for IQ4_XS unless STEPSERVE_GEMM_F16_WIDE=0, for Q4_K and Q6_K too at 2;
+  // else 64.
   const char* wide_env = std::getenv("STEPSERVE_GEMM_F16_WIDE");
-  const bool wide =
-      wide_env != nullptr && wide_env[0] == '1' && (c.type == GgmlType::kIQ4_XS || q4k || q6k);
+  const char wide_setting = wide_env == nullptr || wide_env[0] == '\0' ? '1' : wide_env[0];
+  const bool wide = (wide_setting == '2' && (c.type == GgmlType::kIQ4_XS || q4k || q6k)) ||
+                    (wide_setting != '0' && wide_setting != '2' && c.type == GgmlType::kIQ4_XS);
   const int chunk_pairs = wide ? 128 : 64;
   double max_norm = 0, max_plain = 0, max_plain_rel = 0;
   int64_t bad = 0, plain_bad = 0, written_ok = 0, zeros = 0, stray = 0, missing = 0;
@@ -479,10 +481,10 @@ int main(int argc, char** argv) {
   // Chunks of 64 pairs: 1 group, exactly one chunk, one and a bit, two and a partial, one and 63;
   // unused and out-of-range (-1: zero rows) slots, an empty slot. Last chunks of every width class
   // of STEPSERVE_GEMM_F16_NARROW_TAILS (2 column tiles up to 16 columns, 4 up to 32, else 8) and
-  // at each class's edges: 1, 2, 6, 9, 16 | 17, 22, 32 | 33, 63, 64. Under
-  // STEPSERVE_GEMM_F16_WIDE=1 (chunks of 128: also 8 tiles up to 64 columns, 12 up to 96, else 16)
-  // the IQ4_XS, Q4_K and Q6_K cases' chunks are 1 | 2, 22 (150 = 128 + 22), 32 | 33, 64 | 65, 96 |
-  // 97, 127, 128 and 129 = 128 + 1.
+  // at each class's edges: 1, 2, 6, 9, 16 | 17, 22, 32 | 33, 63, 64. With wide chunks (IQ4_XS by
+  // default, Q4_K and Q6_K under STEPSERVE_GEMM_F16_WIDE=2; 128 pairs: also 8 tiles up to 64
+  // columns, 12 up to 96, else 16) the chunks are 1 | 2, 22 (150 = 128 + 22), 32 | 33, 64 | 65,
+  // 96 | 97, 127, 128 and 129 = 128 + 1.
   const std::vector<SlotSpec> slots = {
       {1, 1},  {E - 1, 64}, {0, 65}, {kSlotUnused, 3}, {2, 150}, {-1, 70}, {3, 127},
       {4, 0},  {-1, 1},     {0, 2},  {kSlotUnused, 0}, {1, 73},  {2, 80},  {3, 81},
