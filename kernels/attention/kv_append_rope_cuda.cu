@@ -9,7 +9,6 @@
 #include "kernels/attention/kv_append_store.cuh"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cuda_reduce.cuh"
-#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope/qk_norm_rope.cuh"
 
@@ -30,7 +29,6 @@ struct Params {
   int64_t total_slots;
   void* k_cache;
   void* v_cache;
-  bool early_loads;  // STEPSERVE_ROPE_EARLY_LOADS
 };
 
 // Head kh of the slot's K or V row: values[m] is element lane + 32 m (KvAppendKernel's and
@@ -69,37 +67,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) QkNormRopeAppendKer
   const QkNormRopeCudaArgs& a = params.a;
   const int64_t t = blockIdx.x;
   const int64_t dh = a.head_dim;
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int64_t qk_heads = a.q_heads + a.k_heads, heads = qk_heads + a.k_heads;
-  const int64_t first = int64_t{blockIdx.y} * kWarpsPerBlock + warp;
-  // The warp's first q / k head is loaded before the angle table is built, so the loads are in
-  // flight during that serial part (STEPSERVE_ROPE_EARLY_LOADS=1; off until measured). Same
-  // values, same operations: the same bits.
-  float early[kPerLane];
-  const bool load_early = params.early_loads && first < qk_heads;
-  if (load_early) {
-    qk_norm_rope::LoadHead(first < a.q_heads ? a.q + t * a.q_stride + first * dh
-                                             : a.k + t * a.k_stride + (first - a.q_heads) * dh,
-                           dh, early);
-  }
   qk_norm_rope::BuildAngles(a, params.tau, t, shared.cos, shared.sin);
   __syncthreads();
   const int64_t slot = params.slots[t];
   const bool cache = slot >= 0 && slot < params.total_slots;
-  for (int64_t h = first; h < heads; h += int64_t{gridDim.y} * kWarpsPerBlock) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int64_t qk_heads = a.q_heads + a.k_heads, heads = qk_heads + a.k_heads;
+  for (int64_t h = int64_t{blockIdx.y} * kWarpsPerBlock + warp; h < heads;
+       h += int64_t{gridDim.y} * kWarpsPerBlock) {
     float values[kPerLane];
     if (h < qk_heads) {
       const bool is_q = h < a.q_heads;
       float* x = is_q ? a.q + t * a.q_stride + h * dh : a.k + t * a.k_stride + (h - a.q_heads) * dh;
-      const float* weight = is_q ? a.q_norm : a.k_norm;
-      if (load_early && h == first) {
-        qk_norm_rope::NormRopeLoadedHead(a, x, early, weight, shared.cos, shared.sin,
-                                         shared.staged[warp], values);
-      } else {
-        qk_norm_rope::NormRopeHead(a, x, weight, shared.cos, shared.sin, shared.staged[warp],
-                                   values);
-      }
+      qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, shared.cos, shared.sin,
+                                 shared.staged[warp], values);
       if (!is_q && cache) {
         CacheHead<kDtype>(params.k_cache, slot, h - a.q_heads, dh, a.k_heads, values);
       }
@@ -139,8 +121,6 @@ KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppend
   params.total_slots = append.kv.num_blocks * append.kv.block_size;
   params.k_cache = append.kv.k;
   params.v_cache = append.kv.v;
-  static const bool early_loads = EnvSwitchSet("STEPSERVE_ROPE_EARLY_LOADS");
-  params.early_loads = early_loads;
   constexpr int64_t kMaxGridY = 65535;  // further head chunks are looped over in the kernel
   const int64_t heads = rope.q_heads + 2 * rope.k_heads;
   const int64_t chunks = (heads + kWarpsPerBlock - 1) / kWarpsPerBlock;

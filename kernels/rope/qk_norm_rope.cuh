@@ -37,31 +37,26 @@ __device__ __forceinline__ void BuildAngles(const QkNormRopeCudaArgs& a, float t
   }
 }
 
-// The head's elements lane + 32 m (0 past head_dim): NormRopeHead's loads, for a caller that
-// issues them early (NormRopeLoadedHead).
-__device__ __forceinline__ void LoadHead(const float* x, int64_t head_dim,
-                                         float (&values)[kPerLane]) {
-  const int lane = threadIdx.x % cuda_reduce::kWarpSize;
-#pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
-    const int i = lane + m * cuda_reduce::kWarpSize;
-    values[m] = i < head_dim ? x[i] : 0.0f;
-  }
-}
-
-// NormRopeHead on the head's values already loaded (LoadHead of x).
-__device__ __forceinline__ void NormRopeLoadedHead(const QkNormRopeCudaArgs& a, float* x,
-                                                   const float (&values)[kPerLane],
-                                                   const float* weight, const float* cos_table,
-                                                   const float* sin_table, float* staged,
-                                                   float (&out)[kPerLane]) {
+// One warp: head x (head_dim floats) <- RMSNorm(x; weight), then the first n_rot dims rotated, in
+// place; out[m] is element lane + 32 m of the result (m < kPerLane, elements past head_dim 0).
+// `staged` (head_dim floats of shared memory, the warp's own) holds the normalised head so the
+// rotation can pair dims j and j + n_rot / 2.
+__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
+                                             const float* weight, const float* cos_table,
+                                             const float* sin_table, float* staged,
+                                             float (&out)[kPerLane]) {
   constexpr int kWarp = cuda_reduce::kWarpSize;
   const int lane = threadIdx.x % kWarp;
   const int dh = static_cast<int>(a.head_dim);
   const int half = static_cast<int>(a.n_rot / 2);
+  float values[kPerLane];
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int m = 0; m < kPerLane; ++m) sum_sq += values[m] * values[m];
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * kWarp;
+    values[m] = i < dh ? x[i] : 0.0f;
+    sum_sq += values[m] * values[m];
+  }
   sum_sq = cuda_reduce::WarpSum(sum_sq);
   const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + a.eps);
 #pragma unroll
@@ -86,19 +81,6 @@ __device__ __forceinline__ void NormRopeLoadedHead(const QkNormRopeCudaArgs& a, 
     out[m] = r;
   }
   __syncwarp();  // every lane has read `staged` before the warp's next head overwrites it
-}
-
-// One warp: head x (head_dim floats) <- RMSNorm(x; weight), then the first n_rot dims rotated, in
-// place; out[m] is element lane + 32 m of the result (m < kPerLane, elements past head_dim 0).
-// `staged` (head_dim floats of shared memory, the warp's own) holds the normalised head so the
-// rotation can pair dims j and j + n_rot / 2.
-__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
-                                             const float* weight, const float* cos_table,
-                                             const float* sin_table, float* staged,
-                                             float (&out)[kPerLane]) {
-  float values[kPerLane];
-  LoadHead(x, a.head_dim, values);
-  NormRopeLoadedHead(a, x, values, weight, cos_table, sin_table, staged, out);
 }
 
 }  // namespace stepserve::kernels::qk_norm_rope

@@ -19,6 +19,12 @@ LAYERS=4 timeout 200 bash bench/gpu/profile-prefill-h200.sh "$CALL_BUILD" >"$CAL
 echo "prefill profile rc=$? $(tail -1 "$CALL_LOGS/prefill.log")"
 grep -h tokens_per_s "$OUT/prefill-wall.jsonl" | head -3
 python3 bench/gpu/ncu_kernel_table.py "$OUT/ncu-prefill.txt" 40
+# The same table with the split-K router SGEMM and the SwiGLU writing F16 (both off: within the
+# A/B spread in call 1) - what their kernels take in place of the defaults'.
+STEPSERVE_SGEMM_SPLIT_K=1 STEPSERVE_MOE_SWIGLU_F16=1 LAYERS=4 OUT=$OUT/sk timeout 100 \
+  bash bench/gpu/profile-prefill-h200.sh "$CALL_BUILD" >"$CALL_LOGS/prefill-sk.log" 2>&1
+echo "prefill profile, split-K + SwiGLU F16: rc=$? $(tail -1 "$CALL_LOGS/prefill-sk.log")"
+python3 bench/gpu/ncu_kernel_table.py "$OUT/sk/ncu-prefill.txt" 40
 model_file=$(call_model_file)
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file"
 if [[ -n ${CALL_LAYERS:-} ]]; then  # an H100: the default against the wide chunks off, once more
