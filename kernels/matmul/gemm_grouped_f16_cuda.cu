@@ -164,7 +164,7 @@ __device__ __forceinline__ void CopyStage(uint8_t* stage, const CopyPlan<kPairs>
 // The staged block: the warp's 16 rows x the first kTiles of the chunk's column tiles (8 columns
 // each), into acc. shift: where the block starts in the staged rows g and g + 8 (D::Shift; 0 but
 // for Q6_K).
-template <class D, int kPairs, int kTiles>
+template <class D, int kPairs, int kTiles, int kUnroll>
 __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, int g, int t,
                                                int shift, const F16DecodeTables& tbl,
                                                float (&acc)[kPairs / 8][4]) {
@@ -172,7 +172,7 @@ __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, i
   const uint8_t* act = stage + Layout<D, kPairs>::kWeightStageBytes + g * kActStride + 16 * t;
   const typename D::Row row_a = D::Begin(ra, shift, t);
   const typename D::Row row_b = D::Begin(ra + 8 * D::kStride, shift, t);
-#pragma unroll kUnrollIb
+#pragma unroll kUnroll
   for (int ib = 0; ib < 8; ++ib) {
     const typename D::Sub sa = D::Decode(row_a, ib, t, tbl), sb = D::Decode(row_b, ib, t, tbl);
     // a0 / a2: row g, a1 / a3: row g + 8 (mma.m16n8k16 A fragment order).
@@ -196,7 +196,7 @@ __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int warp, i
 
 // One chunk's products over all of K: the two-stage copy pipeline of the weight and activation
 // blocks and, per block, MmaStagedBlock over the first kTiles column tiles.
-template <class D, int kPairs, int kTiles>
+template <class D, int kPairs, int kTiles, int kUnroll>
 __device__ __forceinline__ void ChunkProducts(uint8_t* smem, const CopyPlan<kPairs>& plan,
                                               int64_t nb, const uint8_t* w_row_a, int warp, int g,
                                               int t, const F16DecodeTables& tbl,
@@ -209,7 +209,7 @@ __device__ __forceinline__ void ChunkProducts(uint8_t* smem, const CopyPlan<kPai
     // Rows g and g + 8 share it: they lie 8 * w_row_bytes apart, a multiple of 16 (Q6_K rows
     // are 210 bytes per block: even).
     const int shift = D::Shift(w_row_a + kb * D::kBlockBytes);
-    MmaStagedBlock<D, kPairs, kTiles>(stage, warp, g, t, shift, tbl, acc);
+    MmaStagedBlock<D, kPairs, kTiles, kUnroll>(stage, warp, g, t, shift, tbl, acc);
     __syncthreads();  // every warp is done with the stage before it is refilled
     if (kb + kStages < nb) CopyStage<D, kPairs>(stage, plan, kb + kStages);
     CommitCopies();
@@ -223,7 +223,7 @@ __device__ __forceinline__ void ChunkProducts(uint8_t* smem, const CopyPlan<kPai
 // pairs over 288 experts, ~57 each) ncu counted 69.1M executed HMMAs in a gate launch where its
 // 18432 columns need 47.2M (H100, session 25): about 1.35 chunks per expert, the second mostly
 // padding. The weights are still decoded for a narrow chunk (hence the wide chunks).
-template <class D, bool kNarrowTails, int kPairs>
+template <class D, bool kNarrowTails, int kPairs, int kUnroll>
 __global__ void __launch_bounds__(32 * kWarps, kPairs == 64 ? 2 : 1)
     GemmF16GroupedKernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(16) uint8_t gemm_smem[];
@@ -260,15 +260,16 @@ __global__ void __launch_bounds__(32 * kWarps, kPairs == 64 ? 2 : 1)
     }
     float acc[kColTiles][4] = {};
     if (kNarrowTails && cols <= 16) {
-      ChunkProducts<D, kPairs, 2>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, 2, kUnroll>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else if (kNarrowTails && cols <= 32) {
-      ChunkProducts<D, kPairs, 4>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, 4, kUnroll>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else if (kNarrowTails && kPairs > 64 && cols <= 64) {
-      ChunkProducts<D, kPairs, 8>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, 8, kUnroll>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else if (kNarrowTails && kPairs > 64 && cols <= 96) {
-      ChunkProducts<D, kPairs, 12>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, 12, kUnroll>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else {
-      ChunkProducts<D, kPairs, kColTiles>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      ChunkProducts<D, kPairs, kColTiles, kUnroll>(gemm_smem, plan, nb, w_row_a, warp, g, t, tbl,
+                                                   acc);
     }
     StoreGroupedTile(p, o0 + 16 * warp + g, c0, cols, t, acc);
   }
@@ -323,11 +324,12 @@ int SettingFromEnv() {
   return v[0] == '0' ? 0 : (v[0] == '1' ? 1 : (v[0] == '2' ? 2 : 3));
 }
 
-template <class D, bool kNarrowTails = false, int kPairs = 64>
+template <class D, bool kNarrowTails = false, int kPairs = 64, int kUnroll = kUnrollIb>
 cudaError_t LaunchGemmF16(const GemvParams& p, int64_t slots, cudaStream_t stream) {
   static std::atomic<uint64_t> attribute_set{0};  // one per kernel instantiation
-  return LaunchGroupedTiles(GemmF16GroupedKernel<D, kNarrowTails, kPairs>, kTileRows, 32 * kWarps,
-                            Layout<D, kPairs>::kSmemBytes, attribute_set, p, slots, stream);
+  return LaunchGroupedTiles(GemmF16GroupedKernel<D, kNarrowTails, kPairs, kUnroll>, kTileRows,
+                            32 * kWarps, Layout<D, kPairs>::kSmemBytes, attribute_set, p, slots,
+                            stream);
 }
 
 // The narrow last chunks, on unless STEPSERVE_GEMM_F16_NARROW_TAILS=0 (read once); built for the
@@ -361,10 +363,20 @@ int WideChunksSetting() {
   return setting;
 }
 
+// The wide IQ4_XS kernel with all 8 sub-blocks of a K block unrolled (227 registers, no spills:
+// one CTA per SM leaves the room), off unless STEPSERVE_GEMM_F16_WIDE_UNROLL8=1 until measured.
+bool WideUnrolled() {
+  static const bool on = EnvSwitchSet("STEPSERVE_GEMM_F16_WIDE_UNROLL8");
+  return on;
+}
+
 template <class D>
 cudaError_t LaunchGemmF16MaybeNarrow(const GemvParams& p, int64_t slots, cudaStream_t stream) {
   const int wide = WideChunksSetting();
   if (wide == 2 || (wide == 1 && std::is_same_v<D, Iq4XsF16Decoder>)) {
+    if constexpr (std::is_same_v<D, Iq4XsF16Decoder>) {
+      if (WideUnrolled()) return LaunchGemmF16<D, true, 128, 8>(p, slots, stream);
+    }
     return LaunchGemmF16<D, true, 128>(p, slots, stream);
   }
   return NarrowTails() ? LaunchGemmF16<D, true>(p, slots, stream)
