@@ -150,6 +150,19 @@ TEST(MatmulCudaLayoutTest, StridedActivationsAndOddPlainWidths) {
   }
 }
 
+// 33-64 rows of matrices with >= 8192 outputs: what STEPSERVE_DENSE_GROUPED_F16=1 sends through
+// the grouped F16 GEMM as one slot (a last tile of 72 rows; x strides that allow it and one that
+// does not, 3 floats of padding, which keeps the cuBLAS path); the cuBLAS path without the switch.
+TEST(MatmulCudaLayoutTest, WideOutputsAt33To64Rows) {
+  std::unique_ptr<Backend> cuda = CudaBackendOrNull();
+  if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
+  const uint64_t seed = std::random_device{}();
+  for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int64_t rows : {33, 47, 64}) CheckMatmul(*cuda, type, 512, 8264, rows, 4, 1, seed + rows);
+    CheckMatmul(*cuda, type, 768, 8192, 40, 3, 0, seed + 7);
+  }
+}
+
 // F32 weights with few columns and many rows: the router's shape, which CublasGemm splits over K
 // under STEPSERVE_SGEMM_SPLIT_K=1 (4 parts at 300 rows, 2 at 5000; 1 part without the switch).
 TEST(MatmulCudaLayoutTest, RouterShapedF32) {

@@ -18,6 +18,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/embed/embed_cuda.h"
 #include "kernels/matmul/cublas_loader.h"
@@ -42,11 +43,102 @@ struct CudaBackend::MatmulState {
   kernels::MoeGroups moe_groups;
   Scratch moe_gemv_workspace;  // MoeGemvCuda's intermediates (fast decode path)
   Scratch moe_counters;        // MoeGemvCuda's arrival counters: zeroed when allocated
+  Scratch dense_index;         // the one-slot grouping of RunDenseGrouped (DenseIndexHost)
 };
 
 namespace {
 
 using MatmulState = CudaBackend::MatmulState;
+
+// Dense matmuls of kGemvCudaMaxRows+1 (IQ4_XS: past the wide GEMV's 32) to kDenseGroupedMaxRows
+// rows through the grouped F16 GEMM of the MoE prefill (matmul_cuda.h GemvIndexedCuda) as one
+// slot holding every row, instead of cuBLAS on a dequantized F16 tile. Why: from 33 decode streams
+// the attention projections took the tile path every step - the F16 tile written and read back
+// moves ~4.5 bytes per IQ4_XS weight against 0.53 read in place (~190 us of a ~1.25 ms layer at
+// 64 streams on the H100, session 26's estimate). Off unless STEPSERVE_DENSE_GROUPED_F16=1 (read
+// once) until measured on a device.
+constexpr int64_t kDenseGroupedMaxRows = 64;
+
+bool DenseGroupedF16() {
+  static const bool on = kernels::EnvSwitchSet("STEPSERVE_DENSE_GROUPED_F16");
+  return on;
+}
+
+// The device arrays of a one-slot grouping of r rows (r <= kDenseGroupedMaxRows): ids and the
+// slot's matrix all 0, group order 0..r-1, and for each r the slot bounds {0, r} at
+// kBoundsAt + 2 r (so one upload serves every row count, also inside recorded step graphs).
+constexpr int64_t kOrderAt = kDenseGroupedMaxRows;
+constexpr int64_t kBoundsAt = 2 * kDenseGroupedMaxRows;
+std::vector<int32_t> DenseIndexHost() {
+  std::vector<int32_t> v(kBoundsAt + 2 * (kDenseGroupedMaxRows + 1), 0);
+  for (int64_t r = 0; r < kDenseGroupedMaxRows; ++r) v[kOrderAt + r] = static_cast<int32_t>(r);
+  for (int64_t r = 0; r <= kDenseGroupedMaxRows; ++r) {
+    v[kBoundsAt + 2 * r + 1] = static_cast<int32_t>(r);
+  }
+  return v;
+}
+
+// y = x W^T through the grouped F16 GEMM when it applies (DenseGroupedF16); false when it does not
+// (the caller takes another path), an error when the launch failed.
+absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, MatmulState& state,
+                                     const kernels::MatmulArgs& m, const char* op) {
+  // Output rows: the GEMM's grid is a CTA per 128 of them and each walks all of K, so a narrow
+  // matrix leaves most SMs idle (the o projection, 4096 x 8192: 32 CTAs); from 64 CTAs on.
+  constexpr int64_t kMinOut = 64 * 128;
+  if (!DenseGroupedF16() || m.rows > kDenseGroupedMaxRows || m.out < kMinOut ||
+      m.rows <= kernels::GemvCudaMaxRows(m.type, kernels::GemvCudaActivations::kQ8)) {
+    return false;
+  }
+  if (!state.dense_index.staged_valid) {
+    // Uploaded outside step recording only (a copy would end the recording); until then the
+    // caller's path serves.
+    if (backend.recording_step()) return false;
+    const std::vector<int32_t> host = DenseIndexHost();
+    RETURN_IF_ERROR(backend
+                        .StageToDevice(state.dense_index, host.data(),
+                                       host.size() * sizeof(int32_t), "dense grouping")
+                        .status());
+  }
+  const auto* index = static_cast<const int32_t*>(state.dense_index.data);
+  kernels::GemvIndexedCudaArgs g;
+  g.type = m.type;
+  g.w = m.w;
+  g.w_row_bytes = m.w_row_bytes;
+  g.w_matrix_bytes = m.out * m.w_row_bytes;
+  g.n_matrices = 1;
+  g.in = m.in;
+  g.out = m.out;
+  g.ids = index;
+  g.groups = m.rows;
+  g.x = m.x;
+  g.x_stride = m.x_stride;
+  g.x_rows = m.rows;
+  g.y = m.y;
+  g.y_stride = m.y_stride;
+  g.slot_matrix = index;
+  g.slot_begin = index + kBoundsAt + 2 * m.rows;
+  g.group_order = index + kOrderAt;
+  g.slots = 1;
+  g.scratch = state.gemm.data;
+  g.scratch_bytes = static_cast<int64_t>(state.gemm.bytes);
+  const int64_t need = kernels::GemvIndexedCudaScratchBytes(m.in, m.rows);
+  if (g.scratch_bytes < need) {
+    // Sized for kDenseGroupedMaxRows at once, so the area does not move between row counts (a
+    // moved scratch invalidates recorded step graphs); the cuBLAS path shares it.
+    if (backend.recording_step()) return false;
+    ASSIGN_OR_RETURN(
+        g.scratch,
+        backend.EnsureScratch(
+            state.gemm, kernels::GemvIndexedCudaScratchBytes(m.in, kDenseGroupedMaxRows), op));
+    g.scratch_bytes = static_cast<int64_t>(state.gemm.bytes);
+  }
+  if (kernels::ValidateGemvIndexedCuda(g) != kernels::KernelStatus::kOk ||
+      !kernels::GemvIndexedCudaTakesGroupedF16(g)) {
+    return false;
+  }
+  RETURN_IF_ERROR(backend.KernelResult(kernels::GemvIndexedCuda(g, backend.stream()), op));
+  return true;
+}
 
 // y = x W^T with every pointer of `m` in device memory. `exact_activations`: small batches use
 // exact F32 activations instead of the fast GEMV's int8 ones (see MoeExperts). `x_q8`: x's int8
@@ -97,6 +189,10 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   a.y_stride = m.y_stride;
   if (m.rows <= kernels::kGemvGenericMaxRows) {
     return backend.KernelResult(kernels::GemvGenericCuda(a, backend.stream()), op);
+  }
+  if (!exact_activations) {
+    ASSIGN_OR_RETURN(const bool done, RunDenseGrouped(backend, state, m, op));
+    if (done) return absl::OkStatus();
   }
   a.exact = exact_activations;
   if (std::string error; kernels::LoadCublas(&error) == nullptr) {
