@@ -6,7 +6,9 @@
 //       rows (kernels::GemvCudaMaxRows);
 //   rows <= 16, any other type: GemvGenericCuda (weights dequantized in registers, exact F32);
 //   more rows: CublasGemm (cuBLAS, F32 accumulation; F32/BF16 weights exact, F16 and quantized
-//       weights through F16 tiles, ~5e-4 relative).
+//       weights through F16 tiles, ~5e-4 relative); under STEPSERVE_DENSE_GROUPED_F16=1 (off,
+//       not yet run on a device) 33-64 rows of matrices with >= 8192 outputs in the types of the
+//       grouped F16 GEMM take that GEMM as one slot instead (RunDenseGrouped).
 // MoeExperts groups the (token, slot) pairs by expert on the host and runs gate/up/down of every
 // active expert through the same Matmul paths on contiguous gathered rows.
 #include <algorithm>

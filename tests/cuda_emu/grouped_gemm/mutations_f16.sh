@@ -76,14 +76,14 @@ add convert_order "{a.x, b.x, a.y, b.y, a.z, b.z, a.w, b.w}" \
 # with 2 / 4 column tiles), a chunk of <= 16 pairs with one column tile.
 add narrow2_edge "if (kNarrowTails && cols <= 16) {" "if (kNarrowTails && cols <= 17) {"
 add narrow4_edge "} else if (kNarrowTails && cols <= 32) {" "} else if (kNarrowTails && cols <= 33) {"
-add narrow2_one_tile "ChunkProducts<D, kPairs, 2>(" "ChunkProducts<D, kPairs, 1>("
+add narrow2_one_tile "ChunkProducts<D, kPairs, 2, kUnroll>(" "ChunkProducts<D, kPairs, 1, kUnroll>("
 # Chunks of 128 pairs: the second activation row of a thread one row early; the 64-column class
 # taking 65 columns (8 tiles for 65), the 96-column class taking 97; the 12-tile class with 11.
 add_wide wide_second_row "const int rx = (tid >> 2) + kActRowsPerPass * i;" \
   "const int rx = (tid >> 2) + (kActRowsPerPass - 1) * i;"
 add_wide wide_edge64 "kPairs > 64 && cols <= 64)" "kPairs > 64 && cols <= 65)"
 add_wide wide_edge96 "kPairs > 64 && cols <= 96)" "kPairs > 64 && cols <= 97)"
-add_wide wide_tiles12 "ChunkProducts<D, kPairs, 12>(" "ChunkProducts<D, kPairs, 11>("
+add_wide wide_tiles12 "ChunkProducts<D, kPairs, 12, kUnroll>(" "ChunkProducts<D, kPairs, 11, kUnroll>("
 [ $# -gt 0 ] && names=("$@")
 jobs=${EMU_JOBS:-2}
 for n in "${names[@]}"; do
