@@ -21,6 +21,13 @@ inline bool EnvSwitchSet(const char* name) {
   return v != nullptr && v[0] == '1';
 }
 
+// The digit the environment variable `name` starts with (a switch with levels: 0 off, 1, 2, ..),
+// `fallback` when it is unset or does not start with a digit.
+inline int EnvSwitchLevel(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] >= '0' && v[0] <= '9' ? v[0] - '0' : fallback;
+}
+
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_COMMON_ENV_SWITCH_H_

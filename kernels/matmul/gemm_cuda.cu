@@ -71,7 +71,7 @@ bool WeightsAsStored(GgmlType type, bool exact) {
 // experts x 4096 at a prefill of 2048 tokens), 1 = no split. Why: cuBLAS ran that router GEMM as
 // 8 x 5 CTAs of 256 x 64 (sm80_xmma ... 256x64x8) on a 132-SM device - 124 us per MoE layer, ~2%
 // of the prefill (H100, results-v22.txt call 2). Parts of K as one strided batch, then a fixed-
-// order sum (SumSplitKKernel): the same F32 products, summed in another order. Off unless
+// order sum (SumPartsCuda): the same F32 products, summed in another order. Off unless
 // STEPSERVE_SGEMM_SPLIT_K=1 (read once) until measured on a device.
 int SplitKParts(int64_t in, int64_t out, int64_t rows) {
   static const bool on = EnvSwitchSet("STEPSERVE_SGEMM_SPLIT_K");
@@ -97,18 +97,20 @@ ScratchLayout Layout(GgmlType type, int64_t in, int64_t out, int64_t rows, bool 
   return s;
 }
 
-// y[r][o] = sum over p in order 0, 1, .. of parts[p][r][o] (each part rows x out, dense).
-__global__ void SumSplitKKernel(const float* parts, int n_parts, int64_t out, int64_t rows,
-                                float* y, int64_t y_stride) {
+// y[r][o] = sum over p in order 0, 1, .. of parts[p * part_stride + r * row_stride + o]. Grid x
+// tiles a row's columns, grid y strides over the rows.
+__global__ void SumPartsKernel(const float* parts, int n_parts, int64_t part_stride,
+                               int64_t row_stride, int64_t rows, int64_t out, float* y,
+                               int64_t y_stride) {
   WaitForPrimaryGrid();
   AllowDependentLaunch();
-  const int64_t n = out * rows;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float sum = parts[i];
-    for (int p = 1; p < n_parts; ++p) sum += parts[p * n + i];
-    const int64_t r = i / out;
-    y[r * y_stride + (i - r * out)] = sum;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= out) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float* part = parts + r * row_stride + o;
+    float sum = part[0];
+    for (int p = 1; p < n_parts; ++p) sum += part[p * part_stride];
+    y[r * y_stride + o] = sum;
   }
 }
 
@@ -142,6 +144,19 @@ __global__ void ConvertToF16Kernel(const float* x, int64_t x_stride, int64_t row
 bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 }  // namespace
+
+KernelStatus SumPartsCuda(const float* parts, int n_parts, int64_t part_stride, int64_t row_stride,
+                          int64_t rows, int64_t out, float* y, int64_t y_stride,
+                          cudaStream_t stream) {
+  if (parts == nullptr || y == nullptr || n_parts < 1 || rows < 1 || out < 1 || y_stride < out) {
+    return KernelStatus::kInvalidArgument;
+  }
+  const unsigned col_blocks = static_cast<unsigned>((out + 255) / 256);
+  const unsigned row_blocks = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
+  LaunchWithPdl(SumPartsKernel, dim3(col_blocks, row_blocks), dim3(256), 0, stream, parts, n_parts,
+                part_stride, row_stride, rows, out, y, y_stride);
+  return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
+}
 
 KernelStatus ValidateMatmulCuda(const MatmulCudaArgs& a) {
   if (!DequantCudaSupports(a.type)) return KernelStatus::kUnsupportedType;
@@ -230,11 +245,8 @@ KernelStatus CublasGemm::Run(const MatmulCudaArgs& a, cudaStream_t stream) {
             static_cast<long long>(m) * n, parts) != CUBLAS_STATUS_SUCCESS) {
       return KernelStatus::kInvalidArgument;
     }
-    const int64_t elems = a.out * a.rows;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((elems + 255) / 256, 4096));
-    LaunchWithPdl(SumSplitKKernel, dim3(blocks), dim3(256), 0, stream, partial, parts, a.out,
-                  a.rows, a.y, a.y_stride);
-    return cudaGetLastError() == cudaSuccess ? KernelStatus::kOk : KernelStatus::kInvalidArgument;
+    return SumPartsCuda(partial, parts, a.out * a.rows, a.out, a.rows, a.out, a.y, a.y_stride,
+                        stream);
   }
   if (WeightsAsStored(a.type, a.exact)) {
     const bool ok = gemm(a.w, static_cast<int>(w_ld), a.type == GgmlType::kF32, 0,

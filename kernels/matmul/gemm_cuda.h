@@ -31,8 +31,9 @@ inline constexpr int64_t kGemvGenericMaxRows = 16;
 struct MatmulCudaArgs {
   GgmlType type = GgmlType::kF32;
   const void* w = nullptr;  // device
-  int64_t w_row_bytes = 0;  // >= RowBytes(type, in); a multiple of the element size for F32/F16/BF16
-  int64_t in = 0;           // multiple of the type's block size
+  int64_t w_row_bytes =
+      0;           // >= RowBytes(type, in); a multiple of the element size for F32/F16/BF16
+  int64_t in = 0;  // multiple of the type's block size
   int64_t out = 0;
   const float* x = nullptr;  // device
   int64_t x_stride = 0;      // floats between X rows, >= in
@@ -54,6 +55,13 @@ KernelStatus ValidateMatmulCuda(const MatmulCudaArgs& args);
 
 // Validates (rows 1..kGemvGenericMaxRows), then enqueues one kernel.
 KernelStatus GemvGenericCuda(const MatmulCudaArgs& args, cudaStream_t stream);
+
+// y[r][o] = parts[r * row_stride + o] + parts[part_stride + r * row_stride + o] + ... over n_parts
+// parts, summed in that order (the fixed-order sum of a K-split's partial products); r < rows,
+// o < out, every pointer F32 in device memory, y not overlapping parts. One kernel.
+KernelStatus SumPartsCuda(const float* parts, int n_parts, int64_t part_stride, int64_t row_stride,
+                          int64_t rows, int64_t out, float* y, int64_t y_stride,
+                          cudaStream_t stream);
 
 // Scratch CublasGemm::Run needs for these sizes (0 for F32 weights).
 int64_t CublasGemmScratchBytes(GgmlType type, int64_t in, int64_t out, int64_t rows,

@@ -155,8 +155,13 @@ KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& a) {
     return KernelStatus::kInvalidArgument;
   }
   if (a.in % TypeInfo(a.type).block_elems != 0) return KernelStatus::kInvalidArgument;
+  // Matrices one after another (experts), or column slices of one matrix's rows (a K-split:
+  // each slice `in` wide, the last one ending inside the row).
+  const bool stacked = a.w_matrix_bytes >= a.out * a.w_row_bytes;
+  const bool column_slices =
+      (a.n_matrices - 1) * a.w_matrix_bytes + RowBytes(a.type, a.in) <= a.w_row_bytes;
   if (a.w_row_bytes < RowBytes(a.type, a.in) || a.w_row_bytes % 16 != 0 ||
-      a.w_matrix_bytes < a.out * a.w_row_bytes || a.w_matrix_bytes % 16 != 0 ||
+      !(stacked || column_slices) || a.w_matrix_bytes % 16 != 0 ||
       reinterpret_cast<uintptr_t>(a.w) % 16 != 0) {
     return KernelStatus::kInvalidArgument;
   }

@@ -151,9 +151,12 @@ KernelStatus GemvCuda(const GemvCudaArgs& args, cudaStream_t stream);
 // groups, slots and scratch_bytes, so it wrote the activations in the form this one reads).
 struct GemvIndexedCudaArgs {
   GgmlType type = GgmlType::kQ4_K;
-  const void* w = nullptr;     // device, first matrix
-  int64_t w_row_bytes = 0;     // multiple of 16
-  int64_t w_matrix_bytes = 0;  // bytes between matrices, >= out * w_row_bytes, multiple of 16
+  const void* w = nullptr;  // device, first matrix
+  int64_t w_row_bytes = 0;  // multiple of 16
+  // Bytes between matrices, a multiple of 16: >= out * w_row_bytes (matrices one after another),
+  // or column slices of one matrix - matrix i is columns [i * in, (i + 1) * in) of each row of
+  // w_row_bytes, so (n_matrices - 1) * w_matrix_bytes + RowBytes(type, in) <= w_row_bytes.
+  int64_t w_matrix_bytes = 0;
   int64_t n_matrices = 0;
   int64_t in = 0;
   int64_t out = 0;

@@ -153,13 +153,23 @@ TEST(MatmulCudaLayoutTest, StridedActivationsAndOddPlainWidths) {
 // 33-64 rows of matrices with >= 8192 outputs: what STEPSERVE_DENSE_GROUPED_F16=1 sends through
 // the grouped F16 GEMM as one slot (a last tile of 72 rows; x strides that allow it and one that
 // does not, 3 floats of padding, which keeps the cuBLAS path); the cuBLAS path without the switch.
+// Narrower matrices with contiguous X: what `=2` splits over K (4096 outputs x 2048: 4 parts of
+// 512 columns - Q6_K's 420-byte slices are not 16-byte aligned, so it keeps cuBLAS there; 4104 x
+// 8192: 4 parts and a last tile of 8 rows; 1000 x 4096: 8 parts of 512), and one with padded X,
+// which keeps cuBLAS.
 TEST(MatmulCudaLayoutTest, WideOutputsAt33To64Rows) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull();
   if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
   const uint64_t seed = std::random_device{}();
   for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    for (int64_t rows : {33, 47, 64}) CheckMatmul(*cuda, type, 512, 8264, rows, 4, 1, seed + rows);
+    for (int64_t rows : {33, 47, 64}) {
+      CheckMatmul(*cuda, type, 512, 8264, rows, 4, 1, seed + rows);
+      CheckMatmul(*cuda, type, 2048, 4096, rows, 0, 1, seed + 100 + rows);
+    }
     CheckMatmul(*cuda, type, 768, 8192, 40, 3, 0, seed + 7);
+    CheckMatmul(*cuda, type, 8192, 4104, 40, 0, 0, seed + 8);
+    CheckMatmul(*cuda, type, 4096, 1000, 57, 0, 2, seed + 9);
+    CheckMatmul(*cuda, type, 2048, 4096, 50, 4, 0, seed + 10);
   }
 }
 

@@ -8,7 +8,8 @@
 //   more rows: CublasGemm (cuBLAS, F32 accumulation; F32/BF16 weights exact, F16 and quantized
 //       weights through F16 tiles, ~5e-4 relative); under STEPSERVE_DENSE_GROUPED_F16=1 (off,
 //       not yet run on a device) 33-64 rows of matrices with >= 8192 outputs in the types of the
-//       grouped F16 GEMM take that GEMM as one slot instead (RunDenseGrouped).
+//       grouped F16 GEMM take that GEMM as one slot instead, under `2` narrower ones too, split
+//       over K (RunDenseGrouped).
 // MoeExperts groups the (token, slot) pairs by expert on the host and runs gate/up/down of every
 // active expert through the same Matmul paths on contiguous gathered rows.
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
+#include "engine/quant/ggml_type.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/embed/embed_cuda.h"
@@ -45,7 +47,8 @@ struct CudaBackend::MatmulState {
   kernels::MoeGroups moe_groups;
   Scratch moe_gemv_workspace;  // MoeGemvCuda's intermediates (fast decode path)
   Scratch moe_counters;        // MoeGemvCuda's arrival counters: zeroed when allocated
-  Scratch dense_index;         // the one-slot grouping of RunDenseGrouped (DenseIndexHost)
+  Scratch dense_index;         // the groupings of RunDenseGrouped (DenseIndexTable)
+  Scratch dense_parts;         // RunDenseGrouped's partial products of a K-split
 };
 
 namespace {
@@ -57,76 +60,128 @@ using MatmulState = CudaBackend::MatmulState;
 // slot holding every row, instead of cuBLAS on a dequantized F16 tile. Why: from 33 decode streams
 // the attention projections took the tile path every step - the F16 tile written and read back
 // moves ~4.5 bytes per IQ4_XS weight against 0.53 read in place (~190 us of a ~1.25 ms layer at
-// 64 streams on the H100, session 26's estimate). Off unless STEPSERVE_DENSE_GROUPED_F16=1 (read
-// once) until measured on a device.
+// 64 streams on the H100, session 26's estimate). STEPSERVE_DENSE_GROUPED_F16 (read once): `1`
+// matrices of >= 8192 outputs; `2` also narrower ones (the o projection, 4096 outputs) split over
+// K (DenseKParts). Off until measured on a device.
 constexpr int64_t kDenseGroupedMaxRows = 64;
+constexpr int kDenseMaxParts = 8;
 
-bool DenseGroupedF16() {
-  static const bool on = kernels::EnvSwitchSet("STEPSERVE_DENSE_GROUPED_F16");
-  return on;
+int DenseGroupedF16() {
+  static const int setting = kernels::EnvSwitchLevel("STEPSERVE_DENSE_GROUPED_F16", 0);
+  return setting;
 }
 
-// The device arrays of a one-slot grouping of r rows (r <= kDenseGroupedMaxRows): ids and the
-// slot's matrix all 0, group order 0..r-1, and for each r the slot bounds {0, r} at
-// kBoundsAt + 2 r (so one upload serves every row count, also inside recorded step graphs).
-constexpr int64_t kOrderAt = kDenseGroupedMaxRows;
-constexpr int64_t kBoundsAt = 2 * kDenseGroupedMaxRows;
-std::vector<int32_t> DenseIndexHost() {
-  std::vector<int32_t> v(kBoundsAt + 2 * (kDenseGroupedMaxRows + 1), 0);
-  for (int64_t r = 0; r < kDenseGroupedMaxRows; ++r) v[kOrderAt + r] = static_cast<int32_t>(r);
-  for (int64_t r = 0; r <= kDenseGroupedMaxRows; ++r) {
-    v[kBoundsAt + 2 * r + 1] = static_cast<int32_t>(r);
+// The GEMM's grid is a CTA per 128 output rows per slot, each walking its slot's K. A matrix of
+// fewer than 64 such tiles leaves most SMs idle (the o projection, 4096 x 8192: 32 CTAs), so from
+// 64 tiles on it runs as one slot; under `2` a narrower one as `parts` slots, slot p the columns
+// [p in / parts, (p + 1) in / parts) of every row (column-slice matrices, matmul_cuda.h), each
+// writing its partial product, summed in a fixed order after (SumPartsCuda). Parts: the fewest
+// (2, 4, 8) that reach 96 CTAs. 0 when neither applies: X not contiguous (a slice of X's rows is
+// then not a row of a narrower X), slices that are not whole 256-value blocks or 16-byte aligned
+// (cp.async), or under 64 CTAs even at 8 parts.
+int DenseKParts(const kernels::MatmulArgs& m) {
+  const int64_t tiles = (m.out + 127) / 128;
+  if (tiles >= 64) return 1;
+  if (DenseGroupedF16() < 2 || m.x_stride != m.in) return 0;
+  int parts = 2;
+  while (parts < kDenseMaxParts && tiles * parts < 96) parts *= 2;
+  if (tiles * parts < 64 || m.in % (256 * parts) != 0 || RowBytes(m.type, m.in / parts) % 16 != 0) {
+    return 0;
   }
-  return v;
+  return parts;
+}
+
+// Where the index arrays of a one-slot (parts 1) or K-split (2, 4, 8 parts) grouping of r rows lie
+// in one device array (DenseIndex::host, uploaded once, so every row count is served inside
+// recorded step graphs too). Group g = parts i + p is row i's part p: it reads X "row" g of
+// in / parts values (X contiguous) and writes partial row g; slot p lists groups p, parts + p, ..
+// and reads matrix p.
+struct DenseIndex {
+  std::vector<int32_t> host;
+  int64_t matrix_at[4] = {};                            // by log2(parts): 0, 1, .. parts - 1
+  int64_t bounds_at[4][kDenseGroupedMaxRows + 1] = {};  // slot bounds {0, r, 2 r, .., parts r}
+  int64_t order_at[4][kDenseGroupedMaxRows + 1] = {};   // group order, parts r entries
+};
+
+const DenseIndex& DenseIndexTable() {
+  static const DenseIndex* table = [] {
+    auto* t = new DenseIndex;
+    for (int li = 0; li < 4; ++li) {
+      const int parts = 1 << li;
+      t->matrix_at[li] = static_cast<int64_t>(t->host.size());
+      for (int p = 0; p < parts; ++p) t->host.push_back(p);
+      for (int64_t r = 1; r <= kDenseGroupedMaxRows; ++r) {
+        t->bounds_at[li][r] = static_cast<int64_t>(t->host.size());
+        for (int p = 0; p <= parts; ++p) t->host.push_back(static_cast<int32_t>(p * r));
+        t->order_at[li][r] = static_cast<int64_t>(t->host.size());
+        for (int p = 0; p < parts; ++p) {
+          for (int64_t i = 0; i < r; ++i) t->host.push_back(static_cast<int32_t>(parts * i + p));
+        }
+      }
+    }
+    return t;
+  }();
+  return *table;
 }
 
 // y = x W^T through the grouped F16 GEMM when it applies (DenseGroupedF16); false when it does not
-// (the caller takes another path), an error when the launch failed.
+// (the caller takes another path), an error when a launch failed.
 absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, MatmulState& state,
                                      const kernels::MatmulArgs& m, const char* op) {
-  // Output rows: the GEMM's grid is a CTA per 128 of them and each walks all of K, so a narrow
-  // matrix leaves most SMs idle (the o projection, 4096 x 8192: 32 CTAs); from 64 CTAs on.
-  constexpr int64_t kMinOut = 64 * 128;
-  if (!DenseGroupedF16() || m.rows > kDenseGroupedMaxRows || m.out < kMinOut ||
+  if (DenseGroupedF16() == 0 || m.rows > kDenseGroupedMaxRows ||
       m.rows <= kernels::GemvCudaMaxRows(m.type, kernels::GemvCudaActivations::kQ8)) {
     return false;
   }
+  const int parts = DenseKParts(m);
+  if (parts == 0) return false;
+  const DenseIndex& table = DenseIndexTable();
   if (!state.dense_index.staged_valid) {
     // Uploaded outside step recording only (a copy would end the recording); until then the
     // caller's path serves.
     if (backend.recording_step()) return false;
-    const std::vector<int32_t> host = DenseIndexHost();
     RETURN_IF_ERROR(backend
-                        .StageToDevice(state.dense_index, host.data(),
-                                       host.size() * sizeof(int32_t), "dense grouping")
+                        .StageToDevice(state.dense_index, table.host.data(),
+                                       table.host.size() * sizeof(int32_t), "dense grouping")
                         .status());
   }
+  // Partial products of a K-split: sized once for the largest (parts x out < 192 x 128, since
+  // parts is the fewest reaching 96 tiles), so the area never moves (a moved scratch invalidates
+  // recorded step graphs).
+  constexpr int64_t kMaxPartialFloats = kDenseGroupedMaxRows * 192 * 128;
+  if (parts > 1 && state.dense_parts.bytes < kMaxPartialFloats * sizeof(float)) {
+    if (backend.recording_step()) return false;
+    RETURN_IF_ERROR(
+        backend.EnsureScratch(state.dense_parts, kMaxPartialFloats * sizeof(float), op).status());
+  }
+  int li = 0;
+  while ((1 << li) < parts) ++li;
   const auto* index = static_cast<const int32_t*>(state.dense_index.data);
   kernels::GemvIndexedCudaArgs g;
   g.type = m.type;
   g.w = m.w;
   g.w_row_bytes = m.w_row_bytes;
-  g.w_matrix_bytes = m.out * m.w_row_bytes;
-  g.n_matrices = 1;
-  g.in = m.in;
+  g.in = m.in / parts;
   g.out = m.out;
-  g.ids = index;
-  g.groups = m.rows;
+  g.w_matrix_bytes = parts == 1 ? m.out * m.w_row_bytes : RowBytes(m.type, g.in);
+  g.n_matrices = parts;
+  g.ids = index + table.matrix_at[li];  // not read: the grouping below replaces it
+  g.groups = parts * m.rows;
   g.x = m.x;
-  g.x_stride = m.x_stride;
-  g.x_rows = m.rows;
-  g.y = m.y;
-  g.y_stride = m.y_stride;
-  g.slot_matrix = index;
-  g.slot_begin = index + kBoundsAt + 2 * m.rows;
-  g.group_order = index + kOrderAt;
-  g.slots = 1;
+  g.x_stride = parts == 1 ? m.x_stride : g.in;
+  g.x_rows = g.groups;
+  g.y = parts == 1 ? m.y : static_cast<float*>(state.dense_parts.data);
+  g.y_stride = parts == 1 ? m.y_stride : m.out;
+  g.slot_matrix = index + table.matrix_at[li];
+  g.slot_begin = index + table.bounds_at[li][m.rows];
+  g.group_order = index + table.order_at[li][m.rows];
+  g.slots = parts;
   g.scratch = state.gemm.data;
   g.scratch_bytes = static_cast<int64_t>(state.gemm.bytes);
-  const int64_t need = kernels::GemvIndexedCudaScratchBytes(m.in, m.rows);
+  const int64_t need = kernels::GemvIndexedCudaScratchBytes(g.in, g.x_rows);
   if (g.scratch_bytes < need) {
     // Sized for kDenseGroupedMaxRows at once, so the area does not move between row counts (a
-    // moved scratch invalidates recorded step graphs); the cuBLAS path shares it.
+    // moved scratch invalidates recorded step graphs); the cuBLAS path shares it. The F16 and
+    // int8 copies of X are the same size however K is split.
     if (backend.recording_step()) return false;
     ASSIGN_OR_RETURN(
         g.scratch,
@@ -139,6 +194,12 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, MatmulState& state,
     return false;
   }
   RETURN_IF_ERROR(backend.KernelResult(kernels::GemvIndexedCuda(g, backend.stream()), op));
+  if (parts > 1) {
+    RETURN_IF_ERROR(backend.KernelResult(
+        kernels::SumPartsCuda(g.y, parts, /*part_stride=*/m.out, /*row_stride=*/parts * m.out,
+                              m.rows, m.out, m.y, m.y_stride, backend.stream()),
+        op));
+  }
   return true;
 }
 
