@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 28's first call: the dense grouped F16 GEMM for 33-64 decode rows - `1` matrices of
 # >= 8192 outputs as one slot, `2` also narrower ones split over K (the o projection) - its matmul
-# test, whole-model test and the 33 / 64-stream A/B (0 / 1 / 2 alternating); on an H200 the
+# test, whole-model test and the 33 / 64-stream A/B (0 / 1 / 2 alternating); 3-4 streams through
+# the fused MoE decode kernels (STEPSERVE_MOE_DECODE_FUSED=4) against the default; on an H200 the
 # figures with the wide chunks (45 layers); then the wide chunks' prefill A/B (off, default, all 8
 # sub-blocks unrolled) and the 4-layer prefill per-kernel table.
 #   (timeout 560 bash bench/gpu/calls/session28-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
@@ -19,6 +20,12 @@ done
 model_file=$(call_model_file)
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file" \
   STEPSERVE_DENSE_GROUPED_F16=2
+# 3-4 streams through the two fused MoE decode kernels (measured slower in session 11, before the
+# lean down kernel, release arrivals and the early weight loads) against the grouped GEMVs.
+for round in 1 2; do
+  call_ab 3,4 ""
+  call_ab 3,4 "" STEPSERVE_MOE_DECODE_FUSED=4
+done
 if [[ -z ${CALL_LAYERS:-} ]]; then  # the figures on an H200 only (45 layers)
   call_ab 1,4 2048,4096
   call_ab 16,64 ""
