@@ -6,10 +6,9 @@
 //       rows (kernels::GemvCudaMaxRows);
 //   rows <= 16, any other type: GemvGenericCuda (weights dequantized in registers, exact F32);
 //   more rows: CublasGemm (cuBLAS, F32 accumulation; F32/BF16 weights exact, F16 and quantized
-//       weights through F16 tiles, ~5e-4 relative); under STEPSERVE_DENSE_GROUPED_F16=1 (off,
-//       not yet run on a device) 33-64 rows of matrices with >= 8192 outputs in the types of the
-//       grouped F16 GEMM take that GEMM as one slot instead, under `2` narrower ones too, split
-//       over K (RunDenseGrouped).
+//       weights through F16 tiles, ~5e-4 relative); up to 64 rows in the types of the grouped
+//       F16 GEMM (IQ4_XS, Q4_K, Q6_K) take that GEMM instead - the weights read in place - as one
+//       slot, or split over K for narrow matrices (RunDenseGrouped; STEPSERVE_DENSE_GROUPED_F16).
 // MoeExperts groups the (token, slot) pairs by expert on the host and runs gate/up/down of every
 // active expert through the same Matmul paths on contiguous gathered rows.
 #include <algorithm>
@@ -60,14 +59,20 @@ using MatmulState = CudaBackend::MatmulState;
 // slot holding every row, instead of cuBLAS on a dequantized F16 tile. Why: from 33 decode streams
 // the attention projections took the tile path every step - the F16 tile written and read back
 // moves ~4.5 bytes per IQ4_XS weight against 0.53 read in place (~190 us of a ~1.25 ms layer at
-// 64 streams on the H100, session 26's estimate). STEPSERVE_DENSE_GROUPED_F16 (read once): `1`
-// matrices of >= 8192 outputs; `2` also narrower ones (the o projection, 4096 outputs) split over
-// K (DenseKParts). Off until measured on a device.
+// 64 streams on the H100, session 26's estimate). STEPSERVE_DENSE_GROUPED_F16 (read once): `2`
+// (the default) matrices of >= 64 tiles of 128 outputs as one slot, narrower ones (the o
+// projection, 4096 outputs) split over K (DenseKParts); `1` the wide ones only; `0` off (cuBLAS).
+// Measured on the H100 (session 28, results-v25.txt calls 1-3; 24 layers, alternating rounds, ms
+// per step): IQ4_XS 33 / 64 streams 21.83 / 29.80 and 21.93 / 29.96 -> 19.56 / 27.73 and 19.66 /
+// 27.75 with `1` -> 18.49 / 26.67 and 18.59 / 26.66 with `2` (-15% / -11%); 20 / 24 / 32 / 48
+// streams (the Q6_K LM head from 17 rows) 17.06 / 18.53, 22.09 / 25.96 -> 15.93 / 17.43, 20.90 /
+// 22.59; the Q4_K_M mix (its Q4_K attention matrices from 17 rows) 20 / 32 / 64 streams 21.68 /
+// 25.93 / 36.76 -> 15.76 / 20.06 / 31.98. matmul_backend_cuda_test and model_cuda_test pass.
 constexpr int64_t kDenseGroupedMaxRows = 64;
 constexpr int kDenseMaxParts = 8;
 
 int DenseGroupedF16() {
-  static const int setting = kernels::EnvSwitchLevel("STEPSERVE_DENSE_GROUPED_F16", 0);
+  static const int setting = kernels::EnvSwitchLevel("STEPSERVE_DENSE_GROUPED_F16", 2);
   return setting;
 }
 
@@ -128,7 +133,11 @@ const DenseIndex& DenseIndexTable() {
 // (the caller takes another path), an error when a launch failed.
 absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, MatmulState& state,
                                      const kernels::MatmulArgs& m, const char* op) {
-  if (DenseGroupedF16() == 0 || m.rows > kDenseGroupedMaxRows ||
+  // The types measured (the 2-3 bit types' decoders also serve the grouped GEMM, but their dense
+  // matmuls keep cuBLAS until measured).
+  const bool measured_type =
+      m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K;
+  if (DenseGroupedF16() == 0 || !measured_type || m.rows > kDenseGroupedMaxRows ||
       m.rows <= kernels::GemvCudaMaxRows(m.type, kernels::GemvCudaActivations::kQ8)) {
     return false;
   }

@@ -41,9 +41,11 @@ for t in $tests; do
   # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL).
   [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1")
   # The grouped F16 GEMM with every chunk 8 column tiles wide, with narrow last chunks (both
-  # without wide chunks) and with chunks of 128 pairs for every type that has them.
+  # without wide chunks), with chunks of 128 pairs for every type that has them (IQ4_XS's with all
+  # 8 sub-blocks unrolled, the default) and IQ4_XS's wide kernel unrolled 4.
   [[ $t == test_f16 ]] && envs=("STEPSERVE_GEMM_F16_NARROW_TAILS=0 STEPSERVE_GEMM_F16_WIDE=0"
-    "STEPSERVE_GEMM_F16_NARROW_TAILS=1 STEPSERVE_GEMM_F16_WIDE=0" "STEPSERVE_GEMM_F16_WIDE=2")
+    "STEPSERVE_GEMM_F16_NARROW_TAILS=1 STEPSERVE_GEMM_F16_WIDE=0" "STEPSERVE_GEMM_F16_WIDE=2"
+    "STEPSERVE_GEMM_F16_WIDE_UNROLL8=0")
   for e in "${envs[@]}"; do
     for seed in "$@"; do
       for mode in 0 1; do
