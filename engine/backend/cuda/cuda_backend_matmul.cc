@@ -13,6 +13,7 @@
 // active expert through the same Matmul paths on contiguous gathered rows.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,17 @@ using MatmulState = CudaBackend::MatmulState;
 // 25.93 / 36.76 -> 15.76 / 20.06 / 31.98. matmul_backend_cuda_test and model_cuda_test pass.
 constexpr int64_t kDenseGroupedMaxRows = 64;
 constexpr int kDenseMaxParts = 8;
+
+// STEPSERVE_DENSE_GROUPED_MIN_ROWS=N (2-64, read once): from N rows the dense grouped GEMM also
+// takes what the GEMVs would (an A/B of the two below their row limits); unset: past the GEMVs.
+int64_t DenseGroupedMinRows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("STEPSERVE_DENSE_GROUPED_MIN_ROWS");
+    const int64_t n = v == nullptr ? 0 : std::atoll(v);
+    return n >= 2 && n <= kDenseGroupedMaxRows ? n : int64_t{0};
+  }();
+  return rows;
+}
 
 int DenseGroupedF16() {
   static const int setting = kernels::EnvSwitchLevel("STEPSERVE_DENSE_GROUPED_F16", 2);
@@ -137,8 +149,12 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, MatmulState& state,
   // matmuls keep cuBLAS until measured).
   const bool measured_type =
       m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K;
+  const int64_t min_rows =
+      DenseGroupedMinRows() > 0
+          ? DenseGroupedMinRows()
+          : kernels::GemvCudaMaxRows(m.type, kernels::GemvCudaActivations::kQ8) + 1;
   if (DenseGroupedF16() == 0 || !measured_type || m.rows > kDenseGroupedMaxRows ||
-      m.rows <= kernels::GemvCudaMaxRows(m.type, kernels::GemvCudaActivations::kQ8)) {
+      m.rows < min_rows) {
     return false;
   }
   const int parts = DenseKParts(m);
@@ -220,6 +236,10 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   if (m.rows == 0) return absl::OkStatus();
   const auto activations =
       exact_activations ? kernels::GemvCudaActivations::kF32 : kernels::GemvCudaActivations::kQ8;
+  if (!exact_activations && DenseGroupedMinRows() > 0 && m.rows >= DenseGroupedMinRows()) {
+    ASSIGN_OR_RETURN(const bool done, RunDenseGrouped(backend, state, m, op));
+    if (done) return absl::OkStatus();
+  }
   if (m.rows <= kernels::GemvCudaMaxRows(m.type, activations) &&
       kernels::GemvCudaSupports(m.type)) {
     kernels::GemvCudaArgs g;
