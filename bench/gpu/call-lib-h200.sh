@@ -50,11 +50,19 @@ call_test() {
   grep -E "^\[  FAILED|Failure" -A3 "$CALL_LOGS/$log.log" | head -12
 }
 
-# call_model_file: the 4-layer real-shape IQ4_XS file model_cuda_test compares against the CPU.
+# call_model_file: the 4-layer real-shape IQ4_XS file model_cuda_test compares against the CPU,
+# written by `stepserve make-model` (built here if the call's targets did not include it: session
+# 28's call 1 named none, and the model test then found no file).
 call_model_file() {
   local f=$CALL_MODELS/flash4.gguf
-  [[ -f $f ]] || "$CALL_BUILD/server/stepserve" make-model --preset step-3.5-flash --layers 4 \
-    --recipe iq4_xs --out "$f" >"$CALL_LOGS/make-model.log" 2>&1
+  if [[ ! -f $f ]]; then
+    [[ -x $CALL_BUILD/server/stepserve ]] ||
+      cmake --build "$CALL_BUILD" --parallel "$(nproc)" --target stepserve \
+        >"$CALL_LOGS/build-stepserve.log" 2>&1
+    "$CALL_BUILD/server/stepserve" make-model --preset step-3.5-flash --layers 4 \
+      --recipe iq4_xs --out "$f" >"$CALL_LOGS/make-model.log" 2>&1 ||
+      echo "make-model failed: $(tail -2 "$CALL_LOGS/make-model.log")" >&2
+  fi
   echo "$f"
 }
 
