@@ -31,8 +31,8 @@ inline constexpr int64_t kGemvGenericMaxRows = 16;
 struct MatmulCudaArgs {
   GgmlType type = GgmlType::kF32;
   const void* w = nullptr;  // device
-  int64_t w_row_bytes =
-      0;           // >= RowBytes(type, in); a multiple of the element size for F32/F16/BF16
+  // >= RowBytes(type, in); a multiple of the element size for F32 / F16 / BF16.
+  int64_t w_row_bytes = 0;
   int64_t in = 0;  // multiple of the type's block size
   int64_t out = 0;
   const float* x = nullptr;  // device

@@ -373,10 +373,23 @@ bool WideUnrolled() {
   return on;
 }
 
+// STEPSERVE_GEMM_F16_WIDE_MIN_K=N (read once): wide chunks only for matrices of at least N
+// columns; unset or 0: any. Why: in session 28's 4-layer prefill table (H100) the wide chunks sped
+// the gate / up launches (K 4096) from 1220 to 1090 us but slowed the down launch (K 1280: five
+// blocks per row) from 1160 to 1250 - a short K loop at one CTA per SM leaves each CTA's prologue
+// and epilogue unhidden. For an A/B (2048: the down projection at 64 pairs, two CTAs per SM).
+int64_t WideMinK() {
+  static const int64_t k = [] {
+    const char* v = std::getenv("STEPSERVE_GEMM_F16_WIDE_MIN_K");
+    return v == nullptr ? int64_t{0} : static_cast<int64_t>(std::atoll(v));
+  }();
+  return k;
+}
+
 template <class D>
 cudaError_t LaunchGemmF16MaybeNarrow(const GemvParams& p, int64_t slots, cudaStream_t stream) {
   const int wide = WideChunksSetting();
-  if (wide == 2 || (wide == 1 && std::is_same_v<D, Iq4XsF16Decoder>)) {
+  if ((wide == 2 || (wide == 1 && std::is_same_v<D, Iq4XsF16Decoder>)) && p.in >= WideMinK()) {
     if constexpr (std::is_same_v<D, Iq4XsF16Decoder>) {
       if (WideUnrolled()) return LaunchGemmF16<D, true, 128, 8>(p, slots, stream);
     }

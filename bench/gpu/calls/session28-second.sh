@@ -3,7 +3,8 @@
 # 1); on an H200 the figures with session 28's defaults (45 layers: the dense grouped F16 GEMM and
 # its K-split from 33 rows, the unrolled wide IQ4_XS kernel); then the dense grouped GEMM below the
 # GEMVs' row limits (STEPSERVE_DENSE_GROUPED_MIN_ROWS=9: IQ4_XS 9-32 rows instead of the tensor-core
-# GEMVs, Q4_K / Q6_K 9-16 instead of the dp4a GEMV) against the default.
+# GEMVs, Q4_K / Q6_K 9-16 instead of the dp4a GEMV) against the default; wide chunks from K = 2048
+# only (STEPSERVE_GEMM_F16_WIDE_MIN_K=2048) against the default.
 #   (timeout 300 bash bench/gpu/calls/session28-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -23,5 +24,11 @@ for ((round = 1; round <= rounds; ++round)); do
   call_ab 8,16,24 "" "$mr"
   CALL_RECIPE=q4_k_m call_ab 8,16 ""
   CALL_RECIPE=q4_k_m call_ab 8,16 "" "$mr"
+done
+# Wide chunks only from K = 2048 (the MoE down projection, K 1280, back at 64 pairs and two CTAs
+# per SM; the decode's K slices under 2048 too), prefill and 64 streams.
+for ((round = 1; round <= rounds; ++round)); do
+  call_ab 64 2048,4096
+  call_ab 64 2048,4096 STEPSERVE_GEMM_F16_WIDE_MIN_K=2048
 done
 call_done
