@@ -5,7 +5,7 @@
 # GEMVs' row limits (STEPSERVE_DENSE_GROUPED_MIN_ROWS=9: IQ4_XS 9-32 rows instead of the tensor-core
 # GEMVs, Q4_K / Q6_K 9-16 instead of the dp4a GEMV) against the default; wide chunks from K = 2048
 # only (STEPSERVE_GEMM_F16_WIDE_MIN_K=2048) against the default.
-#   (timeout 300 bash bench/gpu/calls/session28-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+#   (timeout 450 bash bench/gpu/calls/session28-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model matmul_backend_cuda_test || exit 1
