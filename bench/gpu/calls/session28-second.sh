@@ -4,8 +4,9 @@
 # its K-split from 33 rows, the unrolled wide IQ4_XS kernel); then the dense grouped GEMM below the
 # GEMVs' row limits (STEPSERVE_DENSE_GROUPED_MIN_ROWS=9: IQ4_XS 9-32 rows instead of the tensor-core
 # GEMVs, Q4_K / Q6_K 9-16 instead of the dp4a GEMV) against the default; wide chunks from K = 2048
-# only (STEPSERVE_GEMM_F16_WIDE_MIN_K=2048) against the default.
-#   (timeout 450 bash bench/gpu/calls/session28-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+# only (STEPSERVE_GEMM_F16_WIDE_MIN_K=2048) against the default; the one-row GEMV's CTA cap at
+# batch 1 / 2.
+#   (timeout 520 bash bench/gpu/calls/session28-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model matmul_backend_cuda_test || exit 1
@@ -30,5 +31,10 @@ done
 for ((round = 1; round <= rounds; ++round)); do
   call_ab 64 2048,4096
   call_ab 64 2048,4096 STEPSERVE_GEMM_F16_WIDE_MIN_K=2048
+done
+# Batch 1 / 2: the one-row IQ4_XS GEMV's CTA cap, last tuned in session 12 (2112 = 16 CTAs x 132
+# SMs), against half, double and no cap, after every batch-1 change since.
+for ((round = 1; round <= rounds; ++round)); do
+  for ctas in 2112 1056 4224 0; do call_ab 1,2 "" STEPSERVE_GEMV_ROW_CTAS=$ctas; done
 done
 call_done
