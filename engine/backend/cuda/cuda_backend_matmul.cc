@@ -62,7 +62,11 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   if (m.rows == 0) return absl::OkStatus();
   const auto activations =
       exact_activations ? kernels::GemvCudaActivations::kF32 : kernels::GemvCudaActivations::kQ8;
-  if (!exact_activations && DenseGroupedMinRows() > 0 && m.rows >= DenseGroupedMinRows()) {
+  // Under STEPSERVE_DENSE_GROUPED_MIN_ROWS the dense grouped GEMM is tried ahead of the GEMVs;
+  // otherwise after them, below (it is tried once either way).
+  const bool dense_first =
+      !exact_activations && DenseGroupedMinRows() > 0 && m.rows >= DenseGroupedMinRows();
+  if (dense_first) {
     ASSIGN_OR_RETURN(
         const bool done,
         RunDenseGrouped(backend, {state.dense_index, state.dense_parts, state.gemm}, m, op));
@@ -110,7 +114,7 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   if (m.rows <= kernels::kGemvGenericMaxRows) {
     return backend.KernelResult(kernels::GemvGenericCuda(a, backend.stream()), op);
   }
-  if (!exact_activations) {
+  if (!exact_activations && !dense_first) {
     ASSIGN_OR_RETURN(
         const bool done,
         RunDenseGrouped(backend, {state.dense_index, state.dense_parts, state.gemm}, m, op));

@@ -90,8 +90,6 @@ const DenseIndex& DenseIndexTable() {
   return *table;
 }
 
-// y = x W^T through the grouped F16 GEMM when it applies (DenseGroupedF16); false when it does not
-// (the caller takes another path), an error when a launch failed.
 }  // namespace
 
 absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch scratch,
