@@ -28,6 +28,18 @@ struct F16DecodeTables {
   const uint32_t* iq3s;
 };
 
+// The tables of a launch's parameters: the IQ4_NL table biased by 128 per byte (ScaledHalves'
+// exact int8 -> F16; IQ4_XS only) and the i-quant grids (the grid decoders).
+__device__ __forceinline__ F16DecodeTables DecodeTablesOf(const GemvParams& p) {
+  return F16DecodeTables{{p.iq4nl[0] ^ 0x80808080u, p.iq4nl[1] ^ 0x80808080u,
+                          p.iq4nl[2] ^ 0x80808080u, p.iq4nl[3] ^ 0x80808080u},
+                         p.iq2xxs_grid,
+                         p.iq2xs_grid,
+                         p.iq2s_grid,
+                         p.iq3xxs_grid,
+                         p.iq3s_grid};
+}
+
 // F16 pair arithmetic and conversion, round to nearest even, subnormals kept (inline PTX so the
 // host emulation, tests/cuda_emu/grouped_gemm, can substitute these four).
 __device__ __forceinline__ uint32_t SubF16x2(uint32_t a, uint32_t b) {

@@ -239,15 +239,7 @@ __global__ void __launch_bounds__(32 * kWarps, kPairs == 64 ? 2 : 1)
   const int64_t nb = p.in / 256;
   // Global row g of the warp's rows (only its address, for D::Shift: unused by aligned types).
   const uint8_t* w_row_a = w + (o0 + 16 * warp + g) * p.w_row_bytes;
-  // The IQ4_NL table biased by 128 per byte (ScaledHalves' exact int8 -> F16; IQ4_XS only) and
-  // the i-quant grids (the grid decoders).
-  const F16DecodeTables tbl{{p.iq4nl[0] ^ 0x80808080u, p.iq4nl[1] ^ 0x80808080u,
-                             p.iq4nl[2] ^ 0x80808080u, p.iq4nl[3] ^ 0x80808080u},
-                            p.iq2xxs_grid,
-                            p.iq2xs_grid,
-                            p.iq2s_grid,
-                            p.iq3xxs_grid,
-                            p.iq3s_grid};
+  const F16DecodeTables tbl = DecodeTablesOf(p);
   for (int c0 = begin; c0 < end; c0 += kPairs) {
     const int cols = end - c0 < kPairs ? end - c0 : kPairs;
     __syncthreads();  // the previous chunk is done with pair_row and the stages
@@ -418,6 +410,7 @@ bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
 }
 
 cudaError_t LaunchConvertActivationsF16(const GemvParams& p, uint16_t* xh, cudaStream_t stream) {
+  if (GemmF16WgmmaOrder(p)) return LaunchConvertActivationsWgmma(p, xh, stream);
   const int64_t threads = p.in / 8 * p.rows;
   return LaunchWithPdl(ConvertActivationsF16Kernel,
                        dim3(static_cast<unsigned>((threads + 255) / 256)), dim3(256), 0, stream, p,
@@ -427,6 +420,7 @@ cudaError_t LaunchConvertActivationsF16(const GemvParams& p, uint16_t* xh, cudaS
 cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  cudaStream_t stream) {
   if (type == GgmlType::kIQ4_XS && p.x_pair_order) {
+    if (GemmF16WgmmaOrder(p)) return LaunchGemmF16Wgmma(type, p, slots, stream);
     return LaunchGemmF16MaybeNarrow<Iq4XsF16Decoder>(p, slots, stream);
   }
   if (type == GgmlType::kQ4_K && !p.x_pair_order) {

@@ -199,6 +199,17 @@ cudaError_t LaunchConvertActivationsF16(const GemvParams& p, uint16_t* xh, cudaS
 cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  cudaStream_t stream);
 
+// The IQ4_XS grouped F16 GEMM on the warpgroup MMA (gemm_grouped_wgmma_cuda.cu), under
+// STEPSERVE_GEMM_F16_WGMMA=1 (GemmF16WgmmaOn, read once). Its activations are in another order
+// (a word transpose of the pair order per 32 values): GemmF16WgmmaOrder(p) says whether xh for
+// these parameters is written in it - LaunchConvertActivationsF16 then writes it so (through
+// LaunchConvertActivationsWgmma), and LaunchGemmF16Grouped takes the wgmma kernel.
+bool GemmF16WgmmaOn();
+bool GemmF16WgmmaOrder(const GemvParams& p);
+cudaError_t LaunchConvertActivationsWgmma(const GemvParams& p, uint16_t* xh, cudaStream_t stream);
+cudaError_t LaunchGemmF16Wgmma(GgmlType type, const GemvParams& p, int64_t slots,
+                               cudaStream_t stream);
+
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream);

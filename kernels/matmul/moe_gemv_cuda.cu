@@ -535,8 +535,10 @@ KernelStatus MoeGemvCuda(const MoeGemvCudaArgs& a, cudaStream_t stream) {
   if (down_q8_written) d.x_q8 = DownQ8(l, base);
   grouping.SetOn(&d);
   // A prefill's down projection through the grouped F16 GEMM: the SwiGLU writes its F16 rows.
-  const bool swiglu_f16 = !fused_gate_up && !fuse_down && SwiGluF16() && a.n_ff % 32 == 0 &&
-                          Aligned16(gate) && Aligned16(base + l.up) && Aligned16(d.scratch) &&
+  // (Not with the wgmma GEMM: the SwiGLU writes the mma.sync kernel's pair order.)
+  const bool swiglu_f16 = !fused_gate_up && !fuse_down && SwiGluF16() &&
+                          !gemv_internal::GemmF16WgmmaOn() && a.n_ff % 32 == 0 && Aligned16(gate) &&
+                          Aligned16(base + l.up) && Aligned16(d.scratch) &&
                           GemvIndexedCudaTakesGroupedF16(d);
   if (fused_gate_up) {
     if (KernelStatus s = LaunchFusedGateUp(a, l, base, stream); s != KernelStatus::kOk) return s;
