@@ -40,9 +40,10 @@
 namespace stepserve::kernels::gemv_internal {
 namespace {
 
-#include "kernels/matmul/gemm_f16_decoders.cuh"
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
 #include "kernels/matmul/gemv_q8x_pieces_low_bit.cuh"
+// (after the pieces: the IQ4_XS decoder uses Lookup16Pairs)
+#include "kernels/matmul/gemm_f16_decoders.cuh"
 #include "kernels/matmul/wgmma_f16_rs.cuh"
 
 constexpr int kWarps = 8;
