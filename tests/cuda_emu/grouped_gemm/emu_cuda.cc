@@ -18,7 +18,7 @@ size_t last_smem = 0;
 long long n_ctas = 0;
 
 namespace {
-enum class Op { kNone, kMmaS8, kMmaF16, kSyncWarp, kShfl, kBar, kDone };
+enum class Op { kNone, kMmaS8, kMmaF16, kWgmmaF16, kSyncWarp, kShfl, kBar, kDone };
 struct Copy {
   void* dst;
   const void* src;
@@ -29,8 +29,10 @@ struct Lane {
   std::vector<char> stack;
   Op op = Op::kNone;
   uint32_t a[4] = {}, b0 = 0, b1 = 0;
-  int* c = nullptr;                          // MmaS8 accumulators
-  float* cf = nullptr;                       // MmaF16 accumulators
+  int* c = nullptr;     // MmaS8 accumulators
+  float* cf = nullptr;  // MmaF16 accumulators
+  int wg_n = 0;         // WgmmaF16: N and the B descriptor
+  uint64_t wg_desc = 0;
   uint32_t shfl_value = 0, shfl_result = 0;  // Shfl
   int shfl_kind = 0, shfl_arg = 0, shfl_width = 32;
   uint32_t member = 0xFFFFFFFFu;  // the lanes of the warp collective this lane waits in
@@ -190,6 +192,53 @@ void RunWarpOp(int w, uint32_t member) {
       ++n_mma;
       break;
     }
+    case Op::kWgmmaF16: {
+      // A: the warp's 16 x 16 slice, mma.m16n8k16's A fragment; D tile j (columns 8j..8j+7):
+      // cf[4j + 0..3] as mma's C fragment. B[k][n] at start + (n / 8) SBO + (k / 8) LBO +
+      // (n % 8) 16 + (k % 8) 2 bytes of shared memory.
+      const int n_cols = L[0].wg_n;
+      const uint64_t desc = L[0].wg_desc;
+      for (int t = 1; t < 32; ++t) {
+        if (L[t].wg_n != n_cols || L[t].wg_desc != desc) Fail("wgmma operands differ in a warp");
+      }
+      if ((desc >> 49) & 7 || desc >> 62) Fail("wgmma descriptor: base offset or swizzle set");
+      const uint32_t start = uint32_t(desc & 0x3FFF) << 4;
+      const uint32_t lbo = uint32_t((desc >> 16) & 0x3FFF) << 4;
+      const uint32_t sbo = uint32_t((desc >> 32) & 0x3FFF) << 4;
+      double A[16][16];
+      for (int t = 0; t < 32; ++t) {
+        const int g = t / 4, q = t % 4;
+        for (int h = 0; h < 2; ++h) {
+          A[g][2 * q + h] = F16Value(L[t].a[0], h);
+          A[g + 8][2 * q + h] = F16Value(L[t].a[1], h);
+          A[g][2 * q + 8 + h] = F16Value(L[t].a[2], h);
+          A[g + 8][2 * q + 8 + h] = F16Value(L[t].a[3], h);
+        }
+      }
+      std::vector<double> B(16 * n_cols);
+      for (int n = 0; n < n_cols; ++n) {
+        for (int k = 0; k < 16; ++k) {
+          const uint32_t off = start + (n / 8) * sbo + (k / 8) * lbo + (n % 8) * 16 + (k % 8) * 2;
+          if (off + 2 > smem_bytes) Fail("wgmma B read past dynamic shared memory");
+          uint16_t h;
+          std::memcpy(&h, smem_base + off, 2);
+          B[k * n_cols + n] = F16Value(h, 0);
+        }
+      }
+      for (int t = 0; t < 32; ++t) {
+        const int g = t / 4, q = t % 4;
+        for (int j = 0; j < n_cols / 8; ++j) {
+          for (int e = 0; e < 4; ++e) {
+            const int r = g + 8 * (e / 2), n = 8 * j + 2 * q + (e % 2);
+            double sum = 0;
+            for (int k = 0; k < 16; ++k) sum += A[r][k] * B[k * n_cols + n];
+            L[t].cf[4 * j + e] = static_cast<float>(double(L[t].cf[4 * j + e]) + sum);
+          }
+        }
+      }
+      ++n_mma;
+      break;
+    }
     default:
       Fail("not a warp op");
   }
@@ -198,7 +247,8 @@ void RunWarpOp(int w, uint32_t member) {
   }
 }
 bool IsWarpOp(Op op) {
-  return op == Op::kMmaS8 || op == Op::kMmaF16 || op == Op::kSyncWarp || op == Op::kShfl;
+  return op == Op::kMmaS8 || op == Op::kMmaF16 || op == Op::kWgmmaF16 || op == Op::kSyncWarp ||
+         op == Op::kShfl;
 }
 
 // cp.async of `bytes` (16: .cg, 8: .ca): both addresses `bytes`-aligned, the destination inside
@@ -279,6 +329,15 @@ void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]) {
   l.b0 = b0;
   l.b1 = b1;
   Block(Op::kMmaF16);
+}
+
+void WgmmaF16(int n, float* acc, const uint32_t (&a)[4], uint64_t desc) {
+  Lane& l = lanes[cur];
+  l.cf = acc;
+  std::memcpy(l.a, a, sizeof(l.a));
+  l.wg_n = n;
+  l.wg_desc = desc;
+  Block(Op::kWgmmaF16);
 }
 
 uint16_t F16Round(double x) {

@@ -59,6 +59,11 @@ void Commit();
 void WaitGroup(int n);
 void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]);
 void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]);
+// wgmma.mma_async m64nNk16 F32 += F16 x F16 with A in registers (gemm_grouped_wgmma_cuda.cu),
+// emulated per warp at issue: each warp's 16 rows need only its own A fragment and the shared B,
+// read from shared memory through the descriptor (K-major, no swizzle: start, LBO = the K-direction
+// core matrix offset, SBO = the N-direction one, in 16-byte units). acc: the lane's n / 2 floats.
+void WgmmaF16(int n, float* acc, const uint32_t (&a)[4], uint64_t desc);
 // F16 arithmetic as the PTX .rn f16 instructions: round to nearest even, subnormals kept.
 // F16Round rounds an exact double (a sum or product of two F16 values is exact in double).
 uint16_t F16Round(double x);

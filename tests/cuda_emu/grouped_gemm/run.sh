@@ -28,7 +28,8 @@ quant_sources=("$root/engine/quant/quant_k.cc" "$root/engine/quant/quant_iq.cc" 
 python3 "$here/transform.py" "$work/shadow"
 for t in $tests; do
   g++ -std=c++20 -O1 -ffp-contract=off -w ${EMU_CXXFLAGS:-} -I "$work/shadow" -I "$here" -I "$cuda_include" \
-    -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" "${quant_sources[@]}" -o "$work/emu_$t"
+    -I "$root" "$here/$t.cc" "$here/emu_cuda.cc" "$here/wgmma_tu.cc" "${quant_sources[@]}" \
+    -o "$work/emu_$t"
 done
 [ $# -gt 0 ] || set -- 1 2 3  # (a quoted "${@:-1 2 3}" would be the one word "1 2 3")
 for t in $tests; do
@@ -45,7 +46,7 @@ for t in $tests; do
   # 8 sub-blocks unrolled, the default) and IQ4_XS's wide kernel unrolled 4.
   [[ $t == test_f16 ]] && envs=("STEPSERVE_GEMM_F16_NARROW_TAILS=0 STEPSERVE_GEMM_F16_WIDE=0"
     "STEPSERVE_GEMM_F16_NARROW_TAILS=1 STEPSERVE_GEMM_F16_WIDE=0" "STEPSERVE_GEMM_F16_WIDE=2"
-    "STEPSERVE_GEMM_F16_WIDE_UNROLL8=0")
+    "STEPSERVE_GEMM_F16_WIDE_UNROLL8=0" "STEPSERVE_GEMM_F16_WGMMA=1")
   for e in "${envs[@]}"; do
     for seed in "$@"; do
       for mode in 0 1; do

@@ -181,6 +181,13 @@ bool RunCase(const Case& c, uint32_t seed) {
       c.type == GgmlType::kIQ3_XXS || c.type == GgmlType::kIQ3_S ||
       c.type == GgmlType::kQ3_K;  // (and Q3_K: value times a float scale too)
   const bool pair_order = c.type == GgmlType::kIQ4_XS;
+  // Under STEPSERVE_GEMM_F16_WGMMA=1 IQ4_XS takes the warpgroup-MMA kernel
+  // (gemm_grouped_wgmma_cuda.cu), whose activations are the pair order's 32-bit words of each
+  // 32-value block transposed 4 x 4: pair position 8t + h at 8 (h / 2) + 2t + h % 2.
+  GemvParams order_params{};
+  order_params.in = c.in;
+  order_params.x_pair_order = pair_order;
+  const bool wgmma = stepserve::kernels::gemv_internal::GemmF16WgmmaOrder(order_params);
   const int64_t block_bytes = q4k                                                         ? 144
                               : q6k                                                       ? 210
                               : q2k                                                       ? 84
@@ -307,7 +314,9 @@ bool RunCase(const Case& c, uint32_t seed) {
       if (k >= c.in) continue;
       const uint16_t h = F32ToF16(Clamp16(v));
       x16[r * c.in + k] = F16ToF32(h);
-      xh[r * c.in + (pair_order ? k / 32 * 32 + PairPos(int(k % 32)) : k)] = h;
+      const int pp = PairPos(int(k % 32));
+      const int pos = wgmma ? 8 * (pp % 8 / 2) + 2 * (pp / 8) + pp % 2 : pp;
+      xh[r * c.in + (pair_order ? k / 32 * 32 + pos : k)] = h;
     }
   }
   // ---- the converter, against the host conversion (bit for bit) ----
@@ -327,7 +336,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   int64_t conv_bad = 0;
   for (int64_t i = 0; i < x_rows * c.in; ++i) conv_bad += xk[i] != xh[i];
   const bool conv_ok = conv_err == cudaSuccess && conv_bad == 0 && emu::last_block == 256 &&
-                       emu::last_grid_x == unsigned((x_rows * c.in / 8 + 255) / 256);
+                       emu::last_grid_x == unsigned((x_rows * c.in / (wgmma ? 32 : 8) + 255) / 256);
   // ---- references (double) ----
   const int64_t y_stride = c.out + c.y_pad;
   const int64_t kGuard = 4096;  // NaN floats after the last row: writes past y show as stray
@@ -397,7 +406,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   const char wide_setting = wide_env == nullptr || wide_env[0] == '\0' ? '1' : wide_env[0];
   const bool wide = (wide_setting == '2' && (c.type == GgmlType::kIQ4_XS || q4k || q6k)) ||
                     (wide_setting != '0' && wide_setting != '2' && c.type == GgmlType::kIQ4_XS);
-  const int chunk_pairs = wide ? 128 : 64;
+  const int chunk_pairs = wide || wgmma ? 128 : 64;
   double max_norm = 0, max_plain = 0, max_plain_rel = 0;
   int64_t bad = 0, plain_bad = 0, written_ok = 0, zeros = 0, stray = 0, missing = 0;
   for (int64_t i = 0; i < ny; ++i) {
@@ -446,7 +455,9 @@ bool RunCase(const Case& c, uint32_t seed) {
                      : stride_112                   ? 112
                      : c.type == GgmlType::kIQ2_XXS ? 80
                                                     : 144;  // IQ4_XS, IQ3_S
-  const size_t want_smem = 2 * (128 * stride + chunk_pairs * 576) + chunk_pairs * sizeof(int);
+  // (The wgmma kernel stages 128 pairs x 512 bytes of activations: core matrices, no padding.)
+  const size_t want_smem =
+      2 * (128 * stride + chunk_pairs * (wgmma ? 512 : 576)) + chunk_pairs * sizeof(int);
   const bool ok =
       coverage_ok && conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 &&
       missing == 0 && err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&

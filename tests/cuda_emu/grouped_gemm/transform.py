@@ -17,7 +17,7 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
          'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h',
          'matmul/moe_down_lean.cuh', 'matmul/moe_swiglu_f16.cuh', 'matmul/dequant_cuda.cu',
-         'matmul/dequant_cuda.cuh']
+         'matmul/dequant_cuda.cuh', 'matmul/gemm_grouped_wgmma_cuda.cu']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
     j = text.index('{', i)
@@ -74,6 +74,12 @@ reps = {
  'matmul/moe_swiglu_f16.cuh': [],
  'matmul/dequant_cuda.cu': [],
  'matmul/dequant_cuda.cuh': [],
+ 'matmul/gemm_grouped_wgmma_cuda.cu': [
+  ('__device__ __forceinline__ void WgmmaFence(', 'inline void WgmmaFence() {}'),
+  ('__device__ __forceinline__ void WgmmaCommit(', 'inline void WgmmaCommit() {}'),
+  ('__device__ __forceinline__ void WgmmaWait(', 'inline void WgmmaWait() {}'),
+  ('__device__ __forceinline__ void FenceProxyAsyncShared(', 'inline void FenceProxyAsyncShared() {}'),
+ ],
 }
 mut = sys.argv[2:5] if len(sys.argv) >= 5 else None
 # A mutation of a file the shadow does not copy would test the unmutated original (the real
@@ -83,7 +89,11 @@ for f in files:
     s = open(M + f).read()
     for sig, new in reps[f]:
         s = replace_fn(s, sig, new)
-    if f.startswith('matmul/gemm_grouped_'):
+    if f == 'matmul/gemm_grouped_wgmma_cuda.cu':
+        old = 'extern __shared__ __align__(128) uint8_t wgmma_smem[];'
+        assert s.count(old) == 1
+        s = s.replace(old, 'uint8_t* const wgmma_smem = emu::smem_base;')
+    elif f.startswith('matmul/gemm_grouped_'):
         old = 'extern __shared__ __align__(16) uint8_t gemm_smem[];'
         assert s.count(old) == 1
         s = s.replace(old, 'uint8_t* const gemm_smem = emu::smem_base;')
@@ -109,6 +119,17 @@ for f in files:
     assert 'asm(' not in s and 'asm volatile' not in s, f
     os.makedirs(os.path.dirname(f'{out}/kernels/{f}'), exist_ok=True)
     open(f'{out}/kernels/{f}', 'w').write(s)
+# wgmma_f16_rs.cuh (inline asm per N): every N through emu::WgmmaF16.
+open(f'{out}/kernels/matmul/wgmma_f16_rs.cuh', 'w').write(
+    '#pragma once\n'
+    'template <int N>\n'
+    'struct WgmmaF16Rs {\n'
+    '  template <int kTiles>\n'
+    '  static void Run(float (&acc)[kTiles][4], const uint32_t (&a)[4], uint64_t desc) {\n'
+    '    static_assert(kTiles * 8 >= N, "the accumulators cover N");\n'
+    '    emu::WgmmaF16(N, &acc[0][0], a, desc);\n'
+    '  }\n'
+    '};\n')
 # pdl.cuh: no-op PDL, and the launch runs every CTA through the emulator (emu_launch.h).
 os.makedirs(f'{out}/kernels/common', exist_ok=True)
 open(f'{out}/kernels/common/pdl.cuh', 'w').write('#pragma once\n#include "emu_launch.h"\n')
