@@ -62,10 +62,10 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   if (m.rows == 0) return absl::OkStatus();
   const auto activations =
       exact_activations ? kernels::GemvCudaActivations::kF32 : kernels::GemvCudaActivations::kQ8;
-  // Under STEPSERVE_DENSE_GROUPED_MIN_ROWS the dense grouped GEMM is tried ahead of the GEMVs;
-  // otherwise after them, below (it is tried once either way).
-  const bool dense_first =
-      !exact_activations && DenseGroupedMinRows() > 0 && m.rows >= DenseGroupedMinRows();
+  // From DenseGroupedMinRows (IQ4_XS 17, Q4_K / Q6_K 9 rows) the dense grouped GEMM is tried
+  // ahead of the GEMVs; below it (other types: past the GEMVs) after them, further down - once
+  // either way.
+  const bool dense_first = !exact_activations && m.rows >= DenseGroupedMinRows(m.type);
   if (dense_first) {
     ASSIGN_OR_RETURN(
         const bool done,

@@ -15,20 +15,21 @@
 namespace stepserve {
 namespace {
 
-// Dense matmuls of kGemvCudaMaxRows+1 (IQ4_XS: past the wide GEMV's 32) to kDenseGroupedMaxRows
-// rows through the grouped F16 GEMM of the MoE prefill (matmul_cuda.h GemvIndexedCuda) as one
-// slot holding every row, instead of cuBLAS on a dequantized F16 tile. Why: from 33 decode streams
-// the attention projections took the tile path every step - the F16 tile written and read back
-// moves ~4.5 bytes per IQ4_XS weight against 0.53 read in place (~190 us of a ~1.25 ms layer at
-// 64 streams on the H100, session 26's estimate). STEPSERVE_DENSE_GROUPED_F16 (read once): `2`
-// (the default) matrices of >= 64 tiles of 128 outputs as one slot, narrower ones (the o
-// projection, 4096 outputs) split over K (DenseKParts); `1` the wide ones only; `0` off (cuBLAS).
-// Measured on the H100 (session 28, results-v25.txt calls 1-3; 24 layers, alternating rounds, ms
-// per step): IQ4_XS 33 / 64 streams 21.83 / 29.80 and 21.93 / 29.96 -> 19.56 / 27.73 and 19.66 /
-// 27.75 with `1` -> 18.49 / 26.67 and 18.59 / 26.66 with `2` (-15% / -11%); 20 / 24 / 32 / 48
-// streams (the Q6_K LM head from 17 rows) 17.06 / 18.53, 22.09 / 25.96 -> 15.93 / 17.43, 20.90 /
-// 22.59; the Q4_K_M mix (its Q4_K attention matrices from 17 rows) 20 / 32 / 64 streams 21.68 /
-// 25.93 / 36.76 -> 15.76 / 20.06 / 31.98. matmul_backend_cuda_test and model_cuda_test pass.
+// Dense matmuls of DenseGroupedMinRows (IQ4_XS 17, Q4_K / Q6_K 9; session 28: past the GEMVs'
+// 32 / 16) to kDenseGroupedMaxRows rows through the grouped F16 GEMM of the MoE prefill
+// (matmul_cuda.h GemvIndexedCuda) as one slot holding every row, instead of cuBLAS on a dequantized
+// F16 tile. Why: from 33 decode streams the attention projections took the tile path every step -
+// the F16 tile written and read back moves ~4.5 bytes per IQ4_XS weight against 0.53 read in place
+// (~190 us of a ~1.25 ms layer at 64 streams on the H100, session 26's estimate).
+// STEPSERVE_DENSE_GROUPED_F16 (read once): `2` (the default) matrices of >= 64 tiles of 128 outputs
+// as one slot, narrower ones (the o projection, 4096 outputs) split over K (DenseKParts); `1` the
+// wide ones only; `0` off (cuBLAS). Measured on the H100 (session 28, results-v25.txt calls 1-3; 24
+// layers, alternating rounds, ms per step): IQ4_XS 33 / 64 streams 21.83 / 29.80 and 21.93 / 29.96
+// -> 19.56 / 27.73 and 19.66 / 27.75 with `1` -> 18.49 / 26.67 and 18.59 / 26.66 with `2` (-15% /
+// -11%); 20 / 24 / 32 / 48 streams (the Q6_K LM head from 17 rows) 17.06 / 18.53, 22.09 / 25.96
+// -> 15.93 / 17.43, 20.90 / 22.59; the Q4_K_M mix (its Q4_K attention matrices from 17 rows) 20 /
+// 32 / 64 streams 21.68 / 25.93 / 36.76 -> 15.76 / 20.06 / 31.98. matmul_backend_cuda_test and
+// model_cuda_test pass.
 constexpr int64_t kDenseGroupedMaxRows = 64;
 constexpr int kDenseMaxParts = 8;
 
@@ -98,12 +99,8 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
   // matmuls keep cuBLAS until measured).
   const bool measured_type =
       m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K;
-  const int64_t min_rows =
-      DenseGroupedMinRows() > 0
-          ? DenseGroupedMinRows()
-          : kernels::GemvCudaMaxRows(m.type, kernels::GemvCudaActivations::kQ8) + 1;
   if (DenseGroupedF16() == 0 || !measured_type || m.rows > kDenseGroupedMaxRows ||
-      m.rows < min_rows) {
+      m.rows < DenseGroupedMinRows(m.type)) {
     return false;
   }
   const int parts = DenseKParts(m);
@@ -177,15 +174,29 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
   return true;
 }
 
-// STEPSERVE_DENSE_GROUPED_MIN_ROWS=N (2-64, read once): from N rows the dense grouped GEMM also
-// takes what the GEMVs would (an A/B of the two below their row limits); unset: past the GEMVs.
-int64_t DenseGroupedMinRows() {
-  static const int64_t rows = [] {
+// From how many rows the dense grouped GEMM takes a matrix of `type`, ahead of the GEMVs.
+// Defaults: IQ4_XS from 17 rows (instead of the wide tensor-core GEMV at 17-32), Q4_K and Q6_K
+// from 9 (instead of the dp4a GEMV at 9-16). Measured on the H100 (session 29, results-v26.txt
+// calls 1-2; 24 layers, two rounds, ms per step) with the rows from 9: IQ4_XS 20 / 24 / 32
+// streams 15.89 / 17.44 / 20.98 and 15.82 / 17.33 / 20.91 -> 13.61 / 15.07 / 17.67 and 13.63 /
+// 15.19 / 17.64 (-14% / -13% / -16%), but 12 streams 10.41 / 10.37 -> 10.55 / 10.55 (+1.5%: the
+// 16-row tensor-core GEMV stays) and 8 streams 8.31 -> 8.35; the Q4_K_M mix 12 / 16 streams
+// 19.70 / 18.78 -> 16.44 / 14.15 (-17% / -25%), 8 streams 12.90 -> 12.89. The matmul layout cases
+// at 16, 17 and 32 rows and the dense grouped ones pass with it. STEPSERVE_DENSE_GROUPED_MIN_ROWS
+// (read once): N (2-64) for every type; 0 past the GEMVs' row limits (IQ4_XS 33, the K-quants 17:
+// session 28's default).
+int64_t DenseGroupedMinRows(GgmlType type) {
+  static const int64_t env_rows = [] {
     const char* v = std::getenv("STEPSERVE_DENSE_GROUPED_MIN_ROWS");
-    const int64_t n = v == nullptr ? 0 : std::atoll(v);
+    if (v == nullptr || v[0] == '\0') return int64_t{-1};
+    const int64_t n = std::atoll(v);
     return n >= 2 && n <= kDenseGroupedMaxRows ? n : int64_t{0};
   }();
-  return rows;
+  if (env_rows > 0) return env_rows;
+  if (env_rows == 0) return kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8) + 1;
+  if (type == GgmlType::kIQ4_XS) return 17;
+  if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) return 9;
+  return kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8) + 1;
 }
 
 }  // namespace stepserve

@@ -1,7 +1,7 @@
-// Dense matmuls of a few dozen rows (17-64: past the GEMVs, e.g. the attention projections and
-// the LM head from 33 decode streams) through the grouped F16 GEMM of the MoE prefill
-// (kernels/matmul/matmul_cuda.h GemvIndexedCuda) instead of cuBLAS on a dequantized F16 weight
-// tile: the weights are read in place (0.53 bytes per IQ4_XS weight against ~4.5 for a tile
+// Dense matmuls of a few dozen rows (IQ4_XS 17-64, Q4_K / Q6_K 9-64: the attention projections,
+// the shared expert and the LM head of decode batches) through the grouped F16 GEMM of the MoE
+// prefill (kernels/matmul/matmul_cuda.h GemvIndexedCuda) instead of cuBLAS on a dequantized F16
+// weight tile: the weights are read in place (0.53 bytes per IQ4_XS weight against ~4.5 for a tile
 // written and read back). A matrix of at least 64 tiles of 128 outputs runs as one slot holding
 // every row; a narrower one (the o projection) as 2 / 4 / 8 column-slice matrices, one slot each,
 // whose partial products are summed in a fixed order after. STEPSERVE_DENSE_GROUPED_F16: 2 (the
@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/quant/ggml_type.h"
 #include "kernels/matmul/matmul.h"
 
 namespace stepserve {
@@ -34,9 +35,10 @@ struct DenseGroupedScratch {
 absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch scratch,
                                      const kernels::MatmulArgs& m, const char* op);
 
-// STEPSERVE_DENSE_GROUPED_MIN_ROWS=N (2-64, read once): from N rows RunDenseGrouped also takes
-// what the GEMVs would (an A/B of the two below the GEMVs' row limits); 0 when unset: past them.
-int64_t DenseGroupedMinRows();
+// From how many rows RunDenseGrouped takes a matrix of `type` (then tried ahead of the GEMVs):
+// IQ4_XS 17, Q4_K and Q6_K 9 (measured: dense_grouped_matmul.cc); STEPSERVE_DENSE_GROUPED_MIN_ROWS
+// (read once) N for every type, or 0 for past the GEMVs' row limits.
+int64_t DenseGroupedMinRows(GgmlType type);
 
 }  // namespace stepserve
 
