@@ -150,19 +150,19 @@ TEST(MatmulCudaLayoutTest, StridedActivationsAndOddPlainWidths) {
   }
 }
 
-// 17-64 rows of IQ4_XS (past its wide tensor-core GEMV's 32), Q4_K and Q6_K (past 16): the dense
-// grouped F16 GEMM (STEPSERVE_DENSE_GROUPED_F16, default 2). Matrices of >= 64 tiles of 128
-// outputs as one slot (8264 outputs: a last tile of 72 rows; padded X strides); narrower ones with
-// contiguous X split over K (4096 outputs x 2048: 4 parts of 512 columns - Q6_K's 420-byte slices
-// are not 16-byte aligned, so it keeps cuBLAS there; 4104 x 8192: 4 parts and a last tile of 8
-// rows; 1000 x 4096: 8 parts of 512); narrow ones with padded X keep cuBLAS. Under `0` every case
-// takes cuBLAS.
-TEST(MatmulCudaLayoutTest, DenseGroupedGemmRows17To64) {
+// 17-64 rows of IQ4_XS, 9-64 of Q4_K and Q6_K (DenseGroupedMinRows; 9 / 12 rows of IQ4_XS take
+// its tensor-core GEMV): the dense grouped F16 GEMM (STEPSERVE_DENSE_GROUPED_F16, default 2).
+// Matrices of >= 64 tiles of 128 outputs as one slot (8264 outputs: a last tile of 72 rows; padded
+// X strides); narrower ones with contiguous X split over K (4096 outputs x 2048: 4 parts of 512
+// columns - Q6_K's 420-byte slices are not 16-byte aligned, so it keeps cuBLAS there; 4104 x 8192:
+// 4 parts and a last tile of 8 rows; 1000 x 4096: 8 parts of 512); narrow ones with padded X keep
+// cuBLAS. Under `0` every case takes cuBLAS.
+TEST(MatmulCudaLayoutTest, DenseGroupedGemmRows9To64) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull();
   if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
   const uint64_t seed = std::random_device{}();
   for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    for (int64_t rows : {17, 20, 33, 47, 64}) {
+    for (int64_t rows : {9, 12, 17, 20, 33, 47, 64}) {
       CheckMatmul(*cuda, type, 512, 8264, rows, 4, 1, seed + rows);
       CheckMatmul(*cuda, type, 2048, 4096, rows, 0, 1, seed + 100 + rows);
     }
