@@ -46,16 +46,16 @@ namespace {
 #include "kernels/matmul/gemm_f16_decoders.cuh"
 #include "kernels/matmul/wgmma_f16_rs.cuh"
 
-constexpr int kWarps = 8;
-constexpr int kTileRows = 16 * kWarps;  // weight rows per CTA
-constexpr int kPairs = 128;             // activation rows (pairs) per chunk: wgmma's N
+constexpr int kPairs = 128;  // activation rows (pairs) per chunk: wgmma's N
 constexpr int kStages = 2;
 constexpr int kCoreBytes = 128;                           // one core matrix: 8 pairs x 8 F16
 constexpr int kGroupBytes = 32 * kCoreBytes;              // 8 pairs x one 256-value block
 constexpr int kActStageBytes = kPairs / 8 * kGroupBytes;  // 64 KB
 
-template <class D>
+// kWarps: 8 (two warpgroups, 128 weight rows per CTA) or 12 (three, 192 rows).
+template <class D, int kWarps>
 struct WgmmaLayout {
+  static constexpr int kTileRows = 16 * kWarps;
   static constexpr int kWeightStageBytes = kTileRows * D::kStride;
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
   static constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + kPairs * sizeof(int);
@@ -78,11 +78,12 @@ struct WgmmaCopyPlan {
   bool x_on[2];
 };
 
-template <class D>
+template <class D, int kWarps>
 __device__ __forceinline__ WgmmaCopyPlan MakeWgmmaCopyPlan(const GemvParams& p, const uint8_t* w,
                                                            int64_t o0, int cols,
                                                            const int* pair_row) {
   constexpr int kRowsPerPass = 32 * kWarps / D::kPieces;
+  constexpr int kTileRows = 16 * kWarps;
   WgmmaCopyPlan c;
   const int tid = static_cast<int>(threadIdx.x);
   const int r0 = tid / D::kPieces, piece = tid - D::kPieces * r0;
@@ -97,18 +98,19 @@ __device__ __forceinline__ WgmmaCopyPlan MakeWgmmaCopyPlan(const GemvParams& p, 
   const int quarter = lane >> 3, r8 = lane & 7;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int group = warp + kWarps * i;
+    // (12 warps: the second pass covers groups 12-15 with warps 0-3 only.)
+    const int group = warp + kWarps * i < kPairs / 8 ? warp + kWarps * i : kPairs / 8 - 1;
     const int n = 8 * group + r8;
     c.x_src[i] = reinterpret_cast<const uint8_t*>(p.xh) +
                  static_cast<int64_t>(pair_row[n]) * p.in * 2 + 16 * quarter;
-    c.x_dst[i] =
-        WgmmaLayout<D>::kWeightStageBytes + group * kGroupBytes + quarter * kCoreBytes + 16 * r8;
-    c.x_on[i] = n < cols;
+    c.x_dst[i] = WgmmaLayout<D, kWarps>::kWeightStageBytes + group * kGroupBytes +
+                 quarter * kCoreBytes + 16 * r8;
+    c.x_on[i] = warp + kWarps * i < kPairs / 8 && n < cols;
   }
   return c;
 }
 
-template <class D>
+template <class D, int kWarps>
 __device__ __forceinline__ void CopyWgmmaStage(uint8_t* stage, const WgmmaCopyPlan& c, int64_t kb) {
   constexpr int kRowsPerPass = 32 * kWarps / D::kPieces;
   const uint8_t* ws = c.w_src + kb * D::kBlockBytes;
@@ -161,12 +163,12 @@ __device__ __forceinline__ void FenceProxyAsyncShared() {
 
 // The staged block: the warp's 16 rows decoded per sub-block into two A fragments, each the A of
 // one wgmma over the first 8 kTiles pairs of the chunk.
-template <class D, int kTiles>
+template <class D, int kWarps, int kTiles>
 __device__ __forceinline__ void WgmmaStagedBlock(const uint8_t* stage, int warp, int g, int t,
                                                  int shift, const F16DecodeTables& tbl,
                                                  float (&acc)[kPairs / 8][4]) {
   const uint8_t* ra = stage + (16 * warp + g) * D::kStride;
-  const uint8_t* act = stage + WgmmaLayout<D>::kWeightStageBytes;
+  const uint8_t* act = stage + WgmmaLayout<D, kWarps>::kWeightStageBytes;
   const typename D::Row row_a = D::Begin(ra, shift, t);
   const typename D::Row row_b = D::Begin(ra + 8 * D::kStride, shift, t);
 #pragma unroll
@@ -185,33 +187,34 @@ __device__ __forceinline__ void WgmmaStagedBlock(const uint8_t* stage, int warp,
   }
 }
 
-template <class D, int kTiles>
+template <class D, int kWarps, int kTiles>
 __device__ __forceinline__ void WgmmaChunkProducts(uint8_t* smem, const WgmmaCopyPlan& plan,
                                                    int64_t nb, const uint8_t* w_row_a, int warp,
                                                    int g, int t, const F16DecodeTables& tbl,
                                                    float (&acc)[kPairs / 8][4]) {
-  constexpr int kStageBytes = WgmmaLayout<D>::kStageBytes;
+  constexpr int kStageBytes = WgmmaLayout<D, kWarps>::kStageBytes;
   for (int64_t kb = 0; kb < nb; ++kb) {
     uint8_t* stage = smem + static_cast<int>(kb % kStages) * kStageBytes;
     WaitCopiesButOne();       // this thread's copies of block kb have landed
     FenceProxyAsyncShared();  // visible to wgmma's reads
     __syncthreads();          // and everyone's
     const int shift = D::Shift(w_row_a + kb * D::kBlockBytes);
-    WgmmaStagedBlock<D, kTiles>(stage, warp, g, t, shift, tbl, acc);
+    WgmmaStagedBlock<D, kWarps, kTiles>(stage, warp, g, t, shift, tbl, acc);
     WgmmaWait<0>();   // the warpgroup's MMAs reading the stage are done
     __syncthreads();  // every warp's, before the stage is refilled
-    if (kb + kStages < nb) CopyWgmmaStage<D>(stage, plan, kb + kStages);
+    if (kb + kStages < nb) CopyWgmmaStage<D, kWarps>(stage, plan, kb + kStages);
     CommitCopies();
   }
 }
 
 // Grid (128-row tiles, slots); a slot's groups in chunks of 128 pairs, the last one through the
 // narrowest N of 16 / 32 / 64 / 96 / 128 holding its columns.
-template <class D>
+template <class D, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     GemmF16WgmmaKernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(128) uint8_t wgmma_smem[];
-  constexpr int kStageBytes = WgmmaLayout<D>::kStageBytes;
+  constexpr int kStageBytes = WgmmaLayout<D, kWarps>::kStageBytes;
+  constexpr int kTileRows = 16 * kWarps;
   int* pair_row = reinterpret_cast<int*>(wgmma_smem + size_t{kStages} * kStageBytes);
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2, t = lane & 3;
@@ -226,23 +229,23 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     const int cols = end - c0 < kPairs ? end - c0 : kPairs;
     __syncthreads();  // the previous chunk is done with pair_row and the stages
     LoadPairRows<kPairs>(p, c0, cols, pair_row);
-    const WgmmaCopyPlan plan = MakeWgmmaCopyPlan<D>(p, w, o0, cols, pair_row);
+    const WgmmaCopyPlan plan = MakeWgmmaCopyPlan<D, kWarps>(p, w, o0, cols, pair_row);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      if (s < nb) CopyWgmmaStage<D>(wgmma_smem + s * kStageBytes, plan, s);
+      if (s < nb) CopyWgmmaStage<D, kWarps>(wgmma_smem + s * kStageBytes, plan, s);
       CommitCopies();
     }
     float acc[kPairs / 8][4] = {};
     if (cols <= 16) {
-      WgmmaChunkProducts<D, 2>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      WgmmaChunkProducts<D, kWarps, 2>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else if (cols <= 32) {
-      WgmmaChunkProducts<D, 4>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      WgmmaChunkProducts<D, kWarps, 4>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else if (cols <= 64) {
-      WgmmaChunkProducts<D, 8>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      WgmmaChunkProducts<D, kWarps, 8>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else if (cols <= 96) {
-      WgmmaChunkProducts<D, 12>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      WgmmaChunkProducts<D, kWarps, 12>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     } else {
-      WgmmaChunkProducts<D, 16>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
+      WgmmaChunkProducts<D, kWarps, 16>(wgmma_smem, plan, nb, w_row_a, warp, g, t, tbl, acc);
     }
     StoreGroupedTile(p, o0 + 16 * warp + g, c0, cols, t, acc);
   }
@@ -285,10 +288,13 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
-bool GemmF16WgmmaOn() {
-  static const bool on = EnvSwitchSet("STEPSERVE_GEMM_F16_WGMMA");
-  return on;
+// STEPSERVE_GEMM_F16_WGMMA (read once): 0 / unset off, 1 the 8-warp kernel, 2 the 12-warp one.
+int GemmF16WgmmaLevel() {
+  static const int level = EnvSwitchLevel("STEPSERVE_GEMM_F16_WGMMA", 0);
+  return level;
 }
+
+bool GemmF16WgmmaOn() { return GemmF16WgmmaLevel() > 0; }
 
 bool GemmF16WgmmaOrder(const GemvParams& p) {
   return GemmF16WgmmaOn() && p.x_pair_order && p.in % 256 == 0;
@@ -304,10 +310,15 @@ cudaError_t LaunchConvertActivationsWgmma(const GemvParams& p, uint16_t* xh, cud
 cudaError_t LaunchGemmF16Wgmma(GgmlType type, const GemvParams& p, int64_t slots,
                                cudaStream_t stream) {
   if (type != GgmlType::kIQ4_XS || !GemmF16WgmmaOrder(p)) return cudaErrorNotSupported;
+  using D = Iq4XsF16Decoder;
+  if (GemmF16WgmmaLevel() >= 2) {
+    static std::atomic<uint64_t> attribute_set{0};
+    return LaunchGroupedTiles(GemmF16WgmmaKernel<D, 12>, 16 * 12, 32 * 12,
+                              WgmmaLayout<D, 12>::kSmemBytes, attribute_set, p, slots, stream);
+  }
   static std::atomic<uint64_t> attribute_set{0};
-  return LaunchGroupedTiles(GemmF16WgmmaKernel<Iq4XsF16Decoder>, kTileRows, 32 * kWarps,
-                            WgmmaLayout<Iq4XsF16Decoder>::kSmemBytes, attribute_set, p, slots,
-                            stream);
+  return LaunchGroupedTiles(GemmF16WgmmaKernel<D, 8>, 16 * 8, 32 * 8, WgmmaLayout<D, 8>::kSmemBytes,
+                            attribute_set, p, slots, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

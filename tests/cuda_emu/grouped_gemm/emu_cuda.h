@@ -46,7 +46,7 @@ struct EmuDim {
 extern EmuDim threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
-constexpr int kMaxThreads = 256;  // the F16 GEMM's 8 warps
+constexpr int kMaxThreads = 384;  // the F16 GEMMs' 8 warps, the wgmma one's 12
 extern uint8_t* smem_base;
 extern size_t smem_bytes;
 extern bool copy_at_issue;  // cp.async performed at issue (early) or at the wait (late)

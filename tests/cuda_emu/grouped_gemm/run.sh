@@ -46,7 +46,7 @@ for t in $tests; do
   # 8 sub-blocks unrolled, the default) and IQ4_XS's wide kernel unrolled 4.
   [[ $t == test_f16 ]] && envs=("STEPSERVE_GEMM_F16_NARROW_TAILS=0 STEPSERVE_GEMM_F16_WIDE=0"
     "STEPSERVE_GEMM_F16_NARROW_TAILS=1 STEPSERVE_GEMM_F16_WIDE=0" "STEPSERVE_GEMM_F16_WIDE=2"
-    "STEPSERVE_GEMM_F16_WIDE_UNROLL8=0" "STEPSERVE_GEMM_F16_WGMMA=1")
+    "STEPSERVE_GEMM_F16_WIDE_UNROLL8=0" "STEPSERVE_GEMM_F16_WGMMA=1" "STEPSERVE_GEMM_F16_WGMMA=2")
   for e in "${envs[@]}"; do
     for seed in "$@"; do
       for mode in 0 1; do

@@ -456,12 +456,16 @@ bool RunCase(const Case& c, uint32_t seed) {
                      : c.type == GgmlType::kIQ2_XXS ? 80
                                                     : 144;  // IQ4_XS, IQ3_S
   // (The wgmma kernel stages 128 pairs x 512 bytes of activations: core matrices, no padding.)
+  // STEPSERVE_GEMM_F16_WGMMA=2: 12 warps, 192 weight rows per CTA.
+  const char* wgmma_env = std::getenv("STEPSERVE_GEMM_F16_WGMMA");
+  const int tile_rows = wgmma && wgmma_env != nullptr && wgmma_env[0] == '2' ? 192 : 128;
   const size_t want_smem =
-      2 * (128 * stride + chunk_pairs * (wgmma ? 512 : 576)) + chunk_pairs * sizeof(int);
-  const bool ok =
-      coverage_ok && conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 &&
-      missing == 0 && err == cudaSuccess && emu::last_grid_x == unsigned((c.out + 127) / 128) &&
-      emu::last_grid_y == c.slots.size() && emu::last_block == 256 && emu::last_smem == want_smem;
+      2 * (tile_rows * stride + chunk_pairs * (wgmma ? 512 : 576)) + chunk_pairs * sizeof(int);
+  const bool ok = coverage_ok && conv_ok && applies && bad == 0 && plain_bad == 0 && stray == 0 &&
+                  missing == 0 && err == cudaSuccess &&
+                  emu::last_grid_x == unsigned((c.out + tile_rows - 1) / tile_rows) &&
+                  emu::last_grid_y == c.slots.size() &&
+                  emu::last_block == unsigned(tile_rows * 2) && emu::last_smem == want_smem;
   std::printf(
       "%-4s %-34s grid %ux%u smem %zu ctas %lld mma %lld | convert %lld F16 (bad %lld) | "
       "checked %lld zero-rows %lld | max err/sum|products| %.2e; vs unrounded F32: err/bound "
