@@ -182,9 +182,11 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
 // 15.19 / 17.64 (-14% / -13% / -16%), but 12 streams 10.41 / 10.37 -> 10.55 / 10.55 (+1.5%: the
 // 16-row tensor-core GEMV stays) and 8 streams 8.31 -> 8.35; the Q4_K_M mix 12 / 16 streams
 // 19.70 / 18.78 -> 16.44 / 14.15 (-17% / -25%), 8 streams 12.90 -> 12.89. The matmul layout cases
-// at 16, 17 and 32 rows and the dense grouped ones pass with it. STEPSERVE_DENSE_GROUPED_MIN_ROWS
-// (read once): N (2-64) for every type; 0 past the GEMVs' row limits (IQ4_XS 33, the K-quants 17:
-// session 28's default).
+// at 16, 17 and 32 rows and the dense grouped ones pass with it; as the default (call 4) the
+// matmul tests (133) and model_cuda_test (13) pass and IQ4_XS 12 / 16 streams also gain (-5%: the
+// recipe's Q6_K LM head), Q4_K_M 12 / 16 / 24 streams -17% / -24% / -1%.
+// STEPSERVE_DENSE_GROUPED_MIN_ROWS (read once): N (2-64) for every type; 0 past the GEMVs' row
+// limits (IQ4_XS 33, the K-quants 17: session 28's default).
 int64_t DenseGroupedMinRows(GgmlType type) {
   static const int64_t env_rows = [] {
     const char* v = std::getenv("STEPSERVE_DENSE_GROUPED_MIN_ROWS");
