@@ -1,6 +1,8 @@
 // The grouped F16 GEMM of a prefill's IQ4_XS experts (gemm_grouped_f16_cuda.cu) on the Hopper
-// warpgroup MMA (wgmma.mma_async, sm_90a) instead of mma.sync: STEPSERVE_GEMM_F16_WGMMA=1 (read
-// once; off until measured).
+// warpgroup MMA (wgmma.mma_async, sm_90a) instead of mma.sync: STEPSERVE_GEMM_F16_WGMMA=1 (8
+// warps) or 2 (12 warps), read once; off. Measured on the H100 (session 29, results-v26.txt; 24
+// layers): correct (the MoE GEMV test's cases), prefill 2048 tokens 17.5k tok/s by default, 16.3k
+// with `1`, 17.6k with `2` - the decode, not the MMA, limits both kernels (docs/cuda-engine.md).
 //
 // Why: in the mma.sync kernel every warp reads its B fragments (the activations) from shared
 // memory for each 16 x 8 x 16 MMA itself - 256 bytes per MMA, the 8 warps each reading the whole
@@ -11,12 +13,13 @@
 // sub-block's weights while the tensor cores multiply the last, and no register holds B.
 //
 // Shape: as the wide mma.sync kernel - 128 weight rows per CTA (8 warps: two warpgroups of 64
-// rows, each warp decoding its 16 into the A fragments of the register-A wgmma form, which are
-// mma.m16n8k16's), chunks of 128 pairs (N = 128; narrow last chunks N = 16 / 32 / 64 / 96), K in
-// 256-value blocks, two stages of cp.async copies in flight. B (the chunk's activations) is staged
-// in wgmma's canonical K-major layout without swizzle: 8 x 8 "core matrices" (8 pairs x 8 F16,
-// 128 contiguous bytes), those of one block's 32 K-groups of 8 values 128 bytes apart (the
-// descriptor's leading-dimension offset), groups of 8 pairs 4096 bytes apart (its stride offset).
+// rows; 12 warps: three, 192 rows), each warp decoding its 16 into the A fragments of the
+// register-A wgmma form, which are mma.m16n8k16's), chunks of 128 pairs (N = 128; narrow last
+// chunks N = 16 / 32 / 64 / 96), K in 256-value blocks, two stages of cp.async copies in flight. B
+// (the chunk's activations) is staged in wgmma's canonical K-major layout without swizzle: 8 x 8
+// "core matrices" (8 pairs x 8 F16, 128 contiguous bytes), those of one block's 32 K-groups of 8
+// values 128 bytes apart (the descriptor's leading-dimension offset), groups of 8 pairs 4096 bytes
+// apart (its stride offset).
 //
 // Activation order (the ConvertActivationsWgmmaKernel below writes xh in it): wgmma multiplies
 // A's k-th column with B's k-th row in logical order, while the IQ4_XS decoder yields lane t's

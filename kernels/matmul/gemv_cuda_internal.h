@@ -200,10 +200,10 @@ cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slo
                                  cudaStream_t stream);
 
 // The IQ4_XS grouped F16 GEMM on the warpgroup MMA (gemm_grouped_wgmma_cuda.cu), under
-// STEPSERVE_GEMM_F16_WGMMA=1 (GemmF16WgmmaOn, read once). Its activations are in another order
-// (a word transpose of the pair order per 32 values): GemmF16WgmmaOrder(p) says whether xh for
-// these parameters is written in it - LaunchConvertActivationsF16 then writes it so (through
-// LaunchConvertActivationsWgmma), and LaunchGemmF16Grouped takes the wgmma kernel.
+// STEPSERVE_GEMM_F16_WGMMA=1 or 2 (8 or 12 warps; GemmF16WgmmaOn, read once; off). Its activations
+// are in another order (a word transpose of the pair order per 32 values): GemmF16WgmmaOrder(p)
+// says whether xh for these parameters is written in it - LaunchConvertActivationsF16 then writes
+// it so (through LaunchConvertActivationsWgmma), and LaunchGemmF16Grouped takes the wgmma kernel.
 bool GemmF16WgmmaOn();
 bool GemmF16WgmmaOrder(const GemvParams& p);
 cudaError_t LaunchConvertActivationsWgmma(const GemvParams& p, uint16_t* xh, cudaStream_t stream);
