@@ -30,7 +30,6 @@ TAIL = """
 def one(n):
     tiles = n // 8
     regs = 4 * tiles
-    d = ", ".join(f"%{i}" for i in range(regs))
     a = ", ".join(f"%{regs + i}" for i in range(4))
     desc = regs + 4
     lines = []
@@ -45,7 +44,6 @@ def one(n):
     lines.append("        \"{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n\"")
     lines.append(f"        \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 \"")
     # Split the long operand list over several string pieces.
-    chunk = []
     parts = [f"%{i}" for i in range(regs)]
     lines.append("        \"{\"")
     for i in range(0, regs, 16):

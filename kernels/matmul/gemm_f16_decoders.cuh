@@ -63,6 +63,13 @@ __device__ __forceinline__ uint16_t F16FromF32(float x) {
   return h;
 }
 
+// Two floats as an F16 pair (lo in the low half), saturated at +-65504 first: an infinity would
+// turn the MMA's zero weights into NaNs (the activation converters).
+__device__ __forceinline__ uint32_t SaturatedF16Pair(float lo, float hi) {
+  return static_cast<uint32_t>(F16FromF32(fminf(fmaxf(lo, -65504.f), 65504.f))) |
+         (static_cast<uint32_t>(F16FromF32(fminf(fmaxf(hi, -65504.f), 65504.f))) << 16);
+}
+
 // Two F16 weights from bytes (sel) of `biased` (IQ4_NL table value + 128 per byte) times `scale`:
 // 0x64XX is the F16 1024 + XX, so subtracting 1152 leaves the table value exactly; one rounding
 // in the product. (A fused h * s - 1152 * s would round 1152 * s: up to half a table step.)

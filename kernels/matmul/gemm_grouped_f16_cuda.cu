@@ -295,9 +295,7 @@ __global__ void __launch_bounds__(256)
   uint32_t packed[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const uint16_t lo = F16FromF32(fminf(fmaxf(v[2 * j], -65504.f), 65504.f));
-    const uint16_t hi = F16FromF32(fminf(fmaxf(v[2 * j + 1], -65504.f), 65504.f));
-    packed[j] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    packed[j] = SaturatedF16Pair(v[2 * j], v[2 * j + 1]);
   }
   *reinterpret_cast<uint4*>(xh + r * p.in + 8 * c) =
       make_uint4(packed[0], packed[1], packed[2], packed[3]);

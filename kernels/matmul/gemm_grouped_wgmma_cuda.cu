@@ -280,11 +280,7 @@ __global__ void __launch_bounds__(256)
   for (int j = 0; j < 4; ++j) {
     uint32_t w[4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const uint16_t lo = F16FromF32(fminf(fmaxf(v[4 * t + j], -65504.f), 65504.f));
-      const uint16_t hi = F16FromF32(fminf(fmaxf(v[16 + 4 * t + j], -65504.f), 65504.f));
-      w[t] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-    }
+    for (int t = 0; t < 4; ++t) w[t] = SaturatedF16Pair(v[4 * t + j], v[16 + 4 * t + j]);
     out[j] = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }

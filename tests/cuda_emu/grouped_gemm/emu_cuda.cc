@@ -78,6 +78,21 @@ int ShflSource(int t, int kind, int arg, int width) {
   }
 }
 
+// The 16 x 16 F16 A operand of a warp's mma.m16n8k16 (also each warp's slice of the register-A
+// wgmma), lane = 4 g + t: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..2t+9],
+// a3 = A[g+8][2t+8..] (lower k in the low 16 bits).
+void UnpackF16A(const Lane* L, double (&A)[16][16]) {
+  for (int t = 0; t < 32; ++t) {
+    const int g = t / 4, q = t % 4;
+    for (int h = 0; h < 2; ++h) {
+      A[g][2 * q + h] = F16Value(L[t].a[0], h);
+      A[g + 8][2 * q + h] = F16Value(L[t].a[1], h);
+      A[g][2 * q + 8 + h] = F16Value(L[t].a[2], h);
+      A[g + 8][2 * q + 8 + h] = F16Value(L[t].a[3], h);
+    }
+  }
+}
+
 // Completes the collective of warp w's lanes in `member` (the full warp for every op but shfl).
 void RunWarpOp(int w, uint32_t member) {
   Lane* L = lanes + 32 * w;
@@ -159,13 +174,10 @@ void RunWarpOp(int w, uint32_t member) {
       // float (the test's tolerance covers any order).
       double A[16][16], B[16][8];
       float C[16][8];
+      UnpackF16A(L, A);
       for (int t = 0; t < 32; ++t) {
         const int g = t / 4, q = t % 4;
         for (int h = 0; h < 2; ++h) {
-          A[g][2 * q + h] = F16Value(L[t].a[0], h);
-          A[g + 8][2 * q + h] = F16Value(L[t].a[1], h);
-          A[g][2 * q + 8 + h] = F16Value(L[t].a[2], h);
-          A[g + 8][2 * q + 8 + h] = F16Value(L[t].a[3], h);
           B[2 * q + h][g] = F16Value(L[t].b0, h);
           B[2 * q + 8 + h][g] = F16Value(L[t].b1, h);
         }
@@ -206,15 +218,7 @@ void RunWarpOp(int w, uint32_t member) {
       const uint32_t lbo = uint32_t((desc >> 16) & 0x3FFF) << 4;
       const uint32_t sbo = uint32_t((desc >> 32) & 0x3FFF) << 4;
       double A[16][16];
-      for (int t = 0; t < 32; ++t) {
-        const int g = t / 4, q = t % 4;
-        for (int h = 0; h < 2; ++h) {
-          A[g][2 * q + h] = F16Value(L[t].a[0], h);
-          A[g + 8][2 * q + h] = F16Value(L[t].a[1], h);
-          A[g][2 * q + 8 + h] = F16Value(L[t].a[2], h);
-          A[g + 8][2 * q + 8 + h] = F16Value(L[t].a[3], h);
-        }
-      }
+      UnpackF16A(L, A);
       std::vector<double> B(16 * n_cols);
       for (int n = 0; n < n_cols; ++n) {
         for (int k = 0; k < 16; ++k) {
