@@ -225,6 +225,31 @@ auto NoLoopGroupedKernel() -> void (*)(GemvParams) {
   }
 }
 
+// The short-row (expert down) launches of IQ4_XS: ring depth, register cap and CTAs per slot,
+// switches for an A/B (session 30). Why: in the 64-stream decode table (H100, ncu, session 30
+// call 1) the down launch took 386 us against the gate / up launches' 264 us for the same ~668 MB
+// (240 experts x 2.8 MB): 1.73 against 2.53 TB/s. A down row is 5 blocks; the ring of the one-row
+// depth (4) loads blocks 0-3, then block 4 only once block 0 is decoded, so each row block of a
+// warp waits on memory twice; and under the 5-CTA cap that kernel spills 24 bytes (ptxas).
+// STEPSERVE_GROUPED_SHORT_DEPTH=5: a ring over the whole row (rows of up to 5 blocks: one wait
+// per row block), =4: the default depth; both under a 4-CTA cap (128 registers, no spills; the
+// depth-5 ring spills 56 bytes under 5). STEPSERVE_GROUPED_SHORT_ROW_CTAS=N (N > 0) sets the CTAs
+// per slot of the short-row launches alone (by default GroupedRowCtasPerSlot's, shared with the
+// gate / up launches).
+constexpr int kShortWholeRowDepth = 5;
+constexpr int kShortRowMinCtas = 4;
+int GroupedShortDepth() {
+  static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", 0);
+  return depth;
+}
+int64_t GroupedShortRowCtas(int64_t fallback) {
+  static const int64_t setting = [] {
+    const char* v = std::getenv("STEPSERVE_GROUPED_SHORT_ROW_CTAS");
+    return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
+  }();
+  return setting >= 0 ? setting : fallback;
+}
+
 template <class P>
 cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previous,
                           cudaStream_t stream) {
@@ -244,9 +269,27 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   };
   if (IsShortRow<P>(p.in)) {
     constexpr int kShortRows = kShortRowsPerWarp<P>;
-    if (loops(kShortRows)) {
+    const int64_t short_blocks = GroupedShortRowCtas(max_blocks);
+    const bool short_loops = short_blocks > 0 && kLoopForm;
+    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+      if (short_loops && GroupedExactRows()) {
+        const int depth = GroupedShortDepth();
+        if (depth == kShortWholeRowDepth && p.in / P::kElems <= kShortWholeRowDepth) {
+          return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true,
+                                                                true, kShortRowMinCtas, true>,
+                                            p, slots, overlap_previous, stream, short_blocks);
+        }
+        if (depth == P::kDepth1) {
+          return LaunchWarpRows<kShortRows>(
+              GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, true, kShortRowMinCtas, true>, p,
+              slots, overlap_previous, stream, short_blocks);
+        }
+      }
+    }
+    if (short_loops || loops(kShortRows)) {
       return LaunchWarpRows<kShortRows>(RowLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p,
-                                        slots, overlap_previous, stream, max_blocks);
+                                        slots, overlap_previous, stream,
+                                        short_loops ? short_blocks : max_blocks);
     }
     return LaunchWarpRows<kShortRows>(NoLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p, slots,
                                       overlap_previous, stream);

@@ -131,6 +131,9 @@ using Param = std::tuple<GgmlType, GgmlType, int64_t, float>;  // gate/up type, 
 // With this many tokens every token picks experts 0..K-1 (in shuffled slots): each picked expert
 // gets all T pairs, several chunks of a grouped tensor-core kernel's CTA.
 constexpr int64_t kSkewedTokens = 130;
+// A decode-sized case (the grouped GEMV) at the real down width: 1280 = 5 blocks per down row,
+// the short-row mapping's longest ring (STEPSERVE_GROUPED_SHORT_DEPTH=5 holds a whole row).
+constexpr int64_t kRealWidthDecodeTokens = 48;
 
 // Sets the grouped-GEMM mode for a scope (ASSERTs return early) and restores it.
 struct GroupedGemmScope {
@@ -162,8 +165,9 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   // here) the real model's odd block counts: 768 = 3 and 1280 = 5 blocks of 256 per row, so the
   // kernel's last pair of blocks holds one block.
   const bool many = tokens > kMoeGemvMaxTokens;
-  const int64_t d = many ? 768 : 512;
-  const int64_t ff = many ? 1280 : 256 + 256 * (down_type == GgmlType::kQ8_0 ? 0 : 1);
+  const bool real_width = many || tokens == kRealWidthDecodeTokens;
+  const int64_t d = real_width ? 768 : 512;
+  const int64_t ff = real_width ? 1280 : 256 + 256 * (down_type == GgmlType::kQ8_0 ? 0 : 1);
   const int64_t E = 16, K = 4;
   Experts gate(gu_type, d, ff, E, 11), up(gu_type, d, ff, E, 12), down(down_type, ff, d, E, 13);
 
@@ -291,7 +295,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, 1, 7.0f},
                       Param{GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, 200, 0.0f},
                       Param{GgmlType::kIQ2_S, GgmlType::kIQ2_S, 5, 0.0f},
-                      Param{GgmlType::kIQ2_S, GgmlType::kIQ3_S, 97, 7.0f}));
+                      Param{GgmlType::kIQ2_S, GgmlType::kIQ3_S, 97, 7.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, kRealWidthDecodeTokens, 7.0f}));
 
 // One token through MoeGemvCuda's two-kernel path (moe_decode_cuda.h; counters given) against
 // the reference and against the five-launch path (SetMoeGemvCudaDecodeFusedTokens(0)): the gate,
