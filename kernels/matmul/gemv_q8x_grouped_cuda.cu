@@ -225,21 +225,28 @@ auto NoLoopGroupedKernel() -> void (*)(GemvParams) {
   }
 }
 
-// The short-row (expert down) launches of IQ4_XS: ring depth, register cap and CTAs per slot,
-// switches for an A/B (session 30). Why: in the 64-stream decode table (H100, ncu, session 30
-// call 1) the down launch took 386 us against the gate / up launches' 264 us for the same ~668 MB
-// (240 experts x 2.8 MB): 1.73 against 2.53 TB/s. A down row is 5 blocks; the ring of the one-row
-// depth (4) loads blocks 0-3, then block 4 only once block 0 is decoded, so each row block of a
-// warp waits on memory twice; and under the 5-CTA cap that kernel spills 24 bytes (ptxas).
-// STEPSERVE_GROUPED_SHORT_DEPTH=5: a ring over the whole row (rows of up to 5 blocks: one wait
-// per row block), =4: the default depth; both under a 4-CTA cap (128 registers, no spills; the
-// depth-5 ring spills 56 bytes under 5). STEPSERVE_GROUPED_SHORT_ROW_CTAS=N (N > 0) sets the CTAs
-// per slot of the short-row launches alone (by default GroupedRowCtasPerSlot's, shared with the
-// gate / up launches).
+// The short-row (expert down) launches of IQ4_XS: a ring over the whole row (rows of up to
+// kShortWholeRowDepth = 5 blocks, the experts' 1280-wide down) under a 4-CTA register cap.
+// Why: in the 64-stream decode table (H100, ncu, session 30 call 1) the down launch took 386 us
+// against the gate / up launches' 264 us for the same ~668 MB (240 experts x 2.8 MB): 1.73
+// against 2.53 TB/s. With the one-row depth (4) the ring loads blocks 0-3, then block 4 only once
+// block 0 is decoded, so each row block of a warp waits on memory twice; that kernel also spills
+// 24 bytes under the 5-CTA cap (ptxas), the depth-5 one 56 (none under 4 CTAs).
+// Measured (H100, 24 layers IQ4_XS, ms per step at 16 / 32 / 64 streams, session 30 calls 2-3):
+// the depth-4 kernel 11.591 / 17.702 / 26.535 and 11.610 / 17.607 / 26.534; depth 5 11.438 /
+// 17.541 / 26.068, 11.478 / 17.638 / 26.191, 11.484 / 17.571 / 26.165, 11.436 / 17.491 / 26.045
+// (-1% to -2%); 4 / 8 streams 5.446 / 8.340 -> 5.390 / 8.224. Depth 4 under the 4-CTA cap (no
+// spills) lost slightly: 11.703 / 17.869 / 26.515.
+// STEPSERVE_GROUPED_SHORT_DEPTH=4: depth 4 under the 4-CTA cap; =1: the depth-4 kernel of the
+// gate / up launches' cap (the former default). STEPSERVE_GROUPED_SHORT_ROW_CTAS=N (N > 0) sets
+// the CTAs per slot of the short-row launches alone (by default GroupedRowCtasPerSlot's, shared
+// with the gate / up launches): with depth 5, 64 measured 11.398 / 17.302 / 26.049, 11.376 /
+// 17.301 / 26.048, 11.415 / 17.362 / 26.040 (32 streams -1%), 32 and 192 slower; not the default
+// (4-8 streams, 36-72 slots, were not measured with it).
 constexpr int kShortWholeRowDepth = 5;
 constexpr int kShortRowMinCtas = 4;
 int GroupedShortDepth() {
-  static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", 0);
+  static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", kShortWholeRowDepth);
   return depth;
 }
 int64_t GroupedShortRowCtas(int64_t fallback) {
