@@ -14,8 +14,8 @@
 //   RETURN_IF_ERROR(ops->HeadGate(o, g, Dh));                      // in place
 //   RETURN_IF_ERROR(ops->Matmul(o, wo, attn_out));
 //   RETURN_IF_ERROR(ops->Add(h, attn_out, h));
-//   MoE: RouterLogitsTopK(f, ffn_gate_inp, logits, ...) (Matmul + RouterTopK); MoeExperts(f, ...,
-//   y) adds into y; dense FFN / shared expert: Matmul, Matmul, SwiGlu, Matmul, Add.
+//   MoE: Matmul(f, ffn_gate_inp, logits); RouterTopK(logits, ...); MoeExperts(f, ..., y) adds
+//   into y; dense FFN / shared expert: Matmul, Matmul, SwiGlu, Matmul, Add.
 //
 // Every op validates shapes and returns InvalidArgument / OutOfRange naming the op and operand;
 // nothing is resized or truncated silently. Outputs never alias inputs unless the op says so.
@@ -335,15 +335,6 @@ class Backend {
   // Top-k routing from router logits [E, T]; ids and weights hold T * top_k entries.
   virtual absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                                   std::span<int32_t> ids, std::span<float> weights) = 0;
-  // A MoE layer's router in one op: Matmul(x, w, logits), then RouterTopK(logits, ...) - logits
-  // [E, T] are written too. By default the two ops; a backend may fuse them (the CUDA one at 1-4
-  // rows with F32 router weights: one launch, STEPSERVE_ROUTER_FUSED).
-  virtual absl::Status RouterLogitsTopK(const TensorView& x, const WeightView& w,
-                                        const TensorView& logits, const RouterParams& params,
-                                        std::span<int32_t> ids, std::span<float> weights) {
-    if (absl::Status status = Matmul(x, w, logits); !status.ok()) return status;
-    return RouterTopK(logits, params, ids, weights);
-  }
   // y[t] += sum_k weights[t][k] * Expert_{ids[t][k]}(x[t]); x: [d, T], y: [d, T].
   virtual absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                                   std::span<const int32_t> ids, std::span<const float> weights,

@@ -288,6 +288,7 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
   if (w.is_moe()) {
     const int64_t e = hparams_.n_expert, top_k = hparams_.n_expert_used;
     TensorView logits = rows.Mat(rows.router, e, n);
+    RETURN_IF_ERROR(ops.Matmul(f, placed_[w.ffn_gate_inp], logits));
     STEPSERVE_CHECK(top_k <= rows.expert_ids.width && n <= rows.capacity);
     const std::span<int32_t> ids(static_cast<int32_t*>(rows.expert_ids.buffer.data()),
                                  static_cast<size_t>(n * top_k));
@@ -299,7 +300,7 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
         .bias = placed_.F32(w.exp_probs_b),
         .normalize = hparams_.expert_weights_norm,
         .scale = hparams_.expert_weights_scale};
-    RETURN_IF_ERROR(ops.RouterLogitsTopK(f, placed_[w.ffn_gate_inp], logits, router, ids, weights));
+    RETURN_IF_ERROR(ops.RouterTopK(logits, router, ids, weights));
     ExpertWeights experts{placed_[w.ffn_gate_exps], placed_[w.ffn_up_exps],
                           placed_[w.ffn_down_exps], l.clamp_exp};
     // The routed experts accumulate straight into the residual stream (MoeExperts adds into its

@@ -29,29 +29,6 @@ inline constexpr int64_t kRouterCudaMaxExperts = 1024;
 // launch fails (the CUDA error is cleared).
 KernelStatus RouterCuda(const RouterArgs& args, cudaStream_t stream);
 
-// The router GEMV and the selection in one launch, for a few token rows (the decode steps):
-// logits[t][e] = x[t] . w[e] in F32 (written: they are the op's output too), then the grid's last
-// CTA to finish selects every row as RouterCuda does. The logits' summation order differs from
-// the plain F32 GEMV's (per-lane float4 partials, four K-quarters per expert added in order).
-inline constexpr int64_t kRouterGemvMaxRows = 4;
-struct RouterGemvArgs {
-  const float* x = nullptr;  // [rows][in], row stride x_stride floats; 16-byte aligned
-  int64_t x_stride = 0;
-  int64_t in = 0;            // a multiple of 4
-  const float* w = nullptr;  // [n_experts][in], row stride w_stride floats; 16-byte aligned
-  int64_t w_stride = 0;
-  float* logits = nullptr;     // written; the same array as select.logits
-  RouterArgs select;           // rows (1..kRouterGemvMaxRows), n_experts, bias, top_k, ids, ...
-  int32_t* counter = nullptr;  // one int, zero on entry; every launch leaves it zero
-};
-
-// Whether the fused kernel takes these shapes (rows, alignment, strides, the limits above).
-bool RouterGemvTopKCudaApplies(const RouterGemvArgs& args);
-
-// ValidateRouter(args.select), RouterGemvTopKCudaApplies (kInvalidArgument when not), then
-// enqueues on `stream`.
-KernelStatus RouterGemvTopKCuda(const RouterGemvArgs& args, cudaStream_t stream);
-
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_MOE_ROUTER_CUDA_H_

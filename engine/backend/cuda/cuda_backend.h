@@ -2,8 +2,7 @@
 //
 // The class is split by op group so each file stays small and owns its kernels' state:
 //   cuda_backend.cc            device, stream, memory (Allocate/Upload/.../PlaceWeight), registry
-//   cuda_backend_pointwise.cc  RmsNorm, AddRmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK,
-//                              RouterLogitsTopK
+//   cuda_backend_pointwise.cc  RmsNorm, AddRmsNorm, QkNormRope, HeadGate, SwiGlu, Add, RouterTopK
 //   cuda_backend_attention.cc  AppendKv, Attention
 //   cuda_backend_matmul.cc     Matmul, Embed, MoeExperts
 // Each group keeps its device scratch in its own state struct (declared here, defined in its
@@ -103,11 +102,6 @@ class CudaBackend final : public Backend {
                           float eps, const TensorView& out) override;
   absl::Status RouterTopK(const TensorView& logits, const RouterParams& params,
                           std::span<int32_t> ids, std::span<float> weights) override;
-  // 1-4 rows with F32 router weights (STEPSERVE_ROUTER_FUSED): kernels::RouterGemvTopKCuda, one
-  // launch; otherwise Matmul, then RouterTopK.
-  absl::Status RouterLogitsTopK(const TensorView& x, const WeightView& w, const TensorView& logits,
-                                const RouterParams& params, std::span<int32_t> ids,
-                                std::span<float> weights) override;
   absl::Status MoeExperts(const TensorView& x, const ExpertWeights& experts,
                           std::span<const int32_t> ids, std::span<const float> weights,
                           int64_t top_k, const TensorView& y) override;
@@ -190,8 +184,7 @@ class CudaBackend final : public Backend {
   // pair order), and the Matmul / MoeExperts that read that output take them instead of running
   // the quantizer (and MoeGemvCuda's SwiGLU does the same for the expert down projection).
   // They stay valid for `x` only until an op that may write memory runs: every op but Matmul,
-  // MoeExperts, RouterTopK, RouterLogitsTopK and LogitsTopK (whose outputs must not overlap x),
-  // Download and
+  // MoeExperts, RouterTopK and LogitsTopK (whose outputs must not overlap x), Download and
   // Synchronize calls ForgetPrequantized.
   struct PrequantizedX {
     const float* x = nullptr;

@@ -10,7 +10,6 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
-#include "kernels/common/env_switch.h"
 #include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/matmul/matmul_cuda.h"
 #include "kernels/moe/router_cuda.h"
@@ -23,10 +22,9 @@ namespace stepserve {
 using kernels::KernelStatus;
 
 struct CudaBackend::PointwiseState {
-  Scratch positions;       // QkNormRope's positions, uploaded per call
-  Scratch topk;            // LogitsTopK's per-chunk candidates
-  Scratch fused_q8;        // a norm's output as int8 GEMV activations, natural then pair order
-  Scratch router_counter;  // RouterGemvTopKCuda's arrival counter: zeroed when allocated
+  Scratch positions;  // QkNormRope's positions, uploaded per call
+  Scratch topk;       // LogitsTopK's per-chunk candidates
+  Scratch fused_q8;   // a norm's output as int8 GEMV activations, natural then pair order
 };
 
 namespace {
@@ -223,51 +221,6 @@ absl::Status CudaBackend::RouterTopK(const TensorView& logits, const RouterParam
                                      std::span<int32_t> ids, std::span<float> weights) {
   ASSIGN_OR_RETURN(const kernels::RouterArgs a, RouterOpArgs(logits, p, ids, weights));
   return KernelResult(kernels::RouterCuda(a, stream()), "RouterTopK");
-}
-
-namespace {
-
-// The fused router (RouterGemvTopKCuda) at 1-4 rows with STEPSERVE_ROUTER_FUSED=1 (read once):
-// off until measured (docs/cuda-engine.md's switch table).
-bool RouterFusedEnabled() {
-  static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROUTER_FUSED");
-  return on;
-}
-
-}  // namespace
-
-absl::Status CudaBackend::RouterLogitsTopK(const TensorView& x, const WeightView& w,
-                                           const TensorView& logits, const RouterParams& p,
-                                           std::span<int32_t> ids, std::span<float> weights) {
-  const int64_t rows = x.rows();
-  if (!RouterFusedEnabled() || w.type != GgmlType::kF32 || rows < 1 ||
-      rows > kernels::kRouterGemvMaxRows || x.type != GgmlType::kF32 ||
-      logits.type != GgmlType::kF32 || x.cols() != w.ne[0] || logits.cols() != w.ne[1] ||
-      logits.rows() != rows || w.row_bytes() % sizeof(float) != 0) {
-    return Backend::RouterLogitsTopK(x, w, logits, p, ids, weights);  // checks, two kernels
-  }
-  ASSIGN_OR_RETURN(const kernels::RouterArgs select, RouterOpArgs(logits, p, ids, weights));
-  kernels::RouterGemvArgs a;
-  a.x = x.f32();
-  a.x_stride = x.stride_floats();
-  a.in = x.cols();
-  a.w = static_cast<const float*>(w.data);
-  a.w_stride = w.row_bytes() / static_cast<int64_t>(sizeof(float));
-  a.logits = logits.f32();
-  a.select = select;
-  if (!pointwise_) pointwise_ = std::make_shared<PointwiseState>();
-  const bool fresh = pointwise_->router_counter.data == nullptr;
-  ASSIGN_OR_RETURN(void* counter, EnsureScratch(pointwise_->router_counter, sizeof(int32_t),
-                                                "RouterLogitsTopK counter"));
-  if (fresh) {
-    RETURN_IF_ERROR(CudaResult(cudaMemsetAsync(counter, 0, sizeof(int32_t), stream()),
-                               "RouterLogitsTopK counter"));
-  }
-  a.counter = static_cast<int32_t*>(counter);
-  if (!kernels::RouterGemvTopKCudaApplies(a)) {
-    return Backend::RouterLogitsTopK(x, w, logits, p, ids, weights);
-  }
-  return KernelResult(kernels::RouterGemvTopKCuda(a, stream()), "RouterLogitsTopK");
 }
 
 absl::Status CudaBackend::LogitsTopK(const TensorView& logits, int32_t k,
