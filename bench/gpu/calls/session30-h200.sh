@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Session 30, the H200 call: the figures the issue's targets are set in (45 layers; none since
 # session 26) with this session's default (the whole-row ring of the grouped GEMV's short rows),
-# bench_gemv --quick (the GEMV-alone target), the whole-model and MoE GEMV tests, then on the H200 the short-row A/B (the former kernel, =1;
-# 64 CTAs per slot for the short rows) at 16 / 64 streams. On an H100 (24 layers) the same
-# without the figures' meaning.
-#   (timeout 540 bash bench/gpu/calls/session30-h200.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+# bench_gemv --quick (the GEMV-alone target), the whole-model test and the MoE GEMV's IQ4_XS down
+# cases, then the short-row A/B (the former kernel, =1) at 16 / 64 streams. On an H100 (24
+# layers) the same without the figures' meaning.
+#   (timeout 380 bash bench/gpu/calls/session30-h200.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model bench_gemv model_cuda_test moe_gemv_cuda_test stepserve || exit 1
