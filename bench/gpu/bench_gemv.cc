@@ -43,8 +43,10 @@ const char* ActName(Act act) {
   return act == Act::kQ8 ? "q8" : (act == Act::kQ8Pre ? "q8_pre" : "f32");
 }
 
+// l2_resident: every launch reads copy 0, so after the first replay the weights come from L2
+// (50 MB) when they fit: what an L2 prefetch of a matrix ahead of its GEMV could buy at most.
 void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int64_t rows, Act act,
-               double copy_gbps) {
+               double copy_gbps, bool l2_resident = false) {
   int64_t row_bytes = 0, w_bytes = 0;
   int copies = 0;
   uint8_t* w =
@@ -59,10 +61,11 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
   BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), rows * out * 4));
   BENCH_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
   const int launches = 2 * copies;
+  const int rotation = l2_resident ? 1 : copies;
   auto args = [&](int i) {
     return GemvCudaArgs{
         .type = type,
-        .w = w + (i % copies) * w_bytes,
+        .w = w + (i % rotation) * w_bytes,
         .w_row_bytes = row_bytes,
         .in = in,
         .out = out,
@@ -91,7 +94,7 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
   uint32_t* sink;
   BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), 4));
   cudaGraphExec_t read_graph = CaptureGraph(stream, launches, [&](int i) {
-    return ReadCuda(w + (i % copies) * w_bytes, w_bytes, sink, stream) == KernelStatus::kOk;
+    return ReadCuda(w + (i % rotation) * w_bytes, w_bytes, sink, stream) == KernelStatus::kOk;
   });
   const double read_ms = GraphMedianMs(read_graph, stream, 9) / launches;
   cudaGraphExecDestroy(read_graph);
@@ -100,11 +103,12 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
   const double gbps = bytes / (ms * 1e-3) / 1e9;
   std::printf(
       "{\"bench\":\"gemv\",\"act\":\"%s\",\"type\":\"%s\",\"out\":%lld,\"in\":%lld,\"rows\":%lld,"
-      "\"weight_bytes\":%lld,\"copies\":%d,\"us\":%.3f,\"gbps\":%.1f,\"fraction_of_copy\":%.3f,"
-      "\"read_only_us\":%.3f,\"fraction_of_read_only\":%.3f}\n",
+      "\"weight_bytes\":%lld,\"copies\":%d,\"l2_resident\":%s,\"us\":%.3f,\"gbps\":%.1f,"
+      "\"fraction_of_copy\":%.3f,\"read_only_us\":%.3f,\"fraction_of_read_only\":%.3f}\n",
       ActName(act), std::string(GgmlTypeName(type)).c_str(), static_cast<long long>(out),
       static_cast<long long>(in), static_cast<long long>(rows), static_cast<long long>(w_bytes),
-      copies, ms * 1e3, gbps, gbps / copy_gbps, read_ms * 1e3, read_ms / ms);
+      copies, l2_resident ? "true" : "false", ms * 1e3, gbps, gbps / copy_gbps, read_ms * 1e3,
+      read_ms / ms);
   std::fflush(stdout);
   cudaGraphExecDestroy(g);
   cudaFree(w);
@@ -114,8 +118,8 @@ void BenchGemv(cudaStream_t stream, GgmlType type, int64_t out, int64_t in, int6
 }
 
 // --quick: every int8-path type, 4096x12288 and 12288x4096, one row (decode), int8 activations.
-// --rows: IQ4_XS and Q4_K at 1, 2, 4, 8, 12 and 16 activation rows (the tensor-core and dp4a
-// multi-row kernels), int8 activations quantized in the call.
+// --l2: see below. --rows: IQ4_XS and Q4_K at 1, 2, 4, 8, 12 and 16 activation rows (the
+// tensor-core and dp4a multi-row kernels), int8 activations quantized in the call.
 int Main(const std::string& mode) {
   const bool quick = mode == "--quick";
   if (CudaDeviceCount() == 0) {
@@ -135,6 +139,17 @@ int Main(const std::string& mode) {
          {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
       BenchGemv(stream, type, 4096, 12288, 1, Act::kQ8, kernel_gbps);
       BenchGemv(stream, type, 12288, 4096, 1, Act::kQ8, kernel_gbps);
+    }
+    return 0;
+  }
+  // --l2: the one-row IQ4_XS and Q4_K GEMVs with their weights rotated through HBM and read from
+  // L2 (one copy), to size an L2 prefetch of the next matrix during the kernels before it.
+  if (mode == "--l2") {
+    for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K}) {
+      for (bool l2 : {false, true}) {
+        BenchGemv(stream, type, 4096, 12288, 1, Act::kQ8Pre, kernel_gbps, l2);
+        BenchGemv(stream, type, 12288, 4096, 1, Act::kQ8Pre, kernel_gbps, l2);
+      }
     }
     return 0;
   }
