@@ -225,8 +225,9 @@ auto NoLoopGroupedKernel() -> void (*)(GemvParams) {
   }
 }
 
-// The short-row (expert down) launches of IQ4_XS: a ring over the whole row (rows of up to
-// kShortWholeRowDepth = 5 blocks, the experts' 1280-wide down) under a 4-CTA register cap.
+// The short-row (expert down) launches of IQ4_XS in the exact-rows row loop (GroupedExactRows): a
+// ring over the whole row (rows of up to kShortWholeRowDepth = 5 blocks, the experts' 1280-wide
+// down) under a 4-CTA register cap.
 // Why: in the 64-stream decode table (H100, ncu, session 30 call 1) the down launch took 386 us
 // against the gate / up launches' 264 us for the same ~668 MB (240 experts x 2.8 MB): 1.73
 // against 2.53 TB/s. With the one-row depth (4) the ring loads blocks 0-3, then block 4 only once

@@ -132,7 +132,7 @@ using Param = std::tuple<GgmlType, GgmlType, int64_t, float>;  // gate/up type, 
 // gets all T pairs, several chunks of a grouped tensor-core kernel's CTA.
 constexpr int64_t kSkewedTokens = 130;
 // A decode-sized case (the grouped GEMV) at the real down width: 1280 = 5 blocks per down row,
-// the short-row mapping's longest ring (STEPSERVE_GROUPED_SHORT_DEPTH=5 holds a whole row).
+// where the short-row mapping's default ring holds a whole row (STEPSERVE_GROUPED_SHORT_DEPTH).
 constexpr int64_t kRealWidthDecodeTokens = 48;
 
 // Sets the grouped-GEMM mode for a scope (ASSERTs return early) and restores it.
