@@ -86,7 +86,7 @@ __device__ __forceinline__ WgmmaCopyPlan MakeWgmmaCopyPlan(const GemvParams& p, 
                                                            int64_t o0, int cols,
                                                            const int* pair_row) {
   constexpr int kRowsPerPass = 32 * kWarps / D::kPieces;
-  constexpr int kTileRows = 16 * kWarps;
+  constexpr int kTileRows = WgmmaLayout<D, kWarps>::kTileRows;
   WgmmaCopyPlan c;
   const int tid = static_cast<int>(threadIdx.x);
   const int r0 = tid / D::kPieces, piece = tid - D::kPieces * r0;
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     GemmF16WgmmaKernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(128) uint8_t wgmma_smem[];
   constexpr int kStageBytes = WgmmaLayout<D, kWarps>::kStageBytes;
-  constexpr int kTileRows = 16 * kWarps;
+  constexpr int kTileRows = WgmmaLayout<D, kWarps>::kTileRows;
   int* pair_row = reinterpret_cast<int*>(wgmma_smem + size_t{kStages} * kStageBytes);
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2, t = lane & 3;
@@ -285,6 +285,16 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The IQ4_XS kernel with kWarps warps (kTileRows weight rows per CTA); its shared-memory
+// attribute set once per device (LaunchGroupedTiles).
+template <int kWarps>
+cudaError_t LaunchWgmmaWarps(const GemvParams& p, int64_t slots, cudaStream_t stream) {
+  using Layout = WgmmaLayout<Iq4XsF16Decoder, kWarps>;
+  static std::atomic<uint64_t> attribute_set{0};
+  return LaunchGroupedTiles(GemmF16WgmmaKernel<Iq4XsF16Decoder, kWarps>, Layout::kTileRows,
+                            32 * kWarps, Layout::kSmemBytes, attribute_set, p, slots, stream);
+}
+
 }  // namespace
 
 // STEPSERVE_GEMM_F16_WGMMA (read once): 0 / unset off, 1 the 8-warp kernel, 2 the 12-warp one.
@@ -309,15 +319,8 @@ cudaError_t LaunchConvertActivationsWgmma(const GemvParams& p, uint16_t* xh, cud
 cudaError_t LaunchGemmF16Wgmma(GgmlType type, const GemvParams& p, int64_t slots,
                                cudaStream_t stream) {
   if (type != GgmlType::kIQ4_XS || !GemmF16WgmmaOrder(p)) return cudaErrorNotSupported;
-  using D = Iq4XsF16Decoder;
-  if (GemmF16WgmmaLevel() >= 2) {
-    static std::atomic<uint64_t> attribute_set{0};
-    return LaunchGroupedTiles(GemmF16WgmmaKernel<D, 12>, 16 * 12, 32 * 12,
-                              WgmmaLayout<D, 12>::kSmemBytes, attribute_set, p, slots, stream);
-  }
-  static std::atomic<uint64_t> attribute_set{0};
-  return LaunchGroupedTiles(GemmF16WgmmaKernel<D, 8>, 16 * 8, 32 * 8, WgmmaLayout<D, 8>::kSmemBytes,
-                            attribute_set, p, slots, stream);
+  return GemmF16WgmmaLevel() >= 2 ? LaunchWgmmaWarps<12>(p, slots, stream)
+                                  : LaunchWgmmaWarps<8>(p, slots, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

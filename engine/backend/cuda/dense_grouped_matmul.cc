@@ -195,10 +195,11 @@ int64_t DenseGroupedMinRows(GgmlType type) {
     return n >= 2 && n <= kDenseGroupedMaxRows ? n : int64_t{0};
   }();
   if (env_rows > 0) return env_rows;
-  if (env_rows == 0) return kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8) + 1;
+  const int64_t past_gemvs = kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8) + 1;
+  if (env_rows == 0) return past_gemvs;
   if (type == GgmlType::kIQ4_XS) return 17;
   if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) return 9;
-  return kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8) + 1;
+  return past_gemvs;
 }
 
 }  // namespace stepserve

@@ -318,27 +318,33 @@ void WaitGroup(int n) {
   }
 }
 
-void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) {
+namespace {
+// The current lane with its A fragment stored for the warp's MMA (the shared part of the three).
+Lane& LaneWithA(const uint32_t (&a)[4]) {
   Lane& l = lanes[cur];
-  l.c = c;
   std::memcpy(l.a, a, sizeof(l.a));
+  return l;
+}
+}  // namespace
+
+void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) {
+  Lane& l = LaneWithA(a);
+  l.c = c;
   l.b0 = b0;
   l.b1 = b1;
   Block(Op::kMmaS8);
 }
 void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]) {
-  Lane& l = lanes[cur];
+  Lane& l = LaneWithA(a);
   l.cf = c;
-  std::memcpy(l.a, a, sizeof(l.a));
   l.b0 = b0;
   l.b1 = b1;
   Block(Op::kMmaF16);
 }
 
 void WgmmaF16(int n, float* acc, const uint32_t (&a)[4], uint64_t desc) {
-  Lane& l = lanes[cur];
+  Lane& l = LaneWithA(a);
   l.cf = acc;
-  std::memcpy(l.a, a, sizeof(l.a));
   l.wg_n = n;
   l.wg_desc = desc;
   Block(Op::kWgmmaF16);
