@@ -16,9 +16,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -77,7 +79,8 @@ struct Args {
   int64_t layers = 0, decode_steps = 16, context = 256, repeats = 2, device = 0, seed = 7;
   bool layer_times = true;
   bool fuse_projections = true;
-  int64_t logit_top_k = 20;  // what serve's device sampling takes (kMaxLogprobs)
+  int64_t logit_top_k = 20;   // what serve's device sampling takes (kMaxLogprobs)
+  int64_t graph_profile = 0;  // timed replays per sample of ProfileGraphKernels (0: none)
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -97,6 +100,8 @@ struct DecodeTiming {
   double seconds_per_step = 1e300;
   double host_blocked_fraction = 0;
   double replayed_fraction = 0;  // timed steps replayed from a recorded graph
+  // --graph-profile: JSON lines of ProfileGraphKernels on one more step, or why there are none.
+  std::string graph_profile;
 };
 
 uint64_t ReplayedSteps(model::Step35Model& m) {
@@ -111,11 +116,12 @@ double HostBlockedSeconds(model::Step35Model& m) {
 
 absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, KvDtype kv_dtype,
                                         int32_t logit_top_k, int64_t batch, int64_t context,
-                                        int64_t steps, int64_t repeats, int64_t chunk) {
+                                        int64_t steps, int64_t repeats, int64_t chunk,
+                                        int64_t profile_replays = 0) {
   ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
                    runner::KvContext::Create(m.backend(), m.hparams(),
                                              {.max_sequences = static_cast<int32_t>(batch),
-                                              .ctx_size = context + steps * repeats + 2,
+                                              .ctx_size = context + steps * repeats + 4,
                                               .max_chunk = static_cast<int32_t>(chunk),
                                               .kv_dtype = kv_dtype}));
   const int64_t vocab = m.n_vocab();
@@ -139,19 +145,20 @@ absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, KvDtype kv_dtype,
   RETURN_IF_ERROR(m.backend().Synchronize());
   std::vector<int32_t> step_tokens(static_cast<size_t>(batch));
   seqs.resize(static_cast<size_t>(batch));
+  auto decode_step = [&]() -> absl::Status {
+    for (int64_t s = 0; s < batch; ++s) {
+      step_tokens[s] = next_token();
+      ASSIGN_OR_RETURN(seqs[s], kv->Append(static_cast<int>(s), {&step_tokens[s], 1}, 1));
+    }
+    // Logits (or with --logit-top-k their top entries) come back: a real step.
+    return m.Forward(seqs, kv->storage(), &out, {.logit_top_k = logit_top_k});
+  };
   DecodeTiming best;
   for (int64_t r = 0; r < repeats; ++r) {
     const auto start = Clock::now();
     const double blocked_before = HostBlockedSeconds(m);
     const uint64_t replayed_before = ReplayedSteps(m);
-    for (int64_t step = 0; step < steps; ++step) {
-      for (int64_t s = 0; s < batch; ++s) {
-        step_tokens[s] = next_token();
-        ASSIGN_OR_RETURN(seqs[s], kv->Append(static_cast<int>(s), {&step_tokens[s], 1}, 1));
-      }
-      // Logits (or with --logit-top-k their top entries) come back: a real step.
-      RETURN_IF_ERROR(m.Forward(seqs, kv->storage(), &out, {.logit_top_k = logit_top_k}));
-    }
+    for (int64_t step = 0; step < steps; ++step) RETURN_IF_ERROR(decode_step());
     RETURN_IF_ERROR(m.backend().Synchronize());
     const double seconds = Since(start);
     if (seconds / static_cast<double>(steps) < best.seconds_per_step) {
@@ -159,6 +166,30 @@ absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, KvDtype kv_dtype,
       best.host_blocked_fraction = (HostBlockedSeconds(m) - blocked_before) / seconds;
       best.replayed_fraction =
           static_cast<double>(ReplayedSteps(m) - replayed_before) / static_cast<double>(steps);
+    }
+  }
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&m.backend()); cuda && profile_replays > 0) {
+    // Up to two more steps (the KV context has room for them; one that records its graph again
+    // is not replayed), the first replayed one running the sweep first.
+    cuda->ArmGraphProfile(static_cast<int>(profile_replays));
+    std::optional<absl::StatusOr<GraphKernelProfile>> profile;
+    for (int tries = 0; tries < 2 && !profile.has_value(); ++tries) {
+      RETURN_IF_ERROR(decode_step());
+      RETURN_IF_ERROR(m.backend().Synchronize());
+      profile = cuda->TakeGraphProfile();
+    }
+    cuda->ArmGraphProfile(0);
+    if (!profile.has_value()) {
+      best.graph_profile = absl::StrFormat(
+          "{\"graph_profile\":\"none\",\"rows\":%d,\"why\":\"the step was not replayed from a "
+          "kept graph\"}\n",
+          batch);
+    } else if (!profile->ok()) {
+      best.graph_profile =
+          absl::StrFormat("{\"graph_profile\":\"error\",\"rows\":%d,\"why\":\"%s\"}\n", batch,
+                          absl::CEscape(profile->status().ToString()));
+    } else {
+      best.graph_profile = GraphKernelProfileJson(**profile);
     }
   }
   return best;
@@ -220,6 +251,10 @@ int Main(int argc, char** argv) {
   p.AddBool("fuse-projections", &a.fuse_projections,
             "place q/k/v/gate and gate/up as fused weights (LoadOptions::fuse_projections; "
             "the CUDA default, =false for the unfused layout)");
+  p.AddInt("graph-profile", &a.graph_profile,
+           "after each batch's timing, one more decode step whose graph is swept kernel kind by "
+           "kernel kind (disabled, replayed, compared with the full step: the kernel's marginal "
+           "cost); N timed replays per sample, 0: none (CUDA)");
   int exit_code = 0;
   if (!cli::ParseOrExit(p, argc, argv, &exit_code)) return exit_code;
   if (a.model.empty() == a.synthetic.empty()) {
@@ -312,13 +347,16 @@ int Main(int argc, char** argv) {
           static_cast<unsigned long long>(mem.total_bytes),
           static_cast<unsigned long long>(mem.free_bytes));
       std::fflush(stdout);
+      if (auto* cuda = dynamic_cast<CudaBackend*>(&m.backend()); cuda && a.graph_profile > 0) {
+        cuda->set_keep_step_graphs(true);
+      }
       const StepBytes step_bytes = CountStepBytes(m);
       const int64_t chunk = 512;
       uint64_t min_free = mem.free_bytes;
       for (int64_t batch : ParseList(a.batches)) {
         absl::StatusOr<DecodeTiming> s =
             TimeDecode(m, kv_dtype, static_cast<int32_t>(a.logit_top_k), batch, a.context,
-                       a.decode_steps, a.repeats, chunk);
+                       a.decode_steps, a.repeats, chunk, a.graph_profile);
         if (!s.ok()) {
           std::fprintf(stderr, "decode batch %ld: %s\n", static_cast<long>(batch),
                        s.status().ToString().c_str());
@@ -337,6 +375,7 @@ int Main(int argc, char** argv) {
             static_cast<long>(batch), static_cast<long>(a.context), sec * 1e3, batch / sec, bytes,
             roofline, roofline > 0 ? (batch / sec) / roofline : 0.0, s->host_blocked_fraction,
             s->replayed_fraction);
+        std::fputs(s->graph_profile.c_str(), stdout);
         std::fflush(stdout);
       }
       for (int64_t prompt : ParseList(a.prefill)) {

@@ -147,3 +147,39 @@ call_ncu_stalls() {
   grep -E "^  [A-Za-z].*\(|stalled|inst_executed|issue_active|time_duration" \
     "${OUT:-$CALL_LOGS}/ncu-$name.txt" | sed 's/smsp__average_warps_issue_stalled_//' | head -60
 }
+
+# call_graph_profile NAME BATCHES [VAR=value...]: each kernel's marginal cost inside the replayed
+# decode step (bench_model --graph-profile: every kernel kind of the step graph disabled in turn,
+# engine/backend/cuda/graph_kernel_profile.h) at the call's layers and recipe, 10 timed replays
+# per sample, 240 s at most; the JSON lines go to $OUT/graph-NAME.jsonl, and per batch the full
+# step, the sum of the marginal costs and the 14 costliest kinds are printed.
+call_graph_profile() {
+  local name=$1 batches=$2
+  shift 2
+  local s=$(date +%s) f="${OUT:-$CALL_LOGS}/graph-$name.jsonl"
+  timeout 240 env "$@" "$CALL_BUILD/bench/gpu/bench_model" --synthetic "${CALL_PRESET:-step-3.5-flash}" \
+    --layers "${CALL_LAYERS:-45}" --recipe "${CALL_RECIPE:-iq4_xs}" --batches "$batches" \
+    --decode-steps 4 --repeats 1 --prefill "" --layer-times=false --graph-profile 10 >"$f" \
+    2>"$CALL_LOGS/graph-$name.err"
+  echo "graph-profile $name ${CALL_LAYERS:-45} layers [$*] rc=$? $(($(date +%s) - s)) s"
+  python3 - "$f" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if '"graph_profile"' not in line:
+        continue
+    r = json.loads(line)
+    rows.setdefault(r["rows"], []).append(r)
+for n, rs in sorted(rows.items()):
+    for r in rs:
+        if r["graph_profile"] == "step":
+            print(f"rows {n}: full {r['full_us']:.1f} us ({r['full_min_us']:.1f}-{r['full_max_us']:.1f}),"
+                  f" {r['kernel_nodes']} kernels in {r['kinds']} kinds, sum of marginals {r['sum_marginal_us']:.1f}")
+        elif r["graph_profile"] != "kernel":
+            print(f"rows {n}: {r}")
+    for r in [r for r in rs if r["graph_profile"] == "kernel"][:14]:
+        print(f"  {r['marginal_us']:8.1f} us {r['nodes']:4d} x {r['per_node_us']:6.2f}"
+              f" grid {r['grid']:>12} block {r['block']:>8} {r['kernel'][:110]}")
+PY
+  tail -2 "$CALL_LOGS/graph-$name.err"
+}

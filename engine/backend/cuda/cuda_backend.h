@@ -21,13 +21,16 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/graph_kernel_profile.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/common/kernel_status.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
@@ -124,6 +127,15 @@ class CudaBackend final : public Backend {
   // Steps recorded as graphs and steps replayed from them since creation.
   uint64_t recorded_steps() const { return recorded_steps_; }
   uint64_t replayed_steps() const { return replayed_steps_; }
+  // Step graphs recorded from now on keep their cudaGraph_t (needed by ArmGraphProfile).
+  void set_keep_step_graphs(bool keep) { keep_step_graphs_ = keep; }
+  // The next replayed step with a kept graph first runs ProfileGraphKernels on it with `replays`
+  // timed replays per sample (graph_kernel_profile.h), then replays as usual; TakeGraphProfile
+  // returns the result (nullopt while none has run since the last take).
+  void ArmGraphProfile(int replays) { profile_replays_ = replays; }
+  std::optional<absl::StatusOr<GraphKernelProfile>> TakeGraphProfile() {
+    return std::exchange(graph_profile_, std::nullopt);
+  }
   // Matmul / MoeExperts calls that took a norm's int8 activations (fused quantization) instead of
   // running the quantizer, since creation.
   uint64_t prequantized_uses() const { return prequantized_uses_; }
@@ -253,6 +265,9 @@ class CudaBackend final : public Backend {
   uint64_t replayed_steps_ = 0;
   std::shared_ptr<StepGraphs> graphs_;
   StepGraph* recording_ = nullptr;
+  bool keep_step_graphs_ = false;
+  int profile_replays_ = 0;
+  std::optional<absl::StatusOr<GraphKernelProfile>> graph_profile_;
   StepDescription recording_step_;
   bool exact_activations_ = false;  // BackendOptions::exact_activations
   cudaStream_t stream_ = nullptr;

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -42,12 +43,15 @@ struct CudaBackend::StepGraph {
   bool not_recordable = false;
   uint64_t epoch = 0;
   cudaGraphExec_t exec = nullptr;
+  cudaGraph_t graph = nullptr;  // what exec was instantiated from, kept for ArmGraphProfile
   std::vector<Input> inputs;
   size_t used = 0;  // bytes of the input area the inputs span
 
   void Reset() {
     if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
     exec = nullptr;
+    graph = nullptr;
     inputs.clear();
     used = 0;
   }
@@ -210,6 +214,14 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
           cudaMemcpyAsync(area.device, area.pinned, g.used, cudaMemcpyHostToDevice, stream_),
           "BeginStep: inputs"));
       RETURN_IF_ERROR(CudaResult(cudaEventRecord(area.uploaded, stream_), "BeginStep"));
+      if (profile_replays_ > 0 && g.graph != nullptr) {
+        // The sweep replays this step's graph with its inputs in place; the step's own replay
+        // below then recomputes every output.
+        absl::StatusOr<GraphKernelProfile> profile =
+            ProfileGraphKernels(g.graph, g.exec, stream_, std::exchange(profile_replays_, 0));
+        if (profile.ok()) profile->rows = static_cast<int64_t>(step.ids.size());
+        graph_profile_ = std::move(profile);
+      }
       RETURN_IF_ERROR(CudaResult(cudaGraphLaunch(g.exec, stream_), "BeginStep: graph launch"));
       ++replayed_steps_;
       return StepMode::kReplayed;
@@ -278,6 +290,9 @@ absl::Status CudaBackend::EndStep(bool enqueued_all) {
   recording_ = nullptr;
   if (err == cudaSuccess && graph != nullptr) {
     err = cudaGraphInstantiate(&g.exec, graph, 0);
+  }
+  if (err == cudaSuccess && g.exec != nullptr && keep_step_graphs_) {
+    g.graph = std::exchange(graph, nullptr);
   }
   if (graph != nullptr) cudaGraphDestroy(graph);
   if (err != cudaSuccess || g.exec == nullptr) {
