@@ -3,9 +3,10 @@
 // form with the register cap and the exact-rows dispatch: 1-4 groups per chunk, more in several
 // chunks), Q4_K, Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh (the guarded
 // rows form), long rows (8, 16 and 40 blocks: NR = 2 rows per warp) and short ones (5 blocks: a row
-// per lane group), unused and out-of-range slots, groups in no slot, x_group_div 1 and 8. y is
-// checked against a double-precision reference: the engine's CPU dequantization times the int8
-// activations; every padding float and the rows of groups in no slot must stay untouched.
+// per lane group), unused and out-of-range slots (long and short rows), groups in no slot,
+// x_group_div 1 and 8. y is checked against a double-precision reference: the engine's CPU
+// dequantization times the int8 activations; every padding float and the rows of groups in no
+// slot must stay untouched.
 //   test_gemv_grouped [copy_at_issue 0|1] [seed] [only_case]
 // STEPSERVE_GROUPED_ROW_CTAS is set to 2 unless already set, so warps loop over several row blocks.
 #include <algorithm>
@@ -121,6 +122,14 @@ int main(int argc, char** argv) {
        5,
        {{4, 1}, {1, 2}, {0, 3}, {2, 4}, {3, 5}},
        3},
+      {"short rows, unused and out-of-range slots",
+       1280,
+       40,
+       1,
+       3,
+       4,
+       {{2, 2}, {-1, 3}, {0, 5}, {unused, 0}},
+       1},
       {"short rows, x_group_div 8 (token = group / 8)",
        1280,
        36,
