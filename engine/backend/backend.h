@@ -140,6 +140,13 @@ struct SharedExpertWeights {
 // Memory the ops read and write, owned by the backend that allocated it. On the CPU backend it is
 // host memory; on an accelerator it is device memory the host must never dereference. Move-only;
 // released when destroyed.
+// One product of Backend::ConcurrentMatmuls: y = x * W^T, as Matmul.
+struct MatmulJob {
+  TensorView x;
+  WeightView w;
+  TensorView y;
+};
+
 class BackendBuffer {
  public:
   BackendBuffer() = default;
@@ -286,6 +293,16 @@ class Backend {
                                const TensorView& out) = 0;
   // y = x * W^T; x: [in, T], W: ne = [in, out] any dequantizable type, y: [out, T].
   virtual absl::Status Matmul(const TensorView& x, const WeightView& w, const TensorView& y) = 0;
+  // Every job's Matmul, the jobs independent of each other (no job writes what another reads):
+  // an accelerator may run them side by side (the CUDA backend: q/k/gate and attn_v when their
+  // types differ). The results are those of the Matmuls in order; so is this default.
+  virtual absl::Status ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
+    for (const MatmulJob& job : jobs) {
+      absl::Status status = Matmul(job.x, job.w, job.y);
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
   // In place on q: [H*Dh, T] and k: [G*Dh, T] (k may be empty: data == nullptr).
   virtual absl::Status QkNormRope(const TensorView& q, const TensorView& k,
                                   const QkNormRopeParams& params,

@@ -216,11 +216,12 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   TensorView gate;
   if (w.attn_gate != nullptr) gate = rows.Mat(rows.gate, l.n_head, n);
   // Fused projections: one Matmul, then q, k, v, gate are column ranges of its output (the parts
-  // not in the fused weight keep their own Matmul).
+  // not in the fused weight keep their own Matmul: attn_v in Q5_K beside IQ4_XS q/k/gate). The
+  // products are independent: one ConcurrentMatmuls call, which a GPU may run side by side.
   const FusedWeight* fused = placed_.Fused(w.attn_q);
-  if (fused != nullptr) {
-    RETURN_IF_ERROR(ops.Matmul(a, fused->view, rows.Mat(rows.fused, fused->rows, n)));
-  }
+  MatmulJob jobs[5];
+  size_t n_jobs = 0;
+  if (fused != nullptr) jobs[n_jobs++] = {a, fused->view, rows.Mat(rows.fused, fused->rows, n)};
   for (auto [t, view] : {std::pair{w.attn_q, &q}, std::pair{w.attn_k, &k}, std::pair{w.attn_v, &v},
                          std::pair{w.attn_gate, &gate}}) {
     if (t == nullptr) continue;
@@ -228,9 +229,10 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
     if (offset >= 0) {
       *view = rows.Cols(rows.fused, fused->rows, offset, view->cols(), n);
     } else {
-      RETURN_IF_ERROR(ops.Matmul(a, placed_[t], *view));
+      jobs[n_jobs++] = {a, placed_[t], *view};
     }
   }
+  RETURN_IF_ERROR(ops.ConcurrentMatmuls({jobs, n_jobs}));
   QkNormRopeParams rope;
   rope.head_dim = l.head_dim_k;
   rope.q_norm = placed_[w.attn_q_norm];

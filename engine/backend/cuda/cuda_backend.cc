@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/base/status_macros.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/env_switch.h"
 
 namespace stepserve {
 namespace {
@@ -49,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   if (const char* env = std::getenv("STEPSERVE_CUDA_GRAPHS"); env != nullptr) {
     backend->graphs_enabled_ = std::string_view(env) != "0";
   }
+  backend->concurrent_matmuls_ = kernels::EnvSwitchSet("STEPSERVE_CONCURRENT_MATMULS");
   RETURN_IF_ERROR(backend->CudaResult(cudaSetDevice(options.device), "cudaSetDevice"));
   RETURN_IF_ERROR(backend->CudaResult(
       cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -58,10 +60,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (side_stream_ != nullptr) cudaStreamSynchronize(side_stream_);
   pointwise_.reset();
   attention_.reset();
   matmul_.reset();
   for (void* p : placed_) cudaFree(p);
+  if (side_fork_ != nullptr) cudaEventDestroy(side_fork_);
+  if (side_join_ != nullptr) cudaEventDestroy(side_join_);
+  if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 

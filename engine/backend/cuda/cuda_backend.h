@@ -79,6 +79,11 @@ class CudaBackend final : public Backend {
   absl::Status RmsNorm(const TensorView& x, const WeightView& weight, float eps,
                        const TensorView& out) override;
   absl::Status Matmul(const TensorView& x, const WeightView& w, const TensorView& y) override;
+  // With concurrent_matmuls() and every job a one-launch fast GEMV (fast mode, a type GemvCuda
+  // has, rows below the dense grouped GEMM's): job 0 on the stream, the others one after another
+  // on a side stream forked from it and joined back before the next op (in a recorded step, a
+  // parallel branch of the graph). Otherwise, or with it off, the Matmuls in order.
+  absl::Status ConcurrentMatmuls(std::span<const MatmulJob> jobs) override;
   absl::Status QkNormRope(const TensorView& q, const TensorView& k, const QkNormRopeParams& params,
                           std::span<const int32_t> positions) override;
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
@@ -127,6 +132,10 @@ class CudaBackend final : public Backend {
   // Steps recorded as graphs and steps replayed from them since creation.
   uint64_t recorded_steps() const { return recorded_steps_; }
   uint64_t replayed_steps() const { return replayed_steps_; }
+  // ConcurrentMatmuls' side stream: off by default (not yet measured on a device);
+  // STEPSERVE_CONCURRENT_MATMULS=1 turns it on at creation, this setter at any time (tests).
+  void set_concurrent_matmuls(bool on) { concurrent_matmuls_ = on; }
+  bool concurrent_matmuls() const { return concurrent_matmuls_; }
   // Step graphs recorded from now on keep their cudaGraph_t (needed by ArmGraphProfile).
   void set_keep_step_graphs(bool keep) { keep_step_graphs_ = keep; }
   // The next replayed step with a kept graph first runs ProfileGraphKernels on it with `replays`
@@ -266,6 +275,9 @@ class CudaBackend final : public Backend {
   std::shared_ptr<StepGraphs> graphs_;
   StepGraph* recording_ = nullptr;
   bool keep_step_graphs_ = false;
+  bool concurrent_matmuls_ = false;
+  cudaStream_t side_stream_ = nullptr;  // ConcurrentMatmuls' side stream and its fork / join
+  cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
   int profile_replays_ = 0;
   std::optional<absl::StatusOr<GraphKernelProfile>> graph_profile_;
   StepDescription recording_step_;

@@ -37,6 +37,7 @@ namespace stepserve {
 struct CudaBackend::MatmulState {
   kernels::CublasGemm cublas;
   Scratch gemv_q8;               // int8 activations of the fast GEMV
+  Scratch gemv_q8_side;          // those of ConcurrentMatmuls' side-stream GEMVs
   Scratch gemm;                  // F16 copy of X + one dequantized weight tile
   Scratch embed_ids;             // token ids uploaded for Embed
   Scratch moe_rows;              // per grouped pair: gathered x, gate (then z), up, down output
@@ -53,6 +54,40 @@ struct CudaBackend::MatmulState {
 namespace {
 
 using MatmulState = CudaBackend::MatmulState;
+
+// The fast GEMV's arguments for `m`, scratch left to the caller.
+kernels::GemvCudaArgs GemvArgsOf(const kernels::MatmulArgs& m,
+                                 kernels::GemvCudaActivations activations) {
+  kernels::GemvCudaArgs g;
+  g.type = m.type;
+  g.w = m.w;
+  g.w_row_bytes = m.w_row_bytes;
+  g.in = m.in;
+  g.out = m.out;
+  g.x = m.x;
+  g.x_stride = m.x_stride;
+  g.rows = m.rows;
+  g.y = m.y;
+  g.y_stride = m.y_stride;
+  g.activations = activations;
+  return g;
+}
+
+// The int8 activations of a kQ8 GEMV: `x_q8` where a norm already wrote them (read only), else
+// quantized by the GEMV into `scratch` (grown as needed).
+absl::Status SetGemvActivations(CudaBackend& backend, kernels::GemvCudaArgs& g, const void* x_q8,
+                                CudaBackend::Scratch& scratch, const char* op) {
+  const int64_t bytes = kernels::GemvCudaScratchBytes(g.in, g.rows);
+  if (x_q8 != nullptr) {
+    g.scratch = const_cast<void*>(x_q8);
+    g.scratch_bytes = bytes;
+    g.x_prequantized = true;
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(g.scratch, backend.EnsureScratch(scratch, bytes, op));
+  g.scratch_bytes = static_cast<int64_t>(scratch.bytes);
+  return absl::OkStatus();
+}
 
 // y = x W^T with every pointer of `m` in device memory. `exact_activations`: small batches use
 // exact F32 activations instead of the fast GEMV's int8 ones (see MoeExperts). `x_q8`: x's int8
@@ -74,27 +109,9 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   }
   if (m.rows <= kernels::GemvCudaMaxRows(m.type, activations) &&
       kernels::GemvCudaSupports(m.type)) {
-    kernels::GemvCudaArgs g;
-    g.type = m.type;
-    g.w = m.w;
-    g.w_row_bytes = m.w_row_bytes;
-    g.in = m.in;
-    g.out = m.out;
-    g.x = m.x;
-    g.x_stride = m.x_stride;
-    g.rows = m.rows;
-    g.y = m.y;
-    g.y_stride = m.y_stride;
-    g.activations = activations;  // kF32 needs no scratch
-    if (!exact_activations && x_q8 != nullptr) {
-      g.scratch = const_cast<void*>(x_q8);  // read only: x_prequantized
-      g.scratch_bytes = kernels::GemvCudaScratchBytes(m.in, m.rows);
-      g.x_prequantized = true;
-    } else if (!exact_activations) {
-      const int64_t bytes = kernels::GemvCudaScratchBytes(m.in, m.rows);
-      ASSIGN_OR_RETURN(g.scratch, backend.EnsureScratch(state.gemv_q8, bytes, op));
-      g.scratch_bytes = static_cast<int64_t>(state.gemv_q8.bytes);
-    }
+    kernels::GemvCudaArgs g = GemvArgsOf(m, activations);  // kF32 needs no scratch
+    if (!exact_activations)
+      RETURN_IF_ERROR(SetGemvActivations(backend, g, x_q8, state.gemv_q8, op));
     // The fast kernels need 16-byte aligned rows; any other layout takes the generic path.
     if (kernels::ValidateGemvCuda(g) == kernels::KernelStatus::kOk) {
       return backend.KernelResult(kernels::GemvCuda(g, backend.stream()), op);
@@ -176,6 +193,67 @@ absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const
                          : PrequantizedFor(x, kernels::Q8ScratchPosition(w.type, 1) != 1);
   prequantized_uses_ += x_q8 != nullptr;
   return RunMatmul(*this, *matmul_, m, exact_activations_, "Matmul", x_q8);
+}
+
+absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
+  constexpr size_t kMaxJobs = 8;
+  if (!concurrent_matmuls_ || exact_activations_ || jobs.size() < 2 || jobs.size() > kMaxJobs) {
+    return Backend::ConcurrentMatmuls(jobs);
+  }
+  if (!matmul_) matmul_ = std::make_shared<MatmulState>();
+  MatmulState& state = *matmul_;
+  // The jobs are independent: no output is another job's input, so every output's prequantized
+  // form can be dropped before any input's is looked up (Matmul does both per call).
+  for (const MatmulJob& job : jobs) ForgetPrequantizedIfWritten(job.y);
+  kernels::GemvCudaArgs gemv[kMaxJobs];
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const MatmulJob& job = jobs[i];
+    ASSIGN_OR_RETURN(const kernels::MatmulArgs m, MatmulOpArgs(job.x, job.w, job.y));
+    RETURN_IF_ERROR(CheckDeviceWeight(job.w, "Matmul", "weight"));
+    const auto q8 = kernels::GemvCudaActivations::kQ8;
+    // Only one-launch GEMVs run side by side: the other paths share scratch areas (the dense
+    // grouped GEMM's groupings, cuBLAS's F16 tiles) that two streams must not write at once.
+    if (m.rows < 1 || !kernels::GemvCudaSupports(m.type) ||
+        m.rows > kernels::GemvCudaMaxRows(m.type, q8) || m.rows >= DenseGroupedMinRows(m.type)) {
+      return Backend::ConcurrentMatmuls(jobs);
+    }
+    gemv[i] = GemvArgsOf(m, q8);
+    // Job 0 quantizes where Matmul does; the side jobs (one after another on the side stream)
+    // into a scratch of their own.
+    RETURN_IF_ERROR(SetGemvActivations(
+        *this, gemv[i], PrequantizedFor(job.x, kernels::Q8ScratchPosition(m.type, 1) != 1),
+        i == 0 ? state.gemv_q8 : state.gemv_q8_side, "Matmul"));
+    if (kernels::ValidateGemvCuda(gemv[i]) != kernels::KernelStatus::kOk) {
+      return Backend::ConcurrentMatmuls(jobs);  // a layout only the generic path takes
+    }
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) prequantized_uses_ += gemv[i].x_prequantized;
+  if (side_stream_ == nullptr) {
+    RETURN_IF_ERROR(CudaResult(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
+                               "ConcurrentMatmuls: side stream"));
+    RETURN_IF_ERROR(CudaResult(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming),
+                               "ConcurrentMatmuls: fork event"));
+    RETURN_IF_ERROR(CudaResult(cudaEventCreateWithFlags(&side_join_, cudaEventDisableTiming),
+                               "ConcurrentMatmuls: join event"));
+  }
+  // Fork: the side stream starts after everything enqueued so far (in a recorded step it joins
+  // the capture through the event).
+  RETURN_IF_ERROR(CudaResult(cudaEventRecord(side_fork_, stream_), "ConcurrentMatmuls: fork"));
+  RETURN_IF_ERROR(
+      CudaResult(cudaStreamWaitEvent(side_stream_, side_fork_, 0), "ConcurrentMatmuls: fork"));
+  absl::Status side = absl::OkStatus();
+  for (size_t i = 1; i < jobs.size() && side.ok(); ++i) {
+    side = KernelResult(kernels::GemvCuda(gemv[i], side_stream_), "Matmul (side stream)");
+  }
+  // Join whatever happened, so that the stream (and a capture) never leaves the side work behind.
+  absl::Status join = CudaResult(cudaEventRecord(side_join_, side_stream_), "ConcurrentMatmuls");
+  absl::Status main = KernelResult(kernels::GemvCuda(gemv[0], stream_), "Matmul");
+  if (join.ok()) {
+    join = CudaResult(cudaStreamWaitEvent(stream_, side_join_, 0), "ConcurrentMatmuls: join");
+  }
+  RETURN_IF_ERROR(side);
+  RETURN_IF_ERROR(main);
+  return join;
 }
 
 absl::Status CudaBackend::Embed(const WeightView& table, std::span<const int32_t> ids,
