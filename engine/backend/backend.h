@@ -293,6 +293,18 @@ class Backend {
                                const TensorView& out) = 0;
   // y = x * W^T; x: [in, T], W: ne = [in, out] any dequantizable type, y: [out, T].
   virtual absl::Status Matmul(const TensorView& x, const WeightView& w, const TensorView& y) = 0;
+  // A side branch: the ops enqueued between BeginSide (when it returns true) and EndSide run after
+  // everything enqueued before BeginSide, and the ops enqueued after EndSide (the main line) need
+  // not wait for them - until JoinSide, after which every op does. The side must not write what
+  // the main line reads or writes before the join, nor read what it writes. `rows`: the token
+  // rows of the ops (a backend may branch only where its paths for them share no scratch).
+  // Default (a backend whose ops run in order): false, and EndSide / JoinSide do nothing.
+  virtual absl::StatusOr<bool> BeginSide(int64_t rows) {
+    (void)rows;
+    return false;
+  }
+  virtual absl::Status EndSide() { return absl::OkStatus(); }
+  virtual absl::Status JoinSide() { return absl::OkStatus(); }
   // Every job's Matmul, the jobs independent of each other (no job writes what another reads):
   // an accelerator may run them side by side (the CUDA backend: q/k/gate and attn_v when their
   // types differ). The results are those of the Matmuls in order; so is this default.

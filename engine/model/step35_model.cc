@@ -288,6 +288,21 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
     return absl::OkStatus();
   };
   if (w.is_moe()) {
+    // The shared expert on a side branch where the backend runs one (CUDA under
+    // STEPSERVE_SIDE_SHARED_EXPERT): it reads f and writes its own buffers (ff_g, ff_u, fused,
+    // tmp: the pending update), while the router and the routed experts - which read f and add
+    // into h - run on the main line; joined before the next layer reads either.
+    bool side = false;
+    if (w.ffn_gate_shexp != nullptr) {
+      ASSIGN_OR_RETURN(side, ops.BeginSide(n));
+      if (side) {
+        const absl::Status shared =
+            swiglu_ffn(w.ffn_gate_shexp, w.ffn_up_shexp, w.ffn_down_shexp, l.clamp_shexp);
+        const absl::Status ended = ops.EndSide();
+        RETURN_IF_ERROR(shared);
+        RETURN_IF_ERROR(ended);
+      }
+    }
     const int64_t e = hparams_.n_expert, top_k = hparams_.n_expert_used;
     TensorView logits = rows.Mat(rows.router, e, n);
     RETURN_IF_ERROR(ops.Matmul(f, placed_[w.ffn_gate_inp], logits));
@@ -308,6 +323,10 @@ absl::Status Step35Model::FeedForward(int il, Rows& rows) {
     // The routed experts accumulate straight into the residual stream (MoeExperts adds into its
     // output): no zeroed sum and no extra add. A backend may take the shared expert in the same
     // pass (the CUDA one at one token: one more expert row of its two kernels).
+    if (side) {
+      RETURN_IF_ERROR(ops.MoeExperts(f, experts, ids, weights, top_k, h));
+      return ops.JoinSide();
+    }
     if (w.ffn_gate_shexp != nullptr) {
       const SharedExpertWeights shared{placed_[w.ffn_gate_shexp], placed_[w.ffn_up_shexp],
                                        placed_[w.ffn_down_shexp], l.clamp_shexp};

@@ -1,11 +1,12 @@
-// CudaBackend::ConcurrentMatmuls with its side stream on (set_concurrent_matmuls): the jobs' GEMVs
-// are the Matmuls' kernels on the same int8 activations, so every output must be bitwise what the
-// Matmuls in order give - with activations quantized by the GEMVs (job 0 in the Matmul scratch,
-// the side jobs in their own) and prequantized by a norm (the fused quantization), mixed types
-// (IQ4_XS's pair order beside Q5_K's and Q8_0's natural order: attn_v beside q/k/gate), 1-16 rows,
-// and past the GEMVs (17 rows), where it falls back to the Matmuls. Outputs are poisoned first;
-// a step-graph recording of the fork and join is covered by the model tests run with
-// STEPSERVE_CONCURRENT_MATMULS=1 (bench/gpu/calls/session31-h200.sh).
+// The CUDA backend's side stream, in two uses, each against the same ops in order (bit for bit:
+// the same kernels on the same int8 activations). CudaBackend::ConcurrentMatmuls with it on
+// (set_concurrent_matmuls): activations quantized by the GEMVs (job 0 in the Matmul scratch, the
+// side jobs in their own) and prequantized by a norm (the fused quantization), mixed types
+// (IQ4_XS's pair order beside Q5_K's and Q8_0's natural order: attn_v beside q/k/gate), 1-16
+// rows, and 17, where it falls back to the Matmuls. BeginSide / EndSide / JoinSide
+// (set_side_shared_expert): a shared-expert-shaped FFN on the side. Outputs are poisoned first.
+// Recorded step graphs with a fork and join are covered by the step-graph and whole-model tests run
+// with the switches on (bench/gpu/calls/session31-concurrent.sh).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -46,29 +47,52 @@ bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(ConcurrentMatmulsCudaTest, SideStreamIsBitwiseTheMatmulsInOrder) {
-  std::unique_ptr<Backend> backend = CudaBackendOrNull();
-  if (!backend) GTEST_SKIP() << kNoDeviceMessage;
-  auto* cuda = dynamic_cast<CudaBackend*>(backend.get());
-  ASSERT_NE(cuda, nullptr);
-  const unsigned seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
-  std::mt19937_64 rng(seed);
-  std::vector<WeightView> weights;
-  for (const Job& job : kJobs) {
-    gpu_testing::HostWeight host =
-        RandomHostWeight(job.type, kEmbd, job.out, 1, seed + weights.size(), 0.05f);
-    absl::StatusOr<WeightView> placed = backend->PlaceWeight(host.view, "w");
-    ASSERT_TRUE(placed.ok()) << placed.status();
-    weights.push_back(*placed);
+// The CUDA backend (the test skips without a device), a printed random seed, and placed weights.
+class SideStreamCudaTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = CudaBackendOrNull();
+    if (!backend_) GTEST_SKIP() << kNoDeviceMessage;
+    cuda_ = dynamic_cast<CudaBackend*>(backend_.get());
+    ASSERT_NE(cuda_, nullptr);
+    seed_ = std::random_device{}();
+    std::printf("seed %u\n", seed_);
+    rng_.seed(seed_);
   }
-  BackendBuffer norm_buffer;
-  const std::vector<float> norm_values = RandomNormal(kEmbd, rng, 0.5f);
-  norm_buffer = UploadBytes(*backend, norm_values.data(), norm_values.size() * 4);
-  WeightView norm_w;
-  norm_w.data = norm_buffer.data();
-  norm_w.type = GgmlType::kF32;
-  norm_w.ne[0] = kEmbd;
+
+  WeightView Place(GgmlType type, int64_t in, int64_t out) {
+    gpu_testing::HostWeight host = RandomHostWeight(type, in, out, 1, seed_ + ++placed_, 0.05f);
+    absl::StatusOr<WeightView> placed = backend_->PlaceWeight(host.view, "w");
+    STEPSERVE_CHECK(placed.ok());
+    return *placed;
+  }
+
+  // An F32 norm weight of kEmbd random values in backend memory.
+  WeightView NormWeight() {
+    const std::vector<float> values = RandomNormal(kEmbd, rng_, 0.5f);
+    norm_buffer_ = UploadBytes(*backend_, values.data(), values.size() * 4);
+    WeightView w;
+    w.data = norm_buffer_.data();
+    w.type = GgmlType::kF32;
+    w.ne[0] = kEmbd;
+    return w;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  CudaBackend* cuda_ = nullptr;
+  unsigned seed_ = 0;
+  int placed_ = 0;
+  std::mt19937_64 rng_;
+  BackendBuffer norm_buffer_;
+};
+
+TEST_F(SideStreamCudaTest, ConcurrentMatmulsAreBitwiseTheMatmulsInOrder) {
+  Backend* backend = backend_.get();
+  CudaBackend* cuda = cuda_;
+  std::mt19937_64& rng = rng_;
+  std::vector<WeightView> weights;
+  for (const Job& job : kJobs) weights.push_back(Place(job.type, kEmbd, job.out));
+  const WeightView norm_w = NormWeight();
 
   for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{17}}) {
     for (const bool after_norm : {false, true}) {
@@ -88,9 +112,10 @@ TEST(ConcurrentMatmulsCudaTest, SideStreamIsBitwiseTheMatmulsInOrder) {
           }
           std::vector<DeviceMat> ys;
           std::vector<MatmulJob> jobs;
-          for (size_t i = 0; i < n_jobs; ++i)
+          for (size_t i = 0; i < n_jobs; ++i) {
             ys.push_back(PoisonedMat(*backend, kJobs[i].out, rows));
-          for (size_t i = 0; i < n_jobs; ++i) jobs.push_back({input, weights[i], ys[i].view});
+            jobs.push_back({input, weights[i], ys[i].view});
+          }
           const uint64_t uses = cuda->prequantized_uses();
           if (concurrent) {
             const absl::Status s = backend->ConcurrentMatmuls(jobs);
@@ -114,6 +139,60 @@ TEST(ConcurrentMatmulsCudaTest, SideStreamIsBitwiseTheMatmulsInOrder) {
         }
       }
     }
+  }
+}
+
+// BeginSide / EndSide / JoinSide (set_side_shared_expert): a shared-expert-shaped FFN on the side
+// (gate / up GEMVs on the norm's int8 activations, SwiGLU writing its own int8 form, down GEMV)
+// while the main line runs a GEMV on the norm's output - which must still find the norm's int8
+// activations, not the side SwiGLU's. Bitwise the ops in order, 1 / 3 / 8 rows; at 9 rows
+// BeginSide declines (false) and the ops run in order.
+TEST_F(SideStreamCudaTest, SharedExpertShapedSideBranchIsBitwiseTheOpsInOrder) {
+  Backend* backend = backend_.get();
+  CudaBackend* cuda = cuda_;
+  std::mt19937_64& rng = rng_;
+  constexpr int64_t kFf = 1280;
+  const WeightView gate = Place(GgmlType::kIQ4_XS, kEmbd, kFf);
+  const WeightView up = Place(GgmlType::kIQ4_XS, kEmbd, kFf);
+  const WeightView down = Place(GgmlType::kIQ4_XS, kFf, kEmbd);
+  const WeightView main_w = Place(GgmlType::kQ8_0, kEmbd, 257);
+  const WeightView norm_w = NormWeight();
+  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const std::vector<float> x0 = RandomNormal(static_cast<size_t>(kEmbd * rows), rng);
+    std::vector<float> side_out[2], main_out[2];
+    for (const bool branch : {false, true}) {
+      cuda->set_side_shared_expert(branch);
+      DeviceMat x = UploadMat(*backend, x0, kEmbd, rows);
+      DeviceMat f = PoisonedMat(*backend, kEmbd, rows);
+      DeviceMat g = PoisonedMat(*backend, kFf, rows);
+      DeviceMat u = PoisonedMat(*backend, kFf, rows);
+      DeviceMat s = PoisonedMat(*backend, kEmbd, rows);
+      DeviceMat y = PoisonedMat(*backend, 257, rows);
+      ASSERT_TRUE(backend->RmsNorm(x.view, norm_w, 1e-5f, f.view).ok());
+      absl::StatusOr<bool> side = backend->BeginSide(rows);
+      ASSERT_TRUE(side.ok()) << side.status();
+      EXPECT_EQ(*side, branch && rows <= CudaBackend::kSideBranchMaxRows);
+      ASSERT_TRUE(backend->Matmul(f.view, gate, g.view).ok());
+      ASSERT_TRUE(backend->Matmul(f.view, up, u.view).ok());
+      ASSERT_TRUE(backend->SwiGlu(g.view, u.view, 7.0f, g.view).ok());
+      ASSERT_TRUE(backend->Matmul(g.view, down, s.view).ok());
+      ASSERT_TRUE(backend->EndSide().ok());
+      const uint64_t uses = cuda->prequantized_uses();
+      ASSERT_TRUE(backend->Matmul(f.view, main_w, y.view).ok());
+      // The main line's GEMV read the norm's int8 activations only where the side kept its own.
+      if (*side) {
+        EXPECT_EQ(cuda->prequantized_uses() - uses, 1u);
+      }
+      ASSERT_TRUE(backend->JoinSide().ok());
+      side_out[branch] = DownloadMat(*backend, s);
+      main_out[branch] = DownloadMat(*backend, y);
+    }
+    cuda->set_side_shared_expert(false);
+    for (const float v : side_out[1]) ASSERT_FALSE(std::isnan(v)) << "a side output unwritten";
+    for (const float v : main_out[1]) ASSERT_FALSE(std::isnan(v)) << "a main output unwritten";
+    EXPECT_TRUE(BitwiseEqual(side_out[0], side_out[1]));
+    EXPECT_TRUE(BitwiseEqual(main_out[0], main_out[1]));
   }
 }
 

@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
     backend->graphs_enabled_ = std::string_view(env) != "0";
   }
   backend->concurrent_matmuls_ = kernels::EnvSwitchSet("STEPSERVE_CONCURRENT_MATMULS");
+  backend->side_shared_expert_ = kernels::EnvSwitchSet("STEPSERVE_SIDE_SHARED_EXPERT");
   RETURN_IF_ERROR(backend->CudaResult(cudaSetDevice(options.device), "cudaSetDevice"));
   RETURN_IF_ERROR(backend->CudaResult(
       cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -194,6 +195,7 @@ absl::Status CudaBackend::Download(const void* src, void* host, size_t bytes) {
     return absl::InvalidArgumentError("Download: null pointer");
   }
   if (recording_step()) return AbandonRecording("Download inside a recorded step");
+  RETURN_IF_ERROR(JoinSide());
   // Wait first so the wait is counted (a copy into pageable memory would block inside the call).
   RETURN_IF_ERROR(CudaResult(TimedWait(stream_, nullptr), "Download (kernels before it)"));
   RETURN_IF_ERROR(
@@ -227,7 +229,50 @@ absl::Status CudaBackend::PoisonFresh(void* data, size_t bytes, const char* what
 
 absl::Status CudaBackend::Synchronize() {
   if (recording_step()) return AbandonRecording("Synchronize inside a recorded step");
+  RETURN_IF_ERROR(JoinSide());
   return CudaResult(TimedWait(stream_, nullptr), "Synchronize (an earlier kernel failed)");
+}
+
+absl::Status CudaBackend::EnsureSideStream() {
+  if (side_stream_ != nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(
+      CudaResult(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "side stream"));
+  RETURN_IF_ERROR(
+      CudaResult(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming), "fork event"));
+  return CudaResult(cudaEventCreateWithFlags(&side_join_, cudaEventDisableTiming), "join event");
+}
+
+absl::StatusOr<bool> CudaBackend::BeginSide(int64_t rows) {
+  if (!side_shared_expert_ || exact_activations_ || rows < 1 || rows > kSideBranchMaxRows ||
+      in_side_ || side_pending_) {
+    return false;
+  }
+  RETURN_IF_ERROR(EnsureSideStream());
+  RETURN_IF_ERROR(CudaResult(cudaEventRecord(side_fork_, stream_), "BeginSide: fork"));
+  RETURN_IF_ERROR(CudaResult(cudaStreamWaitEvent(side_stream_, side_fork_, 0), "BeginSide: fork"));
+  // The side starts from the main line's int8 activations (read only); its own fused outputs go
+  // to separate scratch (FusedQ8Outputs), so the main line's survive for it.
+  main_prequantized_ = prequantized_;
+  std::swap(stream_, side_stream_);
+  in_side_ = true;
+  return true;
+}
+
+absl::Status CudaBackend::EndSide() {
+  if (!in_side_) return absl::OkStatus();
+  const absl::Status recorded = CudaResult(cudaEventRecord(side_join_, stream_), "EndSide");
+  std::swap(stream_, side_stream_);
+  prequantized_ = main_prequantized_;
+  in_side_ = false;
+  side_pending_ = true;
+  return recorded;
+}
+
+absl::Status CudaBackend::JoinSide() {
+  if (in_side_) RETURN_IF_ERROR(EndSide());  // an op failed inside the branch
+  if (!side_pending_) return absl::OkStatus();
+  side_pending_ = false;
+  return CudaResult(cudaStreamWaitEvent(stream_, side_join_, 0), "JoinSide");
 }
 
 cudaError_t CudaBackend::TimedWait(cudaStream_t stream, cudaEvent_t event) {

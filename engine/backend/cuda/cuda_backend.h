@@ -84,6 +84,15 @@ class CudaBackend final : public Backend {
   // on a side stream forked from it and joined back before the next op (in a recorded step, a
   // parallel branch of the graph). Otherwise, or with it off, the Matmuls in order.
   absl::Status ConcurrentMatmuls(std::span<const MatmulJob> jobs) override;
+  // With side_shared_expert() and 1..kSideBranchMaxRows rows, not in exact mode: the side's ops go
+  // to the side stream, forked from the stream by an event (in a recorded step, a parallel branch
+  // of the graph), with their own fused int8 activations and GEMV scratch (the main line's stay
+  // as they were: its next ops may still read them); JoinSide makes the stream wait for the
+  // side's end. Download, Synchronize and EndStep join a pending side first.
+  absl::StatusOr<bool> BeginSide(int64_t rows) override;
+  absl::Status EndSide() override;
+  absl::Status JoinSide() override;
+  static constexpr int64_t kSideBranchMaxRows = 8;
   absl::Status QkNormRope(const TensorView& q, const TensorView& k, const QkNormRopeParams& params,
                           std::span<const int32_t> positions) override;
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
@@ -136,6 +145,12 @@ class CudaBackend final : public Backend {
   // STEPSERVE_CONCURRENT_MATMULS=1 turns it on at creation, this setter at any time (tests).
   void set_concurrent_matmuls(bool on) { concurrent_matmuls_ = on; }
   bool concurrent_matmuls() const { return concurrent_matmuls_; }
+  // BeginSide's branches (the model puts the MoE layers' shared expert there): off by default
+  // (not yet measured); STEPSERVE_SIDE_SHARED_EXPERT=1 at creation, this setter at any time.
+  void set_side_shared_expert(bool on) { side_shared_expert_ = on; }
+  bool side_shared_expert() const { return side_shared_expert_; }
+  // True between BeginSide and EndSide: ops pick the side's scratch areas.
+  bool in_side() const { return in_side_; }
   // Step graphs recorded from now on keep their cudaGraph_t (needed by ArmGraphProfile).
   void set_keep_step_graphs(bool keep) { keep_step_graphs_ = keep; }
   // The next replayed step with a kept graph first runs ProfileGraphKernels on it with `replays`
@@ -278,6 +293,11 @@ class CudaBackend final : public Backend {
   bool concurrent_matmuls_ = false;
   cudaStream_t side_stream_ = nullptr;  // ConcurrentMatmuls' side stream and its fork / join
   cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
+  bool side_shared_expert_ = false;
+  bool in_side_ = false;       // between BeginSide and EndSide (stream_ is then the side stream)
+  bool side_pending_ = false;  // between EndSide and JoinSide
+  // Creates the side stream and its fork / join events once.
+  absl::Status EnsureSideStream();
   int profile_replays_ = 0;
   std::optional<absl::StatusOr<GraphKernelProfile>> graph_profile_;
   StepDescription recording_step_;
@@ -288,6 +308,7 @@ class CudaBackend final : public Backend {
   std::atomic<uint64_t> weight_bytes_{0};
   std::shared_ptr<std::atomic<uint64_t>> buffer_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
   PrequantizedX prequantized_;
+  PrequantizedX main_prequantized_;  // the main line's, kept while a side branch runs
   uint64_t prequantized_uses_ = 0;
   std::shared_ptr<PointwiseState> pointwise_;
   std::shared_ptr<AttentionState> attention_;

@@ -268,7 +268,11 @@ absl::StatusOr<StepMode> CudaBackend::BeginStep(const StepDescription& step) {
 
 absl::Status CudaBackend::EndStep(bool enqueued_all) {
   ForgetPrequantized();
-  if (recording_ == nullptr) return absl::OkStatus();
+  // A side branch left open or unjoined (an op failed inside it): the stream, and a capture, must
+  // end joined.
+  const absl::Status joined = JoinSide();
+  if (!joined.ok()) enqueued_all = false;
+  if (recording_ == nullptr) return joined;
   StepGraph& g = *recording_;
   if (!enqueued_all) {
     // An op failed while recording (an input it rejects, a scratch area that had to grow, or a

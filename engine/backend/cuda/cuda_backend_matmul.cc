@@ -37,7 +37,7 @@ namespace stepserve {
 struct CudaBackend::MatmulState {
   kernels::CublasGemm cublas;
   Scratch gemv_q8;               // int8 activations of the fast GEMV
-  Scratch gemv_q8_side;          // those of ConcurrentMatmuls' side-stream GEMVs
+  Scratch gemv_q8_side;          // those of side-stream GEMVs (ConcurrentMatmuls, BeginSide)
   Scratch gemm;                  // F16 copy of X + one dequantized weight tile
   Scratch embed_ids;             // token ids uploaded for Embed
   Scratch moe_rows;              // per grouped pair: gathered x, gate (then z), up, down output
@@ -110,8 +110,11 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   if (m.rows <= kernels::GemvCudaMaxRows(m.type, activations) &&
       kernels::GemvCudaSupports(m.type)) {
     kernels::GemvCudaArgs g = GemvArgsOf(m, activations);  // kF32 needs no scratch
-    if (!exact_activations)
-      RETURN_IF_ERROR(SetGemvActivations(backend, g, x_q8, state.gemv_q8, op));
+    if (!exact_activations) {
+      // A side branch quantizes into its own scratch: the main line may still read the other.
+      RETURN_IF_ERROR(SetGemvActivations(
+          backend, g, x_q8, backend.in_side() ? state.gemv_q8_side : state.gemv_q8, op));
+    }
     // The fast kernels need 16-byte aligned rows; any other layout takes the generic path.
     if (kernels::ValidateGemvCuda(g) == kernels::KernelStatus::kOk) {
       return backend.KernelResult(kernels::GemvCuda(g, backend.stream()), op);
@@ -197,7 +200,8 @@ absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const
 
 absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
   constexpr size_t kMaxJobs = 8;
-  if (!concurrent_matmuls_ || exact_activations_ || jobs.size() < 2 || jobs.size() > kMaxJobs) {
+  if (!concurrent_matmuls_ || exact_activations_ || in_side_ || side_pending_ || jobs.size() < 2 ||
+      jobs.size() > kMaxJobs) {
     return Backend::ConcurrentMatmuls(jobs);
   }
   if (!matmul_) matmul_ = std::make_shared<MatmulState>();
@@ -228,14 +232,7 @@ absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
     }
   }
   for (size_t i = 0; i < jobs.size(); ++i) prequantized_uses_ += gemv[i].x_prequantized;
-  if (side_stream_ == nullptr) {
-    RETURN_IF_ERROR(CudaResult(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
-                               "ConcurrentMatmuls: side stream"));
-    RETURN_IF_ERROR(CudaResult(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming),
-                               "ConcurrentMatmuls: fork event"));
-    RETURN_IF_ERROR(CudaResult(cudaEventCreateWithFlags(&side_join_, cudaEventDisableTiming),
-                               "ConcurrentMatmuls: join event"));
-  }
+  RETURN_IF_ERROR(EnsureSideStream());
   // Fork: the side stream starts after everything enqueued so far (in a recorded step it joins
   // the capture through the event).
   RETURN_IF_ERROR(CudaResult(cudaEventRecord(side_fork_, stream_), "ConcurrentMatmuls: fork"));

@@ -22,9 +22,10 @@ namespace stepserve {
 using kernels::KernelStatus;
 
 struct CudaBackend::PointwiseState {
-  Scratch positions;  // QkNormRope's positions, uploaded per call
-  Scratch topk;       // LogitsTopK's per-chunk candidates
-  Scratch fused_q8;   // a norm's output as int8 GEMV activations, natural then pair order
+  Scratch positions;      // QkNormRope's positions, uploaded per call
+  Scratch topk;           // LogitsTopK's per-chunk candidates
+  Scratch fused_q8;       // a norm's output as int8 GEMV activations, natural then pair order
+  Scratch fused_q8_side;  // those written inside a side branch (CudaBackend::BeginSide)
 };
 
 namespace {
@@ -77,8 +78,9 @@ absl::StatusOr<kernels::RmsNormQ8Outputs> CudaBackend::FusedQ8Outputs(int64_t n,
   // scratch area invalidates the recorded step graphs); it grows with the widest output (the
   // attention output, 12288 values for Step-3.5) during the first, eager steps.
   const int64_t most = FusedQ8AreaBytes(n, kernels::kRmsNormQ8MaxRows);
-  ASSIGN_OR_RETURN(void* base, EnsureScratch(pointwise_->fused_q8, static_cast<size_t>(2 * most),
-                                             "fused int8 activations"));
+  Scratch& scratch = in_side_ ? pointwise_->fused_q8_side : pointwise_->fused_q8;
+  ASSIGN_OR_RETURN(void* base,
+                   EnsureScratch(scratch, static_cast<size_t>(2 * most), "fused int8 activations"));
   return kernels::RmsNormQ8Outputs{base, static_cast<uint8_t*>(base) + area};
 }
 
