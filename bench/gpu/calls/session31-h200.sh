@@ -9,11 +9,12 @@
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model bench_gemv model_cuda_test moe_gemv_cuda_test step_graph_cuda_test \
-  concurrent_matmul_cuda_test stepserve || exit 1
+  concurrent_matmul_cuda_test graph_kernel_profile_cuda_test stepserve || exit 1
 call_ab 1,4,16,64 2048,4096
 CALL_RECIPE=q4_k_m call_ab 1 2048
 timeout 90 "$CALL_BUILD/bench/gpu/bench_gemv" --quick >"$CALL_LOGS/gemv.jsonl" 2>&1
 echo "bench_gemv --quick rc=$?"; grep -v '"bench":"device"' "$CALL_LOGS/gemv.jsonl" | cut -c1-260
+call_test graph_kernel_profile_cuda_test profile
 call_graph_profile step 1,4,64
 call_test concurrent_matmul_cuda_test concurrent
 call_done
