@@ -156,6 +156,14 @@ absl::StatusOr<GraphKernelProfile> ProfileGraphKernels(cudaGraph_t graph, cudaGr
     return absl::OkStatus();
   };
   s = sweep();
+  if (!s.ok()) {
+    // A failure part way through a kind may have left some of its nodes disabled: enable every
+    // node again (best effort), so the step's own replays compute the real thing.
+    for (const KernelKind& kind : kinds) {
+      for (cudaGraphNode_t node : kind.nodes) (void)cudaGraphNodeSetEnabled(exec, node, 1);
+    }
+    (void)cudaGetLastError();
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (!s.ok()) return s;
@@ -163,8 +171,9 @@ absl::StatusOr<GraphKernelProfile> ProfileGraphKernels(cudaGraph_t graph, cudaGr
   profile.full_us = full[full.size() / 2];
   profile.full_min_us = full.front();
   profile.full_max_us = full.back();
-  for (GraphKernelCost& cost : profile.kernels)
+  for (GraphKernelCost& cost : profile.kernels) {
     cost.marginal_us = profile.full_us - cost.without_us;
+  }
   std::stable_sort(profile.kernels.begin(), profile.kernels.end(),
                    [](const GraphKernelCost& a, const GraphKernelCost& b) {
                      return a.marginal_us > b.marginal_us;
