@@ -1,5 +1,6 @@
 // What a dependent kernel boundary costs inside a replayed graph (JSON lines): a chain of N
-// kernels, each streaming `bytes` of its own (no L2 reuse: slices rotate through 1 GiB), against
+// kernels, each streaming `bytes` of its own (0 or 1-64 MiB; no L2 reuse: slices rotate through
+// 1 GiB), against
 // one kernel streaming all N slices - the difference per kernel is the boundary's cost: the last
 // wave's tail, the next grid's launch, its wait and its memory ramp. Three chain forms: plain
 // stream order; programmatic dependent launch (PDL) with every kernel waiting first, as the
@@ -97,8 +98,10 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), 16));
   BENCH_CHECK(cudaMemset(base, 0x3C, kSpan));
   const int blocks = 4 * sms;  // one wave of 4 CTAs of 256 threads per SM, as the copy kernel
+  // Slices of at least 1 MiB: a chain then spans 200 MiB or more, so neither it nor the single
+  // kernel over the same bytes finds the previous replay's data in L2 (50 MB).
   for (const int64_t bytes :
-       {int64_t{0}, int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
+       {int64_t{0}, int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
     // The slice offsets of kernel k: consecutive, wrapping inside the span.
     const auto offset = [&](int k) { return (static_cast<int64_t>(k) * bytes) % kSpan; };
     // One kernel over the same N slices' worth of bytes (contiguous, wrapping ignored: N x 16 MiB
