@@ -13,7 +13,9 @@ call_build bench_model model_cuda_test step_graph_cuda_test concurrent_matmul_cu
   stepserve || exit 1
 call_test concurrent_matmul_cuda_test concurrent
 model_file=$(call_model_file)
-for switch in STEPSERVE_CONCURRENT_MATMULS=1 STEPSERVE_SIDE_SHARED_EXPERT=1; do
+# The defaults first: session 31 refactored paths they take (the GEMV activations' setter, the
+# grouped GEMV's prologue, the model's ConcurrentMatmuls / BeginSide calls).
+for switch in STEPSERVE_UNUSED=0 STEPSERVE_CONCURRENT_MATMULS=1 STEPSERVE_SIDE_SHARED_EXPERT=1; do
   call_test step_graph_cuda_test graph "$switch"
   CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file" \
     "$switch"
