@@ -20,7 +20,7 @@ for switch in STEPSERVE_UNUSED=0 STEPSERVE_CONCURRENT_MATMULS=1 STEPSERVE_SIDE_S
   CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$model_file" \
     "$switch"
 done
-for round in 1 2; do
+for _ in 1 2; do  # two alternating rounds
   call_ab 1,2,4,8,16 ""
   call_ab 1,2,4,8,16 "" STEPSERVE_CONCURRENT_MATMULS=1
   call_ab 1,2,4,8,16 "" STEPSERVE_SIDE_SHARED_EXPERT=1

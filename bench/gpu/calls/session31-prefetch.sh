@@ -13,7 +13,7 @@ for level in 0 1 2; do  # 0: the default kernels (their prologue was refactored 
   call_test moe_gemv_cuda_test moe$level "GTEST_FILTER=*$f/18:*$f/29:*$f/2" \
     STEPSERVE_GROUPED_SHORT_PREFETCH=$level
 done
-for round in 1 2; do
+for _ in 1 2; do  # two alternating rounds
   call_ab 8,16,32,64 ""
   call_ab 8,16,32,64 "" STEPSERVE_GROUPED_SHORT_PREFETCH=1
   call_ab 8,16,32,64 "" STEPSERVE_GROUPED_SHORT_PREFETCH=2
