@@ -6,7 +6,7 @@
 // stream order; programmatic dependent launch (PDL) with every kernel waiting first, as the
 // decode kernels do; and PDL with the first loads issued before the wait (the weights-before-wait
 // form of the one-row GEMV). Why: a batch-1 decode layer is ~12 dependent kernels, and the step
-// scales with the card's bandwidth only 1.13-1.15x from the H100 to the H200 (docs/cuda-engine.md,
+// scales with the card's bandwidth only 1.05-1.16x from the H100 to the H200 (docs/cuda-engine.md,
 // session 31): how much of a layer the boundaries take decides whether fusing kernels, rather
 // than speeding up each one, is where the batch-1 target lies.
 //   bench_launch_chain [--kernels N] [--replays R]

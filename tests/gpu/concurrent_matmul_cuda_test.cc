@@ -19,19 +19,16 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/backend_test_util.h"
+#include "tests/gpu/cuda_backend_fixture.h"
 #include "tests/gpu/weight_test_util.h"
 
 namespace stepserve {
 namespace {
 
-using gpu_testing::CudaBackendOrNull;
 using gpu_testing::DeviceMat;
 using gpu_testing::DownloadMat;
-using gpu_testing::kNoDeviceMessage;
 using gpu_testing::PoisonedMat;
-using gpu_testing::RandomHostWeight;
 using gpu_testing::RandomNormal;
-using gpu_testing::UploadBytes;
 using gpu_testing::UploadMat;
 
 constexpr int64_t kEmbd = 2048;  // > 1024: the block norm kernel that fuses the quantization
@@ -47,43 +44,21 @@ bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The CUDA backend (the test skips without a device), a printed random seed, and placed weights.
-class SideStreamCudaTest : public testing::Test {
+// CudaBackendFixture with a generator seeded by its printed seed, and weights' seeds drawn from
+// that seed in order.
+class SideStreamCudaTest : public gpu_testing::CudaBackendFixture {
  protected:
   void SetUp() override {
-    backend_ = CudaBackendOrNull();
-    if (!backend_) GTEST_SKIP() << kNoDeviceMessage;
-    cuda_ = dynamic_cast<CudaBackend*>(backend_.get());
-    ASSERT_NE(cuda_, nullptr);
-    seed_ = std::random_device{}();
-    std::printf("seed %u\n", seed_);
+    CudaBackendFixture::SetUp();
     rng_.seed(seed_);
   }
-
   WeightView Place(GgmlType type, int64_t in, int64_t out) {
-    gpu_testing::HostWeight host = RandomHostWeight(type, in, out, 1, seed_ + ++placed_, 0.05f);
-    absl::StatusOr<WeightView> placed = backend_->PlaceWeight(host.view, "w");
-    STEPSERVE_CHECK(placed.ok());
-    return *placed;
+    return CudaBackendFixture::Place(type, in, out, 1, seed_ + ++placed_, 0.05f);
   }
+  WeightView NormWeight() { return F32Weight(RandomNormal(kEmbd, rng_, 0.5f)); }
 
-  // An F32 norm weight of kEmbd random values in backend memory.
-  WeightView NormWeight() {
-    const std::vector<float> values = RandomNormal(kEmbd, rng_, 0.5f);
-    norm_buffer_ = UploadBytes(*backend_, values.data(), values.size() * 4);
-    WeightView w;
-    w.data = norm_buffer_.data();
-    w.type = GgmlType::kF32;
-    w.ne[0] = kEmbd;
-    return w;
-  }
-
-  std::unique_ptr<Backend> backend_;
-  CudaBackend* cuda_ = nullptr;
-  unsigned seed_ = 0;
   int placed_ = 0;
   std::mt19937_64 rng_;
-  BackendBuffer norm_buffer_;
 };
 
 TEST_F(SideStreamCudaTest, ConcurrentMatmulsAreBitwiseTheMatmulsInOrder) {

@@ -17,16 +17,14 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/backend_test_util.h"
+#include "tests/gpu/cuda_backend_fixture.h"
 #include "tests/gpu/weight_test_util.h"
 
 namespace stepserve {
 namespace {
 
-using gpu_testing::CudaBackendOrNull;
 using gpu_testing::DeviceMat;
 using gpu_testing::DownloadMat;
-using gpu_testing::kNoDeviceMessage;
-using gpu_testing::RandomHostWeight;
 using gpu_testing::RandomNormal;
 using gpu_testing::UploadBytes;
 using gpu_testing::UploadMat;
@@ -45,39 +43,7 @@ bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class FusedQuantCudaTest : public testing::Test {
- protected:
-  void SetUp() override {
-    backend_ = CudaBackendOrNull();
-    if (!backend_) GTEST_SKIP() << kNoDeviceMessage;
-    cuda_ = dynamic_cast<CudaBackend*>(backend_.get());
-    ASSERT_NE(cuda_, nullptr);
-    seed_ = std::random_device{}();
-    std::printf("seed %u\n", seed_);
-  }
-
-  WeightView Place(GgmlType type, int64_t in, int64_t out, int64_t experts, uint64_t seed,
-                   float rms) {
-    gpu_testing::HostWeight host = RandomHostWeight(type, in, out, experts, seed, rms);
-    absl::StatusOr<WeightView> placed = backend_->PlaceWeight(host.view, "w");
-    EXPECT_TRUE(placed.ok()) << placed.status();
-    return placed.ok() ? *placed : WeightView{};
-  }
-
-  // An F32 norm weight of kEmbd values in backend memory (kept alive by `buffer`).
-  WeightView NormWeight(const std::vector<float>& values, BackendBuffer* buffer) {
-    *buffer = UploadBytes(*backend_, values.data(), values.size() * 4);
-    WeightView w;
-    w.data = buffer->data();
-    w.type = GgmlType::kF32;
-    w.ne[0] = kEmbd;
-    return w;
-  }
-
-  std::unique_ptr<Backend> backend_;
-  CudaBackend* cuda_ = nullptr;
-  unsigned seed_ = 0;
-};
+using FusedQuantCudaTest = gpu_testing::CudaBackendFixture;
 
 // {y of the Matmul after the norm, the norm's output, h} with fusion on or off.
 struct NormMatmulResult {
@@ -88,8 +54,7 @@ TEST_F(FusedQuantCudaTest, NormThenMatmulIsBitwiseTheUnfusedPath) {
   std::mt19937_64 rng(seed_);
   for (const GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ8_0}) {
     const WeightView w = Place(type, kEmbd, kOut, 1, seed_ + 1, 0.05f);
-    BackendBuffer dev_norm_w;
-    const WeightView nw = NormWeight(RandomNormal(kEmbd, rng, 0.5f), &dev_norm_w);
+    const WeightView nw = F32Weight(RandomNormal(kEmbd, rng, 0.5f));
     for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{16}}) {
       for (const bool with_add : {true, false}) {
         SCOPED_TRACE(std::string(GgmlTypeName(type)) + " rows " + std::to_string(rows) +
@@ -127,8 +92,7 @@ TEST_F(FusedQuantCudaTest, WritingTheOutputInBetweenForgetsTheActivations) {
   std::mt19937_64 rng(seed_);
   const int64_t rows = 2;
   const WeightView w = Place(GgmlType::kIQ4_XS, kEmbd, kOut, 1, seed_ + 2, 0.05f);
-  BackendBuffer dev_norm_w;
-  const WeightView nw = NormWeight(std::vector<float>(kEmbd, 1.0f), &dev_norm_w);
+  const WeightView nw = F32Weight(std::vector<float>(kEmbd, 1.0f));
   const std::vector<float> h0 = RandomNormal(static_cast<size_t>(kEmbd * rows), rng);
   const std::vector<float> other = RandomNormal(static_cast<size_t>(kEmbd * rows), rng, 3.0f);
   for (const int writer : {0, 1, 2}) {  // Add into out, Upload into out, Zero out
@@ -211,8 +175,7 @@ TEST_F(FusedQuantCudaTest, NormThenMoeExpertsIsBitwiseTheUnfusedPath) {
     e.up = Place(type, kEmbd, kFf, kExperts, seed_ + 4, 0.05f);
     e.down = Place(type, kFf, kEmbd, kExperts, seed_ + 5, 0.05f);
     e.limit = 7.0f;
-    BackendBuffer dev_norm_w;
-    const WeightView nw = NormWeight(RandomNormal(kEmbd, rng, 0.5f), &dev_norm_w);
+    const WeightView nw = F32Weight(RandomNormal(kEmbd, rng, 0.5f));
     for (const int64_t tokens : {int64_t{1}, int64_t{5}}) {
       SCOPED_TRACE(std::string(GgmlTypeName(type)) + " tokens " + std::to_string(tokens));
       std::vector<int32_t> ids;

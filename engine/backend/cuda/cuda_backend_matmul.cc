@@ -55,20 +55,27 @@ namespace {
 
 using MatmulState = CudaBackend::MatmulState;
 
+// A kernel argument struct (GemvCudaArgs, MatmulCudaArgs) with the operands of `m` filled in.
+template <class KernelArgs>
+KernelArgs WithOperands(const kernels::MatmulArgs& m) {
+  KernelArgs a;
+  a.type = m.type;
+  a.w = m.w;
+  a.w_row_bytes = m.w_row_bytes;
+  a.in = m.in;
+  a.out = m.out;
+  a.x = m.x;
+  a.x_stride = m.x_stride;
+  a.rows = m.rows;
+  a.y = m.y;
+  a.y_stride = m.y_stride;
+  return a;
+}
+
 // The fast GEMV's arguments for `m`, scratch left to the caller.
 kernels::GemvCudaArgs GemvArgsOf(const kernels::MatmulArgs& m,
                                  kernels::GemvCudaActivations activations) {
-  kernels::GemvCudaArgs g;
-  g.type = m.type;
-  g.w = m.w;
-  g.w_row_bytes = m.w_row_bytes;
-  g.in = m.in;
-  g.out = m.out;
-  g.x = m.x;
-  g.x_stride = m.x_stride;
-  g.rows = m.rows;
-  g.y = m.y;
-  g.y_stride = m.y_stride;
+  kernels::GemvCudaArgs g = WithOperands<kernels::GemvCudaArgs>(m);
   g.activations = activations;
   return g;
 }
@@ -120,17 +127,7 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
       return backend.KernelResult(kernels::GemvCuda(g, backend.stream()), op);
     }
   }
-  kernels::MatmulCudaArgs a;
-  a.type = m.type;
-  a.w = m.w;
-  a.w_row_bytes = m.w_row_bytes;
-  a.in = m.in;
-  a.out = m.out;
-  a.x = m.x;
-  a.x_stride = m.x_stride;
-  a.rows = m.rows;
-  a.y = m.y;
-  a.y_stride = m.y_stride;
+  kernels::MatmulCudaArgs a = WithOperands<kernels::MatmulCudaArgs>(m);
   if (m.rows <= kernels::kGemvGenericMaxRows) {
     return backend.KernelResult(kernels::GemvGenericCuda(a, backend.stream()), op);
   }
