@@ -82,14 +82,17 @@ TEST_F(SideStreamCudaTest, ConcurrentMatmulsAreBitwiseTheMatmulsInOrder) {
           DeviceMat x = UploadMat(*backend, x0, kEmbd, rows);
           DeviceMat a = PoisonedMat(*backend, kEmbd, rows);
           const TensorView input = after_norm ? a.view : x.view;
-          if (after_norm) {
-            ASSERT_TRUE(backend->RmsNorm(x.view, norm_w, 1e-5f, a.view).ok());
-          }
+          // The outputs are allocated and poisoned before the norm: an Allocate or Upload between
+          // a norm and its GEMVs drops the norm's int8 activations (the backend cannot tell what
+          // it overwrote), and the fused path would then not run at all.
           std::vector<DeviceMat> ys;
           std::vector<MatmulJob> jobs;
           for (size_t i = 0; i < n_jobs; ++i) {
             ys.push_back(PoisonedMat(*backend, kJobs[i].out, rows));
             jobs.push_back({input, weights[i], ys[i].view});
+          }
+          if (after_norm) {
+            ASSERT_TRUE(backend->RmsNorm(x.view, norm_w, 1e-5f, a.view).ok());
           }
           const uint64_t uses = cuda->prequantized_uses();
           if (concurrent) {
