@@ -50,8 +50,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   if (const char* env = std::getenv("STEPSERVE_CUDA_GRAPHS"); env != nullptr) {
     backend->graphs_enabled_ = std::string_view(env) != "0";
   }
-  backend->concurrent_matmuls_ = kernels::EnvSwitchSet("STEPSERVE_CONCURRENT_MATMULS");
-  backend->side_shared_expert_ = kernels::EnvSwitchSet("STEPSERVE_SIDE_SHARED_EXPERT");
+  backend->concurrent_matmuls_ = kernels::EnvSwitchOn("STEPSERVE_CONCURRENT_MATMULS");
+  backend->side_shared_expert_ = kernels::EnvSwitchOn("STEPSERVE_SIDE_SHARED_EXPERT");
   RETURN_IF_ERROR(backend->CudaResult(cudaSetDevice(options.device), "cudaSetDevice"));
   RETURN_IF_ERROR(backend->CudaResult(
       cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
