@@ -70,8 +70,6 @@ __device__ __forceinline__ void ZeroSlotRows(const GemvParams& p, int64_t o0, in
   }
 }
 
-#include "kernels/matmul/gemv_q8x_grouped_short_prefetch.cuh"
-
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group.
 // kRowLoop (GroupedRowCtasPerSlot): fewer CTAs per slot, each warp taking output rows o0, o0 +
@@ -276,15 +274,6 @@ int GroupedShortDepth() {
   static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", kShortWholeRowDepth);
   return depth;
 }
-// STEPSERVE_GROUPED_SHORT_PREFETCH=1 / 2: the depth-5 launches through
-// GemvQ8GroupedShortPrefetchKernel (gemv_q8x_grouped_short_prefetch.cuh: the next row block loaded
-// before the current one's arithmetic; the same sums) under the 4-CTA cap (ptxas: 128 registers,
-// spills 144 / 72 bytes - twice the raw words live) or a 3-CTA one (no spills). Written in session
-// 31 without a device: host-emulated (3 injected bugs caught), not measured.
-int GroupedShortPrefetch() {
-  static const int level = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_PREFETCH", 0);
-  return level;
-}
 int64_t GroupedShortRowCtas(int64_t fallback) {
   static const int64_t setting = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_SHORT_ROW_CTAS");
@@ -318,13 +307,6 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
       if (short_loops && GroupedExactRows()) {
         const int depth = GroupedShortDepth();
         if (depth == kShortWholeRowDepth && p.in / P::kElems <= kShortWholeRowDepth) {
-          if (const int prefetch = GroupedShortPrefetch(); prefetch == 1 || prefetch == 2) {
-            return LaunchWarpRows<kShortRows>(
-                prefetch == 1
-                    ? GemvQ8GroupedShortPrefetchKernel<P, kShortWholeRowDepth, kShortRowMinCtas>
-                    : GemvQ8GroupedShortPrefetchKernel<P, kShortWholeRowDepth, 3>,
-                p, slots, overlap_previous, stream, short_blocks);
-          }
           return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true,
                                                                 true, kShortRowMinCtas, true>,
                                             p, slots, overlap_previous, stream, short_blocks);

@@ -40,12 +40,9 @@ for t in $tests; do
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9" "STEPSERVE_WEIGHTS_BEFORE_WAIT=0 STEPSERVE_GEMV_ROW_CTAS=3"
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3")
   # The grouped GEMV's IQ4_XS short rows with the whole-row ring (the default), depth 4 under the
-  # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1), and the whole-row
-  # ring with the next row block prefetched under the 4- and 3-CTA caps
-  # (STEPSERVE_GROUPED_SHORT_PREFETCH=1 / 2).
+  # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1).
   [[ $t == test_gemv_grouped ]] && envs=("STEPSERVE_GROUPED_SHORT_DEPTH=5"
-    "STEPSERVE_GROUPED_SHORT_DEPTH=4" "STEPSERVE_GROUPED_SHORT_DEPTH=1"
-    "STEPSERVE_GROUPED_SHORT_PREFETCH=1" "STEPSERVE_GROUPED_SHORT_PREFETCH=2")
+    "STEPSERVE_GROUPED_SHORT_DEPTH=4" "STEPSERVE_GROUPED_SHORT_DEPTH=1")
   # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL).
   [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1")
   # The grouped F16 GEMM with every chunk 8 column tiles wide, with narrow last chunks (both
