@@ -8,6 +8,7 @@
 
 #include "kernels/common/alignment.h"
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/q8_quantize.cuh"
 #include "kernels/rms_norm/rms_norm_cuda.h"
@@ -39,7 +40,16 @@ struct RmsNormParams {
   float* sum = nullptr;
   // kQuant only: the output's int8 form in the GEMV's scratch layout, natural and pair order.
   q8_quantize::Q8Rows q8{};
+  // RmsNormBlockVec4Kernel: the weight loaded before the programmatic-launch wait
+  // (NormWeightEarly).
+  bool weight_early = false;
 };
+
+// On unless STEPSERVE_NORM_WEIGHT_EARLY=0 (an A/B switch; session 32).
+bool NormWeightEarly() {
+  static const bool on = EnvSwitchOn("STEPSERVE_NORM_WEIGHT_EARLY");
+  return on;
+}
 
 // Start of vector `v` (row v / heads, head v % heads) in a tensor with the given row stride.
 template <typename T>
@@ -93,16 +103,32 @@ __global__ void RmsNormBlockKernel(RmsNormParams p) {
 // is also written as the GEMV's int8 activations (q8_quantize.cuh) in both orders; 8 consecutive
 // threads hold a 32-value block (n % 32 == 0, blockDim a multiple of 32), so whole groups stop
 // together at n4.
+//
+// The weight is loaded before the programmatic-launch wait where it fits in registers beside the
+// cached input (1-2 float4s a thread: n_embd = 4096 is one): weights are never written by a
+// kernel, and at decode a norm sits alone between two GEMVs, so the weight's DRAM round trip after
+// the reduction was a latency on the step's critical path (49 norms a step at batch 1).
 template <int kVecPerThread, bool kAdd, bool kQuant = false>
 __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
+  constexpr bool kEarlyWeight = kVecPerThread <= 2;
+  const float4* weight = reinterpret_cast<const float4*>(p.weight);
+  const int n4 = static_cast<int>(p.n / 4);
+  float4 early_weight[kEarlyWeight ? kVecPerThread : 1];
+  if constexpr (kEarlyWeight) {
+    if (p.weight_early) {
+#pragma unroll
+      for (int k = 0; k < kVecPerThread; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < n4) early_weight[k] = weight[i];
+      }
+    }
+  }
   WaitForPrimaryGrid();
   AllowDependentLaunch();
   __shared__ float scratch[kWarpSize];
   const int64_t v = blockIdx.x;
   const float4* x = reinterpret_cast<const float4*>(VectorStart(p.x, p.x_stride, v, p.heads, p.n));
   float4* y = reinterpret_cast<float4*>(VectorStart(p.y, p.y_stride, v, p.heads, p.n));
-  const float4* weight = reinterpret_cast<const float4*>(p.weight);
-  const int n4 = static_cast<int>(p.n / 4);
   float4 cached[kVecPerThread];
   float sum_sq = 0.0f;
 #pragma unroll
@@ -126,7 +152,12 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
   for (int k = 0; k < kVecPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i >= n4) break;
-    const float4 w = weight[i];
+    float4 w;
+    if constexpr (kEarlyWeight) {
+      w = p.weight_early ? early_weight[k] : weight[i];
+    } else {
+      w = weight[i];
+    }
     const float4 c = cached[k];
     const float4 out =
         make_float4(c.x * inv * w.x, c.y * inv * w.y, c.z * inv * w.z, c.w * inv * w.w);
@@ -151,14 +182,16 @@ bool LaunchBlockVec4(const RmsNormParams& p, cudaStream_t stream) {
       n4 >= kMaxThreads ? kMaxThreads : (n4 + kWarpSize - 1) / kWarpSize * kWarpSize);
   const int64_t per_thread = (n4 + threads - 1) / threads;
   const unsigned blocks = static_cast<unsigned>(p.vectors);
+  RmsNormParams params = p;
+  params.weight_early = NormWeightEarly();
   if (per_thread <= 1) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<1, kAdd, kQuant>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<1, kAdd, kQuant>, blocks, threads, 0, stream, params);
   } else if (per_thread <= 2) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<2, kAdd, kQuant>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<2, kAdd, kQuant>, blocks, threads, 0, stream, params);
   } else if (per_thread <= 4) {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<4, kAdd, kQuant>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<4, kAdd, kQuant>, blocks, threads, 0, stream, params);
   } else {
-    LaunchWithPdl(RmsNormBlockVec4Kernel<8, kAdd, kQuant>, blocks, threads, 0, stream, p);
+    LaunchWithPdl(RmsNormBlockVec4Kernel<8, kAdd, kQuant>, blocks, threads, 0, stream, params);
   }
   return true;
 }
