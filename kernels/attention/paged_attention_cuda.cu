@@ -100,10 +100,17 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, 
 // the head dim fixed at compile time, or 0 (Geometry); kEarly (EarlyLoadsEnabled): warp 0 loads
 // the first chunk's page-table entries before the query rows instead of after them, and the query
 // loads are unrolled, so those round trips overlap - the same values land in shared memory.
+//
+// p.tables_before_wait: the row and (kEarly) the first chunk's page-table entries are read before
+// the programmatic-launch wait, while the kernel before (the rope and KV append) still runs; the
+// query rows and the cache are read after it. At decode, two dependent round trips fewer on the
+// step's critical path per layer.
 template <typename KvT, int kDimsPerThread, int kDim, bool kEarly = false>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelParams p) {
-  WaitForPrimaryGrid();
-  AllowDependentLaunch();
+  if (!p.tables_before_wait) {
+    WaitForPrimaryGrid();
+    AllowDependentLaunch();
+  }
   const Geometry<kDim> geo(p);
   extern __shared__ float4 smem4[];
   float* q_s = reinterpret_cast<float*>(smem4);      // [cta_heads][dims_padded]
@@ -162,9 +169,17 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
   };
   if constexpr (kEarly) {
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
+    if (p.tables_before_wait) {
+      WaitForPrimaryGrid();  // the query rows (and the cache's newest keys) come from before
+      AllowDependentLaunch();
+    }
 #pragma unroll 4
     for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) load_q(idx);
   } else {
+    if (p.tables_before_wait) {
+      WaitForPrimaryGrid();
+      AllowDependentLaunch();
+    }
     for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) load_q(idx);
   }
 
@@ -440,6 +455,13 @@ bool EarlyLoadsEnabled() {
   return on;
 }
 
+// PagedAttentionKernel's row and page-table reads before the PDL wait, unless
+// STEPSERVE_ATTN_TABLES_BEFORE_WAIT=0 (read once; session 32).
+bool TablesBeforeWaitEnabled() {
+  static const bool on = EnvSwitchOn("STEPSERVE_ATTN_TABLES_BEFORE_WAIT");
+  return on;
+}
+
 // Head dim 128 (Step-3.5-Flash, the tiny presets' larger layers) with its geometry fixed at
 // compile time, unless STEPSERVE_ATTN_FIXED_DIMS=0 (read once).
 bool FixedDimsEnabled() {
@@ -485,6 +507,7 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   p.window = a.window;
   p.scale = a.scale;
   p.splits = static_cast<int>(a.splits);
+  p.tables_before_wait = TablesBeforeWaitEnabled();
   const int vec_elems = kv.dtype == KvDtype::kF16 ? 8 : 4;
   // (The Q8_0 loader has its own access pattern and ignores this.)
   p.vector_loads = kv.head_dim % vec_elems == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&

@@ -50,6 +50,10 @@ struct KernelParams {
   // Split-K with the combine in the attention kernel: one arrival counter per CTA column
   // (blockIdx.x), zero before the launch and zero again after it; nullptr: the combine kernel.
   int* arrivals;
+  // The row and, with the early loads, the first chunk's page-table entries read before the
+  // programmatic-launch wait (TablesBeforeWaitEnabled): both are staged by a host copy before
+  // the step's kernels, never written by the kernel this one may overlap.
+  bool tables_before_wait;
 };
 
 // Q / V rows in shared memory are head_dim rounded up to 4 floats; K rows are padded to an odd
