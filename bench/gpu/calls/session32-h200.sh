@@ -4,7 +4,7 @@
 # shared expert on since session 32) and the norm's weight loaded before the PDL wait (new,
 # STEPSERVE_NORM_WEIGHT_EARLY; its tests: pointwise and fused-quantization) and the decode
 # attention's row and page-table reads before it (new, STEPSERVE_ATTN_TABLES_BEFORE_WAIT; its
-# tests: attention, attention-gate, step-graph), every target figure, the A/B of the two switches
+# tests: attention (with its gate and Q8 cases), step-graph), every target figure, the A/B of the two switches
 # against their old default (off), of the early norm weight and of the early table reads, in
 # alternating rounds on the same card, the Q4_K_M batch-1 figure, bench_gemv --quick and the
 # batch-1 graph profile.
@@ -12,14 +12,13 @@
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model bench_gemv model_cuda_test concurrent_matmul_cuda_test pointwise_cuda_test \
-  fused_quant_cuda_test attention_cuda_test attention_gate_cuda_test step_graph_cuda_test \
+  fused_quant_cuda_test attention_cuda_test step_graph_cuda_test \
   stepserve || exit 1
 call_test concurrent_matmul_cuda_test concurrent
 for early in 1 0; do
   call_test pointwise_cuda_test pointwise$early STEPSERVE_NORM_WEIGHT_EARLY=$early
   call_test fused_quant_cuda_test fused$early STEPSERVE_NORM_WEIGHT_EARLY=$early
   call_test attention_cuda_test attention$early STEPSERVE_ATTN_TABLES_BEFORE_WAIT=$early
-  call_test attention_gate_cuda_test gate$early STEPSERVE_ATTN_TABLES_BEFORE_WAIT=$early
   call_test step_graph_cuda_test graph$early STEPSERVE_ATTN_TABLES_BEFORE_WAIT=$early
 done
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
