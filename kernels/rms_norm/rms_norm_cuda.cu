@@ -143,8 +143,11 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
         reinterpret_cast<float4*>(p.sum + v * p.x_stride)[i] = cached[k];
       }
     }
-    sum_sq += cached[k].x * cached[k].x + cached[k].y * cached[k].y + cached[k].z * cached[k].z +
-              cached[k].w * cached[k].w;
+    // Explicit fused multiply-adds: the sum is then the same in every instantiation (the quantizing
+    // and plain kernels must give bitwise the same norm, fused_quant_cuda_test), whatever
+    // contraction the compiler would pick for each (it differed once the weight load moved).
+    const float4 c = cached[k];
+    sum_sq = fmaf(c.w, c.w, fmaf(c.z, c.z, fmaf(c.y, c.y, fmaf(c.x, c.x, sum_sq))));
   }
   sum_sq = cuda_reduce::BlockSum(sum_sq, scratch);
   const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(p.n) + p.eps);
@@ -160,7 +163,8 @@ __global__ void RmsNormBlockVec4Kernel(RmsNormParams p) {
     }
     const float4 c = cached[k];
     const float4 out =
-        make_float4(c.x * inv * w.x, c.y * inv * w.y, c.z * inv * w.z, c.w * inv * w.w);
+        make_float4(__fmul_rn(__fmul_rn(c.x, inv), w.x), __fmul_rn(__fmul_rn(c.y, inv), w.y),
+                    __fmul_rn(__fmul_rn(c.z, inv), w.z), __fmul_rn(__fmul_rn(c.w, inv), w.w));
     y[i] = out;
     if constexpr (kQuant) q8_quantize::StoreQ8Both(p.q8, v, 4 * i, out);
   }
