@@ -9,6 +9,7 @@
 #include "kernels/attention/kv_append_store.cuh"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cuda_reduce.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope/qk_norm_rope.cuh"
 
@@ -29,7 +30,22 @@ struct Params {
   int64_t total_slots;
   void* k_cache;
   void* v_cache;
+  // The angle table, the slot and each warp's first norm weight before the programmatic-launch
+  // wait (SetupBeforeWaitEnabled): positions and slots are staged by a host copy before the
+  // step's kernels and the weights are never written, so only the q / k / v rows (the GEMV's
+  // output) need the kernel before to finish.
+  bool setup_before_wait;
 };
+
+// STEPSERVE_ROPE_SETUP_BEFORE_WAIT=1 (read once): off until measured (written in session 32
+// without device time left). Why: at batch 1 the rope-and-append kernel sits alone between the
+// q / k / gate GEMV and the attention, and its angle table (a serial product and cos / sin) and
+// the norm weight's round trip after the head's reduction were on the step's critical path
+// (graph profile, H100: 1.6 us a sliding-window layer, 3.4 us a full-attention one).
+bool SetupBeforeWaitEnabled() {
+  static const bool on = EnvSwitchSet("STEPSERVE_ROPE_SETUP_BEFORE_WAIT");
+  return on;
+}
 
 // Head kh of the slot's K or V row: values[m] is element lane + 32 m (KvAppendKernel's and
 // KvAppendQ8Kernel's element-to-byte mapping, so the same bytes).
@@ -61,8 +77,11 @@ __device__ __forceinline__ void CacheHead(void* cache, int64_t slot, int64_t kh,
 // of no sequence) skips the caching, as KvAppendCuda does.
 template <KvDtype kDtype>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) QkNormRopeAppendKernel(Params params) {
-  WaitForPrimaryGrid();
-  AllowDependentLaunch();
+  const bool early = params.setup_before_wait;
+  if (!early) {
+    WaitForPrimaryGrid();
+    AllowDependentLaunch();
+  }
   __shared__ qk_norm_rope::SharedTables<kWarpsPerBlock> shared;
   const QkNormRopeCudaArgs& a = params.a;
   const int64_t t = blockIdx.x;
@@ -74,14 +93,28 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) QkNormRopeAppendKer
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int64_t qk_heads = a.q_heads + a.k_heads, heads = qk_heads + a.k_heads;
-  for (int64_t h = int64_t{blockIdx.y} * kWarpsPerBlock + warp; h < heads;
-       h += int64_t{gridDim.y} * kWarpsPerBlock) {
+  const int64_t first_head = int64_t{blockIdx.y} * kWarpsPerBlock + warp;
+  // The norm weight of the warp's first head (q or k), loaded before the wait when `early`.
+  float first_weight[kPerLane];
+  if (early) {
+    if (first_head < qk_heads) {
+      qk_norm_rope::LoadHeadWeight(a, first_head < a.q_heads ? a.q_norm : a.k_norm, first_weight);
+    }
+    WaitForPrimaryGrid();  // the q / k / v rows come from the kernel before
+    AllowDependentLaunch();
+  }
+  for (int64_t h = first_head; h < heads; h += int64_t{gridDim.y} * kWarpsPerBlock) {
     float values[kPerLane];
     if (h < qk_heads) {
       const bool is_q = h < a.q_heads;
       float* x = is_q ? a.q + t * a.q_stride + h * dh : a.k + t * a.k_stride + (h - a.q_heads) * dh;
-      qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, shared.cos, shared.sin,
-                                 shared.staged[warp], values);
+      if (early && h == first_head) {
+        qk_norm_rope::NormRopeHead(a, x, first_weight, shared.cos, shared.sin, shared.staged[warp],
+                                   values);
+      } else {
+        qk_norm_rope::NormRopeHead(a, x, is_q ? a.q_norm : a.k_norm, shared.cos, shared.sin,
+                                   shared.staged[warp], values);
+      }
       if (!is_q && cache) {
         CacheHead<kDtype>(params.k_cache, slot, h - a.q_heads, dh, a.k_heads, values);
       }
@@ -121,6 +154,7 @@ KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppend
   params.total_slots = append.kv.num_blocks * append.kv.block_size;
   params.k_cache = append.kv.k;
   params.v_cache = append.kv.v;
+  params.setup_before_wait = SetupBeforeWaitEnabled();
   constexpr int64_t kMaxGridY = 65535;  // further head chunks are looped over in the kernel
   const int64_t heads = rope.q_heads + 2 * rope.k_heads;
   const int64_t chunks = (heads + kWarpsPerBlock - 1) / kWarpsPerBlock;

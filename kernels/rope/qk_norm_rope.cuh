@@ -37,14 +37,27 @@ __device__ __forceinline__ void BuildAngles(const QkNormRopeCudaArgs& a, float t
   }
 }
 
-// One warp: head x (head_dim floats) <- RMSNorm(x; weight), then the first n_rot dims rotated, in
-// place; out[m] is element lane + 32 m of the result (m < kPerLane, elements past head_dim 0).
-// `staged` (head_dim floats of shared memory, the warp's own) holds the normalised head so the
-// rotation can pair dims j and j + n_rot / 2.
+// A head's norm weight as this lane holds it: element lane + 32 m in w[m], 0 past head_dim. The
+// weight is never written by a kernel, so a kernel may load it before its programmatic-launch
+// wait.
+__device__ __forceinline__ void LoadHeadWeight(const QkNormRopeCudaArgs& a, const float* weight,
+                                               float (&w)[kPerLane]) {
+  const int lane = threadIdx.x % cuda_reduce::kWarpSize;
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * cuda_reduce::kWarpSize;
+    w[m] = i < a.head_dim ? weight[i] : 0.0f;
+  }
+}
+
+// One warp: head x (head_dim floats) <- RMSNorm(x; weight, given per lane as LoadHeadWeight holds
+// it), then the first n_rot dims rotated, in place; out[m] is element lane + 32 m of the result
+// (m < kPerLane, elements past head_dim 0). `staged` (head_dim floats of shared memory, the warp's
+// own) holds the normalised head so the rotation can pair dims j and j + n_rot / 2.
 __device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
-                                             const float* weight, const float* cos_table,
-                                             const float* sin_table, float* staged,
-                                             float (&out)[kPerLane]) {
+                                             const float (&weight)[kPerLane],
+                                             const float* cos_table, const float* sin_table,
+                                             float* staged, float (&out)[kPerLane]) {
   constexpr int kWarp = cuda_reduce::kWarpSize;
   const int lane = threadIdx.x % kWarp;
   const int dh = static_cast<int>(a.head_dim);
@@ -62,7 +75,7 @@ __device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float*
 #pragma unroll
   for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * kWarp;
-    if (i < dh) staged[i] = values[m] * inv * weight[i];
+    if (i < dh) staged[i] = values[m] * inv * weight[m];
   }
   __syncwarp();
 #pragma unroll
@@ -81,6 +94,16 @@ __device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float*
     out[m] = r;
   }
   __syncwarp();  // every lane has read `staged` before the warp's next head overwrites it
+}
+
+// NormRopeHead with the weight read from memory.
+__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
+                                             const float* weight, const float* cos_table,
+                                             const float* sin_table, float* staged,
+                                             float (&out)[kPerLane]) {
+  float w[kPerLane];
+  LoadHeadWeight(a, weight, w);
+  NormRopeHead(a, x, w, cos_table, sin_table, staged, out);
 }
 
 }  // namespace stepserve::kernels::qk_norm_rope

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 33's first call, on an H200 if one comes (45 layers: the target figures, none since
+# session 26; an H100 takes 24, comparable only with H100 runs): every target figure with session
+# 32's defaults, then STEPSERVE_ROPE_SETUP_BEFORE_WAIT=1 (written in session 32 without device
+# time: the rope-and-append kernel's angle table, slot and first norm weight before the PDL wait;
+# host-emulated) - its tests both ways, the whole-model test with it, and its A/B against the
+# default in two alternating rounds (default on only if the tests pass and it is faster), then
+# Q4_K_M batch 1 and the batch-1 graph profile with it.
+#   (timeout 560 bash bench/gpu/calls/session33-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+cd "$(dirname "$0")/../../.." || exit 1
+source bench/gpu/call-lib-h200.sh
+call_build bench_model model_cuda_test rope_append_cuda_test step_graph_cuda_test stepserve ||
+  exit 1
+call_ab 1,4,16,64 2048,4096
+rope=STEPSERVE_ROPE_SETUP_BEFORE_WAIT
+for level in 0 1; do
+  call_test rope_append_cuda_test rope$level $rope=$level
+  call_test step_graph_cuda_test graph$level $rope=$level
+done
+CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" \
+  $rope=1
+for _ in 1 2; do  # two alternating rounds
+  call_ab 1,2,4,8,16 ""
+  call_ab 1,2,4,8,16 "" $rope=1
+done
+CALL_RECIPE=q4_k_m call_ab 1 ""
+call_graph_profile rope 1 $rope=1
+call_done
