@@ -79,9 +79,12 @@ call_ab() {
     --layers "${CALL_LAYERS:-45}" --recipe "${CALL_RECIPE:-iq4_xs}" ${CALL_TYPES:+--types "$CALL_TYPES"} \
     --batches "$batches" --decode-steps 12 --prefill "$prefill" ${CALL_BENCH_ARGS:-} \
     --layer-times=false >"$CALL_LOGS/ab.jsonl" 2>"$CALL_LOGS/ab.err"
+  # Per decode batch its ms per step and fraction of the HBM roofline (bench_model's weight and KV
+  # bytes a step over the measured copy bandwidth), per prompt its prefill rate.
   echo "ab ${CALL_PRESET:-step-3.5-flash}/${CALL_LAYERS:-45} ${CALL_RECIPE:-iq4_xs}${CALL_TYPES:+ $CALL_TYPES}${CALL_BENCH_ARGS:+ $CALL_BENCH_ARGS} [$*] rc=$? $(($(date +%s) - s)) s" "$(grep -E 'decode|prefill' "$CALL_LOGS/ab.jsonl" |
-    grep -o '"batch":[0-9]*,"context":[0-9]*,"ms_per_step":[0-9.]*\|"prompt_tokens":[0-9]*,"seconds":[0-9.]*,"tokens_per_s":[0-9.]*' |
-    sed 's/"context":[0-9]*,//' | tr '\n' ' ')"
+    sed -nE -e 's/.*("batch":[0-9]+),"context":[0-9]+,("ms_per_step":[0-9.]+).*"fraction_of_roofline":([0-9.]+).*/\1,\2,"roofline":\3/p' \
+      -e 's/.*("prompt_tokens":[0-9]+,"seconds":[0-9.]+,"tokens_per_s":[0-9.]+).*/\1/p' |
+    tr '\n' ' ')"
   grep -h '"memory"' "$CALL_LOGS/ab.jsonl"
   tail -1 "$CALL_LOGS/ab.err"
 }
