@@ -5,7 +5,8 @@
 # time: the rope-and-append kernel's angle table, slot and first norm weight before the PDL wait;
 # host-emulated) - its tests both ways, the whole-model test with it, and its A/B against the
 # default in two alternating rounds (default on only if the tests pass and it is faster), then
-# Q4_K_M batch 1 and the batch-1 graph profile with it.
+# Q4_K_M batch 1, the grouped tensor-core GEMM at 32 / 64 streams against the default, and the
+# batch-1 graph profile with the rope switch.
 #   (timeout 560 bash bench/gpu/calls/session33-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -24,5 +25,10 @@ for _ in 1 2; do  # two alternating rounds
   call_ab 1,2,4,8,16 "" $rope=1
 done
 CALL_RECIPE=q4_k_m call_ab 1 ""
+# The tensor-core grouped GEMM at decode again (refuted in session 13: 64 streams 76.8 -> 83.1 ms,
+# H200), since improved for prefill: if it now comes close, a down-only form (the grouped GEMV's
+# short-row down launch ran at ~71% of copy speed at 64 streams, its gate / up at ~96%) is next.
+call_ab 32,64 "" STEPSERVE_GROUPED_GEMM=2
+call_ab 32,64 ""
 call_graph_profile rope 1 $rope=1
 call_done
