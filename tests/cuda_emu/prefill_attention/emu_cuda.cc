@@ -1,6 +1,8 @@
 #include "emu_cuda.h"
 
+#include <algorithm>
 #include <functional>
+#include <random>
 
 EmuDim threadIdx, blockIdx, blockDim, gridDim;
 
@@ -10,6 +12,7 @@ size_t smem_bytes = 0;
 bool copy_at_issue = false;
 int threads = 128;
 uint32_t order_seed = 1;
+bool shuffle_ctas = false;
 int64_t ctas = 0;
 
 namespace {
@@ -294,12 +297,18 @@ void RunGrid(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ke
   gridDim.x = grid.x;
   gridDim.y = grid.y;
   gridDim.z = 1;
+  std::vector<std::pair<unsigned, unsigned>> order;
   for (unsigned by = 0; by < grid.y; ++by) {
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      if (smem > 0) std::memset(smem_base, 0xFF, smem);
-      RunCta(kernel, bx, by, order_seed++);
-      ++ctas;
-    }
+    for (unsigned bx = 0; bx < grid.x; ++bx) order.emplace_back(bx, by);
+  }
+  if (shuffle_ctas) {
+    std::mt19937 rng(order_seed);
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  for (const auto& [bx, by] : order) {
+    if (smem > 0) std::memset(smem_base, 0xFF, smem);
+    RunCta(kernel, bx, by, order_seed++);
+    ++ctas;
   }
 }
 }  // namespace emu

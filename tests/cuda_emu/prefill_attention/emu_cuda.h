@@ -48,11 +48,14 @@ int ReduceMin(int v);
 int ReduceMax(int v);
 void SyncThreads();
 void SyncWarp();
-// Runs every CTA of the grid (blockIdx.y outer), block.x coroutine threads each (emu::threads),
-// the shared memory at smem_base (smem bytes) poisoned with 0xFF before each; `ctas` counts them
-// and `order_seed` varies the thread interleaving from CTA to CTA.
+// Runs every CTA of the grid (blockIdx.y outer, or shuffled), block.x coroutine threads each
+// (emu::threads), the shared memory at smem_base (smem bytes) poisoned with 0xFF before each;
+// `ctas` counts them and `order_seed` varies the thread interleaving from CTA to CTA.
 extern uint32_t order_seed;
 extern int64_t ctas;
+// CTAs in a shuffled order (seeded by order_seed) instead of blockIdx.y-major: a kernel whose
+// CTAs meet at an arrival counter then sees any of them arrive last.
+extern bool shuffle_ctas;
 void RunGrid(dim3 grid, dim3 block, size_t smem, const std::function<void()>& kernel);
 }  // namespace emu
 

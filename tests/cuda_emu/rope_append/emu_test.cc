@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "emu_cuda.h"
+#include "emu_launch.h"
 // Static shared arrays: one instance for all the coroutine threads of a CTA (CTAs run one at a
 // time), as on the device.
 #undef __shared__
@@ -20,20 +21,11 @@
 #include "kernels/rope/rope_cuda.h"
 #include "tests/gpu/rope_append_case.h"
 
-cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
-namespace stepserve::kernels {
-inline void WaitForPrimaryGrid() {}
-inline void AllowDependentLaunch() {}
-template <class... KA, class... A>
-cudaError_t LaunchWithPdl(void (*kernel)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
-                          A&&... args) {
+void emu::CheckLaunch(dim3, dim3, size_t smem) {
   if (smem != 0) emu::Fail("launch shape");  // static shared arrays only
-  emu::RunGrid(grid, block, smem, [&] { kernel(args...); });
-  return cudaSuccess;
 }
-}  // namespace stepserve::kernels
 
 #include "kernel_emu.inc"
 

@@ -5,7 +5,6 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 src="$root/kernels/attention/kv_append_rope_cuda.cu"
-work=$(mktemp -d)
 mutations=(
   's/CacheHead<kDtype>(params.v_cache, slot, kh,/CacheHead<kDtype>(params.k_cache, slot, kh,/'
   's/const bool cache = slot >= 0 \&\& slot < params.total_slots;/const bool cache = slot < params.total_slots;/'
@@ -16,14 +15,4 @@ mutations=(
   's/values\[m\] = i < dh ? x\[i\] : 0.0f;/values[m] = i < dh ? x[i \/ 2] : 0.0f;/'
   's/if (m \* kWarpSize < dh) kv_append::StoreQ8Block/if (m * kWarpSize < dh - 32) kv_append::StoreQ8Block/'
 )
-caught=0
-for i in "${!mutations[@]}"; do
-  sed "${mutations[$i]}" "$src" > "$work/mutant.cu"
-  if cmp -s "$src" "$work/mutant.cu"; then echo "mutation $i did not apply"; continue; fi
-  if EMU_WORK="$work/m$i" bash "$here/run.sh" "${1:-$root/build}" "$work/mutant.cu" > "$work/m$i.log" 2>&1; then
-    echo "mutation $i NOT caught: ${mutations[$i]}"
-  else
-    echo "mutation $i caught ($(grep -c FAIL "$work/m$i.log") failing cases)"; caught=$((caught + 1))
-  fi
-done
-echo "$caught of ${#mutations[@]} caught"
+bash "$root/tests/cuda_emu/run_mutations.sh" "$src" "$here/run.sh" "${1:-$root/build}" "${mutations[@]}"
