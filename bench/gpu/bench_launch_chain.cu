@@ -1,8 +1,8 @@
 // What a dependent kernel boundary costs inside a replayed graph (JSON lines): a chain of N
 // kernels, each streaming `bytes` of its own (0 or 1-64 MiB; no L2 reuse: slices rotate through
-// 1 GiB), against
-// one kernel streaming all N slices - the difference per kernel is the boundary's cost: the last
-// wave's tail, the next grid's launch, its wait and its memory ramp. Three chain forms: plain
+// 1 GiB), against one kernel streaming all N slices (at most the 1 GiB span: single_kernel_bytes,
+// its time scaled to the chain's bytes) - the difference per kernel is the boundary's cost: the
+// last wave's tail, the next grid's launch, its wait and its memory ramp. Three chain forms: plain
 // stream order; programmatic dependent launch (PDL) with every kernel waiting first, as the
 // decode kernels do; and PDL with the first loads issued before the wait (the weights-before-wait
 // form of the one-row GEMV). Why: a batch-1 decode layer is ~12 dependent kernels, and the step
@@ -125,10 +125,10 @@ int Main(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"launch_chain\",\"form\":\"%s\",\"bytes_per_kernel\":%ld,\"kernels\":%d,"
           "\"us_per_kernel\":%.3f,\"chain_gbps\":%.1f,\"single_kernel_us\":%.2f,"
-          "\"boundary_us\":%.3f,\"fraction_of_copy\":%.3f}\n",
+          "\"single_kernel_bytes\":%ld,\"boundary_us\":%.3f,\"fraction_of_copy\":%.3f}\n",
           FormName(form), static_cast<long>(bytes), kernels_per_chain, per_kernel,
           per_kernel > 0 ? static_cast<double>(bytes) / (per_kernel * 1e3) : 0.0, single_us,
-          bytes > 0 ? boundary : per_kernel,
+          static_cast<long>(total), bytes > 0 ? boundary : per_kernel,
           copy_gbps > 0 && per_kernel > 0
               ? static_cast<double>(bytes) / (per_kernel * 1e3) / copy_gbps
               : 0.0);
