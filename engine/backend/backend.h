@@ -137,9 +137,6 @@ struct SharedExpertWeights {
   float limit = 0.0f;  // swiglu_clamp_shexp[l]
 };
 
-// Memory the ops read and write, owned by the backend that allocated it. On the CPU backend it is
-// host memory; on an accelerator it is device memory the host must never dereference. Move-only;
-// released when destroyed.
 // One product of Backend::ConcurrentMatmuls: y = x * W^T, as Matmul.
 struct MatmulJob {
   TensorView x;
@@ -147,6 +144,9 @@ struct MatmulJob {
   TensorView y;
 };
 
+// Memory the ops read and write, owned by the backend that allocated it. On the CPU backend it is
+// host memory; on an accelerator it is device memory the host must never dereference. Move-only;
+// released when destroyed.
 class BackendBuffer {
  public:
   BackendBuffer() = default;

@@ -37,41 +37,9 @@ __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w
   DotAndStore<P, RN, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
 }
 
-// A grouped kernel warp's work: its first row block (one warp per kRows output rows of grid x),
-// its slot's matrix id and the slot's range [begin, end) of group_order. Slot arrays come from
-// the grouping kernel, which may still run when this one starts: read after the PDL wait.
-// Returns false, before the wait where it can, when the warp has nothing to do.
-struct GroupedWarpWork {
-  int64_t first = 0;
-  int32_t id = 0;
-  int begin = 0, end = 0;
-};
-template <int kRows>
-__device__ __forceinline__ bool StartGroupedWarp(const GemvParams& p, GroupedWarpWork& work) {
-  work.first = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kRows;
-  if (work.first >= p.out) return false;
-  const int slot = static_cast<int>(blockIdx.y);
-  WaitForPrimaryGrid();  // the grouping kernel that writes the slot arrays may still run
-  AllowDependentLaunch();
-  work.id = p.slot_matrix[slot];
-  if (work.id == kSlotUnused) return false;
-  work.begin = p.slot_begin[slot];
-  work.end = p.slot_begin[slot + 1];
-  return true;
-}
-
-// Zeros row block o0 (rows o0 .. o0 + kRows - 1 below out) of every group of the slot from begin
-// to end: an id outside [0, n_matrices), as the indexed mode writes.
-template <int kRows>
-__device__ __forceinline__ void ZeroSlotRows(const GemvParams& p, int64_t o0, int lane, int begin,
-                                             int end) {
-  for (int i = begin; i < end; ++i) {
-    if (lane < kRows && o0 + lane < p.out) p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
-  }
-}
-
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
-// expert, so its matrix is streamed once per R of them instead of once per group.
+// expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
+// come from the grouping kernel, which may still run when this one starts: read after the wait.
 // kRowLoop (GroupedRowCtasPerSlot): fewer CTAs per slot, each warp taking output rows o0, o0 +
 // the grid's rows, ...; otherwise one warp per kRows rows. (An L2 prefetch of the warp's next
 // rows before each row block measured no gain on the H200: 16 / 64 streams 26.04 / 70.24 ms vs
@@ -84,11 +52,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
   const int lane = threadIdx.x & 31;
-  GroupedWarpWork work;
-  if (!StartGroupedWarp<kRows>(p, work)) return;
-  const int64_t first = work.first;
-  const int32_t id = work.id;
-  const int begin = work.begin, end = work.end;
+  const int64_t first =
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kRows;
+  if (first >= p.out) return;
+  const int slot = static_cast<int>(blockIdx.y);
+  WaitForPrimaryGrid();  // the grouping kernel that writes the slot arrays may still run
+  AllowDependentLaunch();
+  const int32_t id = p.slot_matrix[slot];
+  if (id == kSlotUnused) return;
+  const int begin = p.slot_begin[slot], end = p.slot_begin[slot + 1];
   // Output rows o0 .. o0 + kRows - 1 of every group of the slot, then the warp's next rows.
   auto for_each_row_block = [&](auto&& rows) {
     if constexpr (kRowLoop) {
@@ -99,7 +71,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   };
   if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
-    for_each_row_block([&](int64_t o0) { ZeroSlotRows<kRows>(p, o0, lane, begin, end); });
+    for_each_row_block([&](int64_t o0) {
+      for (int i = begin; i < end; ++i) {
+        if (lane < kRows && o0 + lane < p.out) p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
+      }
+    });
     return;
   }
   const uint8_t* w = p.w + id * p.w_matrix_bytes;

@@ -1,6 +1,6 @@
 // ProfileGraphKernels (engine/backend/cuda/graph_kernel_profile.h) on a captured graph of three
-// kernel kinds of known, very different sizes: a 1 GiB copy (read + write), a 64 MiB read and an
-// 8 MiB copy on another grid. The sweep must find three kinds, put the big copy first with most of
+// kernel kinds of known, very different sizes: a 512 MiB copy (1 GiB read and written), a 64 MiB
+// read and an 8 MiB copy on another grid. The sweep must find three kinds, put the big copy first with most of
 // the step's time, leave every node enabled (a replay afterwards still copies), and its JSON must
 // carry one step line and one line per kind. The JSON formatting alone (names with quotes) runs
 // without a device.
@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/bandwidth/copy_cuda.h"
 #include "kernels/common/cuda_check.h"
+#include "tests/gpu/backend_test_util.h"
 
 namespace stepserve {
 namespace {
@@ -55,7 +56,7 @@ TEST(GraphKernelProfileJsonTest, OneStepLineThenOneLinePerKindWithNamesEscaped) 
 }
 
 TEST(GraphKernelProfileCudaTest, FindsTheKindsAndTheirShareAndLeavesTheGraphWhole) {
-  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible; GPU test skipped";
+  if (kernels::CudaDeviceCount() == 0) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
   constexpr int64_t kBig = int64_t{512} << 20, kRead = int64_t{64} << 20, kSmall = int64_t{8} << 20;
   void *src = nullptr, *dst = nullptr, *small = nullptr;
   uint32_t* sink = nullptr;
@@ -82,7 +83,7 @@ TEST(GraphKernelProfileCudaTest, FindsTheKindsAndTheirShareAndLeavesTheGraphWhol
   EXPECT_EQ(profile->kernel_nodes, 3);
   ASSERT_EQ(profile->kernels.size(), 3u);
   EXPECT_GT(profile->full_us, 0.0);
-  // The 1 GiB copy (four blocks per multiprocessor, not 7) moves ~90% of the bytes.
+  // The 512 MiB copy (four blocks per multiprocessor, not 7) moves ~90% of the bytes.
   const GraphKernelCost& first = profile->kernels[0];
   EXPECT_NE(first.kernel.find("Copy"), std::string::npos) << first.kernel;
   EXPECT_NE(first.grid.x, 7u);

@@ -4,6 +4,8 @@
 # bytes; =2: 3-CTA cap, 8 / 8): the MoE GEMV test's IQ4_XS down cases under both, then an
 # alternating A/B against the default at 8 / 16 / 32 / 64 streams (default on only if the tests
 # pass and it is faster at 16-64), and the 64-stream graph profile with the better one.
+# Ran in session 32 (results-v28.txt, call 2): both levels slower, and the switch and its kernel
+# were removed; the script stays as the record of that call (the switch is now ignored).
 #   (timeout 580 bash bench/gpu/calls/session31-prefetch.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
