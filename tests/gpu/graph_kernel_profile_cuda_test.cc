@@ -1,9 +1,9 @@
 // ProfileGraphKernels (engine/backend/cuda/graph_kernel_profile.h) on a captured graph of three
 // kernel kinds of known, very different sizes: a 512 MiB copy (1 GiB read and written), a 64 MiB
-// read and an 8 MiB copy on another grid. The sweep must find three kinds, put the big copy first with most of
-// the step's time, leave every node enabled (a replay afterwards still copies), and its JSON must
-// carry one step line and one line per kind. The JSON formatting alone (names with quotes) runs
-// without a device.
+// read and an 8 MiB copy on another grid. The sweep must find three kinds, put the big copy first
+// with most of the step's time, leave every node enabled (a replay afterwards still copies), and
+// its JSON must carry one step line and one line per kind. The JSON formatting alone (names with
+// quotes) runs without a device.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
