@@ -25,6 +25,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/gpu/cuda_bench_util.h"
+#ifdef STEPSERVE_HAVE_CUPTI
+#include "bench/gpu/kernel_timeline.h"
+#endif
 #include "bench/gpu/random_weights.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/base/status_macros.h"
@@ -81,6 +84,7 @@ struct Args {
   bool fuse_projections = true;
   int64_t logit_top_k = 20;   // what serve's device sampling takes (kMaxLogprobs)
   int64_t graph_profile = 0;  // timed replays per sample of ProfileGraphKernels (0: none)
+  int64_t timeline = 0;       // kernel timeline of one more step: 1 per kind, 2 also per kernel
 };
 
 std::vector<int64_t> ParseList(const std::string& text) {
@@ -102,7 +106,36 @@ struct DecodeTiming {
   double replayed_fraction = 0;  // timed steps replayed from a recorded graph
   // --graph-profile: JSON lines of ProfileGraphKernels on one more step, or why there are none.
   std::string graph_profile;
+  // --timeline: JSON lines of the kernel timeline of one more step (kernel_timeline.h), or why
+  // there are none.
+  std::string timeline;
 };
+
+// The kernel timeline of one decode step (`step`), after one more recorded but dropped (CUPTI's
+// first records and the step's own first replay stay out): KernelTimelineJson's lines.
+template <class Step>
+std::string TimelineOfStep(Backend& backend, int64_t rows, bool per_kernel, Step&& step) {
+#ifdef STEPSERVE_HAVE_CUPTI
+  absl::Status s = StartKernelTimeline();
+  if (s.ok()) s = step();
+  if (s.ok()) s = backend.Synchronize();
+  if (s.ok()) s = RestartKernelTimeline();
+  if (s.ok()) s = step();
+  if (s.ok()) s = backend.Synchronize();
+  absl::StatusOr<std::vector<KernelSpan>> spans = StopKernelTimeline();
+  if (s.ok() && !spans.ok()) s = spans.status();
+  if (!s.ok()) {
+    return absl::StrFormat("{\"timeline\":\"error\",\"rows\":%d,\"why\":\"%s\"}\n", rows,
+                           absl::CEscape(s.ToString()));
+  }
+  return KernelTimelineJson(*spans, rows, per_kernel);
+#else
+  (void)backend, (void)per_kernel, (void)step;
+  return absl::StrFormat(
+      "{\"timeline\":\"none\",\"rows\":%d,\"why\":\"bench_model was built without CUPTI\"}\n",
+      rows);
+#endif
+}
 
 uint64_t ReplayedSteps(model::Step35Model& m) {
   auto* cuda = dynamic_cast<CudaBackend*>(&m.backend());
@@ -117,11 +150,11 @@ double HostBlockedSeconds(model::Step35Model& m) {
 absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, KvDtype kv_dtype,
                                         int32_t logit_top_k, int64_t batch, int64_t context,
                                         int64_t steps, int64_t repeats, int64_t chunk,
-                                        int64_t profile_replays = 0) {
+                                        int64_t profile_replays = 0, int64_t timeline = 0) {
   ASSIGN_OR_RETURN(std::unique_ptr<runner::KvContext> kv,
                    runner::KvContext::Create(m.backend(), m.hparams(),
                                              {.max_sequences = static_cast<int32_t>(batch),
-                                              .ctx_size = context + steps * repeats + 4,
+                                              .ctx_size = context + steps * repeats + 6,
                                               .max_chunk = static_cast<int32_t>(chunk),
                                               .kv_dtype = kv_dtype}));
   const int64_t vocab = m.n_vocab();
@@ -192,6 +225,8 @@ absl::StatusOr<DecodeTiming> TimeDecode(model::Step35Model& m, KvDtype kv_dtype,
       best.graph_profile = GraphKernelProfileJson(**profile);
     }
   }
+  // Two more steps at most (the context's room: + 6 above).
+  if (timeline > 0) best.timeline = TimelineOfStep(m.backend(), batch, timeline > 1, decode_step);
   return best;
 }
 
@@ -255,6 +290,10 @@ int Main(int argc, char** argv) {
            "after each batch's timing, one more decode step whose graph is swept kernel kind by "
            "kernel kind (disabled, replayed, compared with the full step: the kernel's marginal "
            "cost); N timed replays per sample, 0: none (CUDA)");
+  p.AddInt("timeline", &a.timeline,
+           "after each batch's timing, the device's kernel timeline of one more decode step "
+           "(CUPTI: each kernel's span and how much later than the kernels before it it ends): "
+           "1 per kernel kind, 2 also every kernel, 0: none (CUDA)");
   int exit_code = 0;
   if (!cli::ParseOrExit(p, argc, argv, &exit_code)) return exit_code;
   if (a.model.empty() == a.synthetic.empty()) {
@@ -356,7 +395,7 @@ int Main(int argc, char** argv) {
       for (int64_t batch : ParseList(a.batches)) {
         absl::StatusOr<DecodeTiming> s =
             TimeDecode(m, kv_dtype, static_cast<int32_t>(a.logit_top_k), batch, a.context,
-                       a.decode_steps, a.repeats, chunk, a.graph_profile);
+                       a.decode_steps, a.repeats, chunk, a.graph_profile, a.timeline);
         if (!s.ok()) {
           std::fprintf(stderr, "decode batch %ld: %s\n", static_cast<long>(batch),
                        s.status().ToString().c_str());
@@ -376,6 +415,7 @@ int Main(int argc, char** argv) {
             roofline, roofline > 0 ? (batch / sec) / roofline : 0.0, s->host_blocked_fraction,
             s->replayed_fraction);
         std::fputs(s->graph_profile.c_str(), stdout);
+        std::fputs(s->timeline.c_str(), stdout);
         std::fflush(stdout);
       }
       for (int64_t prompt : ParseList(a.prefill)) {

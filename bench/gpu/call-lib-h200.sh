@@ -186,3 +186,40 @@ for n, rs in sorted(rows.items()):
 PY
   tail -2 "$CALL_LOGS/graph-$name.err"
 }
+
+# call_timeline NAME BATCHES [VAR=value...]: the device's kernel timeline of one replayed decode
+# step per batch (bench_model --timeline 2, CUPTI; bench/gpu/kernel_timeline.h) into
+# $OUT/timeline-NAME.jsonl; prints per batch the step's span and busy time and the kernel kinds by
+# the time they add to the step (the part of it that ends in their kernels), with mean duration
+# and mean lead (start minus the previous kernel's end: negative where PDL overlapped them).
+call_timeline() {
+  local name=$1 batches=$2
+  shift 2
+  local s=$(date +%s) f="${OUT:-$CALL_LOGS}/timeline-$name.jsonl"
+  timeout 240 env "$@" "$CALL_BUILD/bench/gpu/bench_model" --synthetic "${CALL_PRESET:-step-3.5-flash}" \
+    --layers "${CALL_LAYERS:-45}" --recipe "${CALL_RECIPE:-iq4_xs}" --batches "$batches" \
+    --decode-steps 4 --repeats 1 --prefill "" --layer-times=false --timeline 2 >"$f" \
+    2>"$CALL_LOGS/timeline-$name.err"
+  echo "timeline $name ${CALL_LAYERS:-45} layers [$*] rc=$? $(($(date +%s) - s)) s"
+  python3 - "$f" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if '"timeline"' not in line:
+        continue
+    r = json.loads(line)
+    rows.setdefault(r["rows"], []).append(r)
+for n, rs in sorted(rows.items()):
+    for r in rs:
+        if r["timeline"] == "step":
+            print(f"rows {n}: span {r['span_us']:.1f} us, busy {r['busy_us']:.1f} us,"
+                  f" {r['kernels']} kernels in {r['kinds']} kinds")
+        elif r["timeline"] not in ("kind", "kernel"):
+            print(f"rows {n}: {r}")
+    for r in [r for r in rs if r["timeline"] == "kind"][:16]:
+        print(f"  adds {r['adds_us']:8.1f} us {r['count']:4d} x dur {r['mean_dur_us']:6.2f}"
+              f" adds {r['mean_adds_us']:6.2f} lead {r['mean_lead_us']:6.2f}"
+              f" grid {r['grid']:>10} {r['kernel'][:90]}")
+PY
+  tail -2 "$CALL_LOGS/timeline-$name.err"
+}

@@ -9,7 +9,8 @@
 # faster), then Q4_K_M batch 1, the grouped tensor-core GEMM at 32 / 64 streams against the
 # default, and the batch-1 graph profile with both switches. Added at session 33's start (no
 # device came at first): STEPSERVE_MOE_DOWN_PREFETCH=1 / 2 / 3 (the gate/up warps prefetch the
-# routed experts' down matrices into L2) - moe_gemv_cuda_test with it and its A/B in the rounds.
+# routed experts' down matrices into L2) - moe_gemv_cuda_test with it and its A/B in the rounds;
+# and bench_model --timeline (CUPTI kernel spans of one replayed step) at 1 and 64 streams.
 #   (timeout 560 bash bench/gpu/calls/session33-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -39,4 +40,6 @@ CALL_RECIPE=q4_k_m call_ab 1 ""
 call_ab 32,64 "" STEPSERVE_GROUPED_GEMM=2
 call_ab 32,64 ""
 call_graph_profile new 1 $rope=1 $qc=1
+# The kernel timeline (CUPTI, new this session) at 1 and 64 streams with the defaults.
+call_timeline default 1,64
 call_done

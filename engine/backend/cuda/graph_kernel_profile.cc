@@ -15,22 +15,9 @@
 #include "absl/strings/str_replace.h"
 
 namespace stepserve {
-namespace {
 
-absl::Status Check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  (void)cudaGetLastError();
-  return absl::InternalError(
-      absl::StrFormat("graph kernel profile: %s: %s", what, cudaGetErrorString(err)));
-}
-
-// The kernel's name without the project's namespaces (they are the same for every kernel).
-std::string KernelName(const void* func) {
-  const char* mangled = nullptr;
-  if (func == nullptr || cudaFuncGetName(&mangled, func) != cudaSuccess || mangled == nullptr) {
-    (void)cudaGetLastError();
-    return "(unnamed)";
-  }
+std::string ShortKernelName(const char* mangled) {
+  if (mangled == nullptr) return "(unnamed)";
   int status = 0;
   std::unique_ptr<char, decltype(&std::free)> demangled(
       abi::__cxa_demangle(mangled, nullptr, nullptr, &status), &std::free);
@@ -52,6 +39,25 @@ std::string JsonString(const std::string& s) {
     out += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
   }
   return out + "\"";
+}
+
+namespace {
+
+absl::Status Check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return absl::InternalError(
+      absl::StrFormat("graph kernel profile: %s: %s", what, cudaGetErrorString(err)));
+}
+
+// The kernel's name as the runtime has it, shortened (ShortKernelName).
+std::string KernelName(const void* func) {
+  const char* mangled = nullptr;
+  if (func == nullptr || cudaFuncGetName(&mangled, func) != cudaSuccess || mangled == nullptr) {
+    (void)cudaGetLastError();
+    return "(unnamed)";
+  }
+  return ShortKernelName(mangled);
 }
 
 // Mean microseconds per replay over `replays` back-to-back replays, after one untimed replay.

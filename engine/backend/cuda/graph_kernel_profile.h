@@ -49,6 +49,12 @@ absl::StatusOr<GraphKernelProfile> ProfileGraphKernels(cudaGraph_t graph, cudaGr
 // One JSON object per line: a header line with the full step and one line per kernel kind.
 std::string GraphKernelProfileJson(const GraphKernelProfile& profile);
 
+// A kernel's mangled name demangled, without the project's namespaces (the same for every kernel)
+// and cut to 200 characters; also bench/gpu/kernel_timeline's names.
+std::string ShortKernelName(const char* mangled);
+// `s` as a JSON string literal (quotes and backslashes escaped, control characters as spaces).
+std::string JsonString(const std::string& s);
+
 }  // namespace stepserve
 
 #endif  // STEPSERVE_ENGINE_BACKEND_CUDA_GRAPH_KERNEL_PROFILE_H_
