@@ -37,13 +37,16 @@ struct Params {
   bool setup_before_wait;
 };
 
-// STEPSERVE_ROPE_SETUP_BEFORE_WAIT=1 (read once): off until measured (written in session 32
-// without device time left). Why: at batch 1 the rope-and-append kernel sits alone between the
-// q / k / gate GEMV and the attention, and its angle table (a serial product and cos / sin) and
-// the norm weight's round trip after the head's reduction were on the step's critical path
-// (graph profile, H100: 1.6 us a sliding-window layer, 3.4 us a full-attention one).
+// On unless STEPSERVE_ROPE_SETUP_BEFORE_WAIT=0 (read once). Why: at batch 1 the rope-and-append
+// kernel sits alone between the q / k / gate GEMV and the attention, and its angle table (a serial
+// product and cos / sin) and the norm weight's round trip after the head's reduction were on the
+// step's critical path (graph profile, H100: 1.6 us a sliding-window layer, 3.4 us a
+// full-attention one). Measured (H100, 24 layers, session 33 call 1, two alternating rounds, ms
+// per step at 1 / 2 / 4 / 8 / 16 streams): off 2.399 / 3.282 / 5.080 / 7.935 / 11.391 and 2.408 /
+// 3.287 / 5.086 / 7.966 / 11.402, on 2.401 / 3.264 / 5.050 / 7.887 / 11.345 and 2.388 / 3.250 /
+// 5.029 / 7.887 / 11.368; its tests and the whole-model test pass both ways.
 bool SetupBeforeWaitEnabled() {
-  static const bool on = EnvSwitchSet("STEPSERVE_ROPE_SETUP_BEFORE_WAIT");
+  static const bool on = EnvSwitchOn("STEPSERVE_ROPE_SETUP_BEFORE_WAIT");
   return on;
 }
 

@@ -167,33 +167,14 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
     const int d = idx - i * geo.dims_padded;
     q_s[idx] = d < geo.head_dim ? q_row[static_cast<int64_t>(head0 + i) * geo.head_dim + d] : 0.0f;
   };
-  // kEarly with p.q_with_chunk: this thread's query values held in registers (kQHeld at most)
-  // until the first chunk's K / V loads have been issued, so the two round trips overlap.
-  constexpr int kQHeld =
-      kEarly && kDim > 0 ? (kHeadsPerCta * PaddedDims(kDim) + kThreads - 1) / kThreads : 1;
-  float q_held[kQHeld];
-  const int q_values = nh * geo.dims_padded;
   if constexpr (kEarly) {
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
     if (p.tables_before_wait) {
       WaitForPrimaryGrid();  // the query rows (and the cache's newest keys) come from before
       AllowDependentLaunch();
     }
-    if (p.q_with_chunk) {
-#pragma unroll
-      for (int k = 0; k < kQHeld; ++k) {
-        const int idx = tid + k * kThreads;
-        if (idx < q_values) {
-          const int i = idx / geo.dims_padded;
-          const int d = idx - i * geo.dims_padded;
-          q_held[k] =
-              d < geo.head_dim ? q_row[static_cast<int64_t>(head0 + i) * geo.head_dim + d] : 0.0f;
-        }
-      }
-    } else {
 #pragma unroll 4
-      for (int idx = tid; idx < q_values; idx += kThreads) load_q(idx);
-    }
+    for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) load_q(idx);
   } else {
     if (p.tables_before_wait) {
       WaitForPrimaryGrid();
@@ -220,26 +201,10 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
   }
   __syncthreads();
-  // With the query held: the first chunk's loads, then the held values into q_s; the loop's first
-  // barrier publishes both.
-  bool first_chunk_loaded = false;
-  if constexpr (kEarly) {
-    if (p.q_with_chunk) {
-      if (lo < hi) {
-        LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
-        first_chunk_loaded = true;
-      }
-#pragma unroll
-      for (int k = 0; k < kQHeld; ++k) {
-        const int idx = tid + k * kThreads;
-        if (idx < q_values) q_s[idx] = q_held[k];
-      }
-    }
-  }
 
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int n = static_cast<int>(min(int64_t{kChunk}, hi - c0));
-    if (!first_chunk_loaded || c0 != lo) LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
+    LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
     __syncthreads();
 
     // Scores of key `lane` against this warp's heads, then the online-softmax update.
@@ -497,16 +462,6 @@ bool TablesBeforeWaitEnabled() {
   return on;
 }
 
-// PagedAttentionKernel's query loads overlapping the first chunk's (head_dim 128 with the early
-// loads) when STEPSERVE_ATTN_Q_WITH_CHUNK=1 (read once). Off until measured: written in session
-// 32 after its device time (host-emulated, tests/cuda_emu/paged_attention). Why: after the wait a
-// decode CTA loaded its query rows, met a barrier, then loaded its first chunk - two dependent
-// round trips on the step's critical path at batch 1 (7.5 us per layer's attention, H100).
-bool QWithChunkEnabled() {
-  static const bool on = EnvSwitchSet("STEPSERVE_ATTN_Q_WITH_CHUNK");
-  return on;
-}
-
 // Head dim 128 (Step-3.5-Flash, the tiny presets' larger layers) with its geometry fixed at
 // compile time, unless STEPSERVE_ATTN_FIXED_DIMS=0 (read once).
 bool FixedDimsEnabled() {
@@ -553,7 +508,6 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   p.scale = a.scale;
   p.splits = static_cast<int>(a.splits);
   p.tables_before_wait = TablesBeforeWaitEnabled();
-  p.q_with_chunk = QWithChunkEnabled();
   const int vec_elems = kv.dtype == KvDtype::kF16 ? 8 : 4;
   // (The Q8_0 loader has its own access pattern and ignores this.)
   p.vector_loads = kv.head_dim % vec_elems == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&

@@ -54,9 +54,6 @@ struct KernelParams {
   // programmatic-launch wait (TablesBeforeWaitEnabled): both are staged by a host copy before
   // the step's kernels, never written by the kernel this one may overlap.
   bool tables_before_wait;
-  // The query rows loaded into registers and the first chunk's K / V loads issued before they are
-  // stored to shared memory (QWithChunkEnabled; the head_dim 128 kernel with the early loads).
-  bool q_with_chunk;
 };
 
 // Q / V rows in shared memory are head_dim rounded up to 4 floats; K rows are padded to an odd

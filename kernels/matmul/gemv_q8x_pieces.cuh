@@ -42,9 +42,6 @@ struct PlainLoad {
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
-__device__ __forceinline__ void PrefetchL2EvictLast(const void* p) {
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-}
 
 // ---- Q8_0: 34-byte blocks, 2 lanes per block (16 int8 each), 16 blocks per warp step. ----
 struct PieceQ8_0 {

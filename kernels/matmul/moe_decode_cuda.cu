@@ -202,31 +202,6 @@ __device__ __forceinline__ void StoreAndQuantizeBlockCta(const ExpertGateUpParam
 // at compile time (the activation row addressing stays out of the loop's registers: 20 bytes of
 // spill for IQ4_XS against 88 with a run-time row).
 constexpr int kMaxSharedTokens = 4;
-
-// Warp `warp` of the `warps` of routed slot (t, j) prefetches its share of that slot's expert's
-// down matrix (a.down, a.down_matrix_bytes) into L2, a 128-byte line per lane and step; nothing for
-// an id out of range. Why: at one token the down launch reads 8 x 2.8 MB (Step-3.5-Flash, IQ4_XS)
-// at ~66% of the copy bandwidth (H100 graph profile, session 32) while the gate/up launch before
-// it, at ~76%, leaves HBM time spare; the gate/up weights stream past L2 (evict-first loads), so
-// the prefetched lines should stay. The id is read again here rather than kept from the row setup
-// (a pointer live across the dot products spilled more).
-__device__ __forceinline__ void PrefetchDownSlice(const ExpertGateUpParams& a, int t, int j,
-                                                  int64_t warp, int64_t warps, int lane) {
-  const int32_t id = a.p.matrix_ids[t * a.routed + j];
-  if (id < 0 || id >= a.p.n_matrices) return;
-  const uint8_t* down_w = a.down + id * a.down_matrix_bytes;
-  const int64_t lines = (a.down_matrix_bytes + 127) / 128;
-  const int64_t per_warp = (lines + warps - 1) / warps;
-  const int64_t end = min(lines, (warp + 1) * per_warp);
-  for (int64_t l = warp * per_warp + lane; l < end; l += 32) {
-    if (a.down_prefetch == 3) {
-      PrefetchL2EvictLast(down_w + l * 128);
-    } else {
-      PrefetchL2(down_w + l * 128);
-    }
-  }
-}
-
 enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce };
 
 template <class P, int D, int kMode, bool kCtaArrival = false>
@@ -288,7 +263,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     j = k - t * slots_per_row;
   }
   const bool shared = j == a.routed;
-  constexpr bool kDownPrefetch = std::is_same_v<P, PieceIQ4_XS> && kMode != kSharedOnce;
   // The row pair's matrices (null: an expert id out of range, whose rows are zeros).
   const uint8_t* gate_w = nullptr;
   const uint8_t* up_w = nullptr;
@@ -299,11 +273,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   } else if (const int32_t id = p.matrix_ids[t * a.routed + j]; id >= 0 && id < p.n_matrices) {
     gate_w = p.w + id * p.w_matrix_bytes, up_w = a.up + id * a.up_matrix_bytes;
     gate_row_bytes = p.w_row_bytes, up_row_bytes = a.up_row_bytes;
-  }
-  // The down prefetch in the IQ4_XS kernels of 1-2 tokens only (kDownPrefetch): in the others its
-  // code spilled (ptxas: Q4_K one token 8 -> 24-44 bytes, Q5_K 0 -> 32-36, IQ4_XS 3-4 tokens more).
-  if (kDownPrefetch && !shared && (a.down_prefetch == 1 || a.down_prefetch == 3)) {
-    PrefetchDownSlice(a, t, j, o_first, o_stride, lane);
   }
   for (int64_t o = o_first; o < p.out; o += o_stride) {
     float gate = 0.f, up = 0.f;
@@ -318,9 +287,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     } else {
       StoreAndQuantizeBlock(a, t * per_token + j, o, lane, v);
     }
-  }
-  if (kDownPrefetch && !shared && a.down_prefetch == 2) {
-    PrefetchDownSlice(a, t, j, o_first, o_stride, lane);
   }
 }
 
@@ -490,20 +456,9 @@ bool CtaArrival() {
   return on;
 }
 
-// STEPSERVE_MOE_DOWN_PREFETCH (read once): 0 off (the default until measured), 1 / 2 / 3 as
-// ExpertGateUpParams::down_prefetch.
-int DownPrefetchLevel() {
-  static const int level = [] {
-    const int v = EnvSwitchLevel("STEPSERVE_MOE_DOWN_PREFETCH", 0);
-    return v >= 0 && v <= 3 ? v : 0;
-  }();
-  return level;
-}
-
 template <class P>
 cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   a.prefetch_shared = WeightsBeforeWait(kEarlyGateUpShared);
-  a.down_prefetch = a.down != nullptr && a.down_matrix_bytes > 0 ? DownPrefetchLevel() : 0;
   // Two rows per warp: half the one-row ring depth keeps the raw words in flight (and the
   // registers) at the one-row kernel's. Other IQ4_XS depths / register caps without spill (gate/up
   // 3 at 6 CTAs per SM, 4 at 4, 2 at 6 with down 4 at 6, 6 at 4, 2 at 8) measured no faster on the

@@ -68,15 +68,6 @@ struct ExpertGateUpParams {
   // Set by the launcher from WeightsBeforeWait(kEarlyGateUpShared): the shared expert's warps
   // prefetch their gate and up rows into L2 before the PDL wait.
   bool prefetch_shared;
-  // Optional: the routed experts' down matrices (the down kernel's w, w_matrix_bytes). With
-  // STEPSERVE_MOE_DOWN_PREFETCH (docs/cuda-engine.md; the launcher sets down_prefetch from it)
-  // the IQ4_XS kernel's gate/up warps of an expert's slot (1-2 tokens) prefetch a slice each of
-  // its down matrix into L2 - 1:
-  // before their dot products, 2: after their rows, 3: before them with the evict_last priority -
-  // so the down launch after this one reads it from L2. No effect on results.
-  const uint8_t* down;
-  int64_t down_matrix_bytes;
-  int down_prefetch;
 };
 // From 3 tokens the shared expert's rows are decoded once for all the tokens (one warp per row),
 // below once per token.

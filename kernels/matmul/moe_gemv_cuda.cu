@@ -439,8 +439,6 @@ KernelStatus LaunchFusedGateUp(const MoeGemvCudaArgs& a, const Layout& l, uint8_
     e.shared_clamp = a.shared_limit > kSwiGluClampThreshold;
   }
   e.tokens = static_cast<int>(a.tokens);
-  e.down = static_cast<const uint8_t*>(a.down.data);
-  e.down_matrix_bytes = a.down.matrix_bytes;
   if (gemv_internal::LaunchExpertGateUp(a.gate.type, e, stream) != cudaSuccess) {
     (void)cudaGetLastError();
     return KernelStatus::kInvalidArgument;

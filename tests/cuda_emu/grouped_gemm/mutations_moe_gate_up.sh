@@ -30,15 +30,3 @@ m ptr_gate_up_up_from_gate $f 'pb += D * kStepBytes;' 'pb = pa;'
 mc() { STEPSERVE_MOE_CTA_ARRIVAL=1 EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
 mc cta_quantized_one_cta_early $f '32 - kWarpsPerBlock;' '32 - 2 * kWarpsPerBlock;'
 mc cta_arrival_counts_one $f 'o / 32, kWarpsPerBlock) ==' 'o / 32, 1) =='
-# PrefetchDownSlice (STEPSERVE_MOE_DOWN_PREFETCH): a line short per warp, past its expert's matrix,
-# the next expert's matrix, and (after the rows) the first token's experts for every token.
-mp() { STEPSERVE_MOE_DOWN_PREFETCH=${LEVEL:-1} EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
-mp down_prefetch_line_short $f 'const int64_t end = min(lines, (warp + 1) * per_warp);' \
-  'const int64_t end = min(lines, (warp + 1) * per_warp - 1);'
-mp down_prefetch_past_matrix $f 'const int64_t end = min(lines, (warp + 1) * per_warp);' \
-  'const int64_t end = (warp + 1) * per_warp;'
-mp down_prefetch_matrix_of_next $f 'const uint8_t* down_w = a.down + id * a.down_matrix_bytes;' \
-  'const uint8_t* down_w = a.down + (id + 1) % a.p.n_matrices * a.down_matrix_bytes;'
-LEVEL=2 mp down_prefetch_after_of_first_token $f 'a.down_prefetch == 2) {
-    PrefetchDownSlice(a, t, j,' 'a.down_prefetch == 2) {
-    PrefetchDownSlice(a, 0, j,'

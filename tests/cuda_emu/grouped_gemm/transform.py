@@ -52,7 +52,6 @@ reps = {
   # A prefetch's address must lie in a registered buffer too (a real one past it is silently
   # dropped, so only here would a wrong address show).
   ('__device__ __forceinline__ void PrefetchL2(', 'inline void PrefetchL2(const void* p) { emu::Prefetch(p); }'),
-  ('__device__ __forceinline__ void PrefetchL2EvictLast(', 'inline void PrefetchL2EvictLast(const void* p) { emu::Prefetch(p); }'),
   ('__device__ __forceinline__ uint32_t PrmtSignMode(', 'inline uint32_t PrmtSignMode(uint32_t a, uint32_t b, uint32_t s) { return emu::Prmt(a, b, s); }'),
  ],
  'matmul/gemm_grouped_mma_cuda.cu': [],

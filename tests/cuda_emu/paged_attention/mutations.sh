@@ -17,7 +17,5 @@ mutations=(
   's/for (int c = 0; c < kDimsPerThread; ++c) acc\[i\]\[c\] \*= r;/for (int c = 0; c < kDimsPerThread; ++c) acc[i][c] *= 1.0f;/'
   # the early gate kernel reads the next head's gate
   '/const float gate = active ?/s/e.gate_stride + h\]/e.gate_stride + (h + 1) % p.heads]/'
-  # the held query stored one value late (STEPSERVE_ATTN_Q_WITH_CHUNK=1 only)
-  's/if (idx < q_values) q_s\[idx\] = q_held\[k\];/if (idx + 1 < q_values) q_s[idx + 1] = q_held[k];/'
 )
 bash "$root/tests/cuda_emu/run_mutations.sh" "$src" "$here/run.sh" "${1:-$root/build}" "${mutations[@]}"

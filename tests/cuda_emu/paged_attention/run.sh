@@ -23,8 +23,7 @@ g++ -std=c++20 -O1 -w -I "$cuda_include" -I "$root" -I "$emu" -I "$work" "$here/
   "$emu/emu_cuda.cc" "$root/kernels/attention/paged_attention_ref.cc" \
   "$root/kernels/attention/paged_attention_cuda_plan.cc" "$build/engine/quant/libstepserve_quant.a" \
   "$build/engine/base/libstepserve_base.a" $libs -o "$work/emu_test"
-# The defaults, the early-load and tables-before-wait forms off, and the query held while the
-# first chunk loads (STEPSERVE_ATTN_* read once per process).
+# The defaults, then the early-load and tables-before-wait forms off (STEPSERVE_ATTN_* read once
+# per process).
 "$work/emu_test" 0
 STEPSERVE_ATTN_EARLY_LOADS=0 STEPSERVE_ATTN_TABLES_BEFORE_WAIT=0 "$work/emu_test" 0
-STEPSERVE_ATTN_Q_WITH_CHUNK=1 "$work/emu_test" 0
