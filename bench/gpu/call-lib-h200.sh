@@ -203,12 +203,13 @@ call_timeline() {
   echo "timeline $name ${CALL_LAYERS:-45} layers [$*] rc=$? $(($(date +%s) - s)) s"
   python3 - "$f" <<'PY'
 import json, sys
-rows = {}
+rows, n = {}, None
 for line in open(sys.argv[1]):
     if '"timeline"' not in line:
         continue
     r = json.loads(line)
-    rows.setdefault(r["rows"], []).append(r)
+    n = r.get("rows", n)  # the per-kernel lines belong to the step line before them
+    rows.setdefault(n, []).append(r)
 for n, rs in sorted(rows.items()):
     for r in rs:
         if r["timeline"] == "step":
