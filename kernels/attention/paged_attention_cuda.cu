@@ -47,35 +47,13 @@ using cuda_reduce::WarpSum;
 
 std::atomic<int64_t> g_combine_launches{0};
 
-// The head gate of PagedAttentionCudaArgs in the combine: its own kernel argument, so that
-// KernelParams (and the attention kernels' register allocation) stays as it is.
-struct GateEpilogue {
-  const float* gate;
-  int64_t gate_stride;
-  q8_quantize::Q8Rows q8;  // natural == nullptr: no int8 rows
-};
-
-// Dims 4v..4v+3 of head h of query row `q_row`, combined (o) and gated (gate logit `gate`): the
-// output floats and, with e.q8, the int8 rows.
-__device__ __forceinline__ void StoreGated(const KernelParams& p, const GateEpilogue& e, int q_row,
-                                           int h, int v, const float (&o)[4], float gate) {
-  const float s = Sigmoid(gate);
-  const float4 gated = make_float4(o[0] * s, o[1] * s, o[2] * s, o[3] * s);
-  const int64_t col = static_cast<int64_t>(h) * p.head_dim + 4 * v;
-  *reinterpret_cast<float4*>(p.out + static_cast<int64_t>(q_row) * p.out_stride + col) = gated;
-  if (e.q8.natural != nullptr) q8_quantize::StoreQ8Both(e.q8, q_row, col, gated);
-}
-
 // Fused split-K combine, after a CTA has written its partials: the CTA that arrives last at the
 // counter of its (row w, KV head[, pass]) combines heads head0 .. head0 + nh - 1 of that row from
 // every split's partials and resets the counter. `area` (the K / V / probability area, free after
 // the chunk loop; the host checks it holds 3 * cta_heads * splits floats) takes the (max, sum)
-// pairs and the weights; `inv_s` holds nh floats. With e.gate the heads are gated and quantized
-// as the gated combine kernels store them (StoreGated; head_dim % 32 == 0, the host's
-// PagedAttentionCudaCombineGates): the same floats in the same order as CombineDims.
-__device__ __forceinline__ void CombineIfLast(const KernelParams& p, const GateEpilogue& e,
-                                              int64_t w, int head0, int nh, int q_row, float* area,
-                                              float* inv_s) {
+// pairs and the weights; `inv_s` holds nh floats.
+__device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, int head0, int nh,
+                                              int q_row, float* area, float* inv_s) {
   // The CTA barrier orders every thread's partials before thread 0's release arrival
   // (kernels/common/arrival.cuh); in the last CTA, thread 0's acquire after the arrival and the
   // barrier order the other CTAs' partials before every thread's reads (through L2, __ldcg).
@@ -109,22 +87,6 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, const GateE
     if ((threadIdx.x & 31) == 0) inv_s[i] = inv_total;
   }
   __syncthreads();
-  if (e.gate != nullptr) {
-    // Thread t takes dims 4v..4v+3 of head i for items t, t + kThreads, ... (v = item % per_head):
-    // an 8-thread group holds one 32-value int8 block, and nh * per_head is a multiple of 32, so
-    // a group's threads run the same iterations (StoreQ8Both's shuffles).
-    const int per_head = p.head_dim / 4;
-    for (int item = threadIdx.x; item < nh * per_head; item += kThreads) {
-      const int i = item / per_head;
-      const int v = item - i * per_head;
-      float o[4];
-      CombineDims<4>(p, p.part_acc + (part0 + static_cast<int64_t>(i) * p.splits) * p.head_dim,
-                     weight_s + i * p.splits, inv_s[i], v, o);
-      const int h = head0 + i;
-      StoreGated(p, e, q_row, h, v, o, e.gate[static_cast<int64_t>(q_row) * e.gate_stride + h]);
-    }
-    return;
-  }
   float* out =
       p.out + static_cast<int64_t>(q_row) * p.out_stride + static_cast<int64_t>(head0) * p.head_dim;
   if (p.head_dim % 4 == 0) {
@@ -134,6 +96,8 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, const GateE
   }
 }
 
+// kHeads: the query heads a CTA may hold (p.cta_heads <= kHeads), which bounds the unrolled
+// per-head loops; 4 for the compact form (CompactHeadsEnabled), else kHeadsPerCta.
 // kDimsPerThread: ceil(dims_padded / kThreads), the accumulator columns each thread owns; kDim:
 // the head dim fixed at compile time, or 0 (Geometry); kEarly (EarlyLoadsEnabled): warp 0 loads
 // the first chunk's page-table entries before the query rows instead of after them, and the query
@@ -143,9 +107,11 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, const GateE
 // the programmatic-launch wait, while the kernel before (the rope and KV append) still runs; the
 // query rows and the cache are read after it. At decode, two dependent round trips fewer on the
 // step's critical path per layer.
-template <typename KvT, int kDimsPerThread, int kDim, bool kEarly = false>
-__global__ void __launch_bounds__(kThreads)
-    PagedAttentionKernel(const KernelParams p, const GateEpilogue e) {
+template <typename KvT, int kDimsPerThread, int kDim, bool kEarly = false,
+          int kHeads = kHeadsPerCta>
+__global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelParams p) {
+  static_assert(kHeads >= kWarps && kHeads <= kHeadsPerCta && kHeads % kWarps == 0);
+  constexpr int kHeadsW = kHeads / kWarps;  // heads a warp scores
   if (!p.tables_before_wait) {
     WaitForPrimaryGrid();
     AllowDependentLaunch();
@@ -222,16 +188,16 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = tid; idx < nh * geo.dims_padded; idx += kThreads) load_q(idx);
   }
 
-  float run_max[kHeadsPerWarp];
-  float run_sum[kHeadsPerWarp];
+  float run_max[kHeadsW];
+  float run_sum[kHeadsW];
 #pragma unroll
-  for (int t = 0; t < kHeadsPerWarp; ++t) {
+  for (int t = 0; t < kHeadsW; ++t) {
     run_max[t] = -INFINITY;
     run_sum[t] = 0.0f;
   }
-  float acc[kHeadsPerCta][kDimsPerThread];
+  float acc[kHeads][kDimsPerThread];
 #pragma unroll
-  for (int i = 0; i < kHeadsPerCta; ++i) {
+  for (int i = 0; i < kHeads; ++i) {
 #pragma unroll
     for (int c = 0; c < kDimsPerThread; ++c) acc[i][c] = 0.0f;
   }
@@ -247,14 +213,14 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // Scores of key `lane` against this warp's heads, then the online-softmax update.
-    float score[kHeadsPerWarp];
+    float score[kHeadsW];
 #pragma unroll
-    for (int t = 0; t < kHeadsPerWarp; ++t) score[t] = 0.0f;
+    for (int t = 0; t < kHeadsW; ++t) score[t] = 0.0f;
     const float* k_row = k_s + lane * geo.k_stride;
     for (int d = 0; d < geo.dims_padded; d += 4) {
       const float4 kv = *reinterpret_cast<const float4*>(k_row + d);
 #pragma unroll
-      for (int t = 0; t < kHeadsPerWarp; ++t) {
+      for (int t = 0; t < kHeadsW; ++t) {
         const int i = warp + t * kWarps;
         if (i < nh) {
           const float4 qv = *reinterpret_cast<const float4*>(q_s + i * geo.dims_padded + d);
@@ -263,7 +229,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 #pragma unroll
-    for (int t = 0; t < kHeadsPerWarp; ++t) {
+    for (int t = 0; t < kHeadsW; ++t) {
       const int i = warp + t * kWarps;
       if (i < nh) {  // warp-uniform
         const float s = lane < n ? score[t] * p.scale : -INFINITY;
@@ -280,7 +246,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // acc = acc * rescale + P V over the chunk's keys (rows >= n of V are zeros, their p is 0).
 #pragma unroll
-    for (int i = 0; i < kHeadsPerCta; ++i) {
+    for (int i = 0; i < kHeads; ++i) {
       if (i < nh) {
         const float r = rescale_s[i];
 #pragma unroll
@@ -299,7 +265,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
 #pragma unroll
-      for (int i = 0; i < kHeadsPerCta; ++i) {
+      for (int i = 0; i < kHeads; ++i) {
         if (i < nh) {
           const float4 pr = *reinterpret_cast<const float4*>(prob_s + i * kChunk + j);
 #pragma unroll
@@ -315,7 +281,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
 #pragma unroll
-  for (int t = 0; t < kHeadsPerWarp; ++t) {
+  for (int t = 0; t < kHeadsW; ++t) {
     const int i = warp + t * kWarps;
     if (i < nh && lane == 0) {
       max_s[i] = run_max[t];
@@ -325,7 +291,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
 #pragma unroll
-  for (int i = 0; i < kHeadsPerCta; ++i) {
+  for (int i = 0; i < kHeads; ++i) {
     if (i >= nh) continue;
     const int h = head0 + i;
     if (p.splits == 1) {
@@ -352,7 +318,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  if (p.arrivals != nullptr) CombineIfLast(p, e, w, head0, nh, row.q_row, k_s, rescale_s);
+  if (p.arrivals != nullptr) CombineIfLast(p, w, head0, nh, row.q_row, k_s, rescale_s);
 }
 
 // The combine kernels' CTA (row w, head h) = blockIdx.x: after the wait for the attention kernel,
@@ -387,6 +353,25 @@ __global__ void __launch_bounds__(kCombineThreads) CombineSplitsKernel(const Ker
   float* out =
       p.out + static_cast<int64_t>(row.q_row) * p.out_stride + static_cast<int64_t>(h) * p.head_dim;
   CombineHeads<1>(p, part0, 1, weight_s, &inv_total_s, out, threadIdx.x, kCombineThreads);
+}
+
+// The head gate of PagedAttentionCudaArgs in the combine: its own kernel argument, so that
+// KernelParams (and the attention kernels' register allocation) stays as it is.
+struct GateEpilogue {
+  const float* gate;
+  int64_t gate_stride;
+  q8_quantize::Q8Rows q8;  // natural == nullptr: no int8 rows
+};
+
+// Dims 4v..4v+3 of head h of query row `q_row`, combined (o) and gated (gate logit `gate`): the
+// output floats and, with e.q8, the int8 rows.
+__device__ __forceinline__ void StoreGated(const KernelParams& p, const GateEpilogue& e, int q_row,
+                                           int h, int v, const float (&o)[4], float gate) {
+  const float s = Sigmoid(gate);
+  const float4 gated = make_float4(o[0] * s, o[1] * s, o[2] * s, o[3] * s);
+  const int64_t col = static_cast<int64_t>(h) * p.head_dim + 4 * v;
+  *reinterpret_cast<float4*>(p.out + static_cast<int64_t>(q_row) * p.out_stride + col) = gated;
+  if (e.q8.natural != nullptr) q8_quantize::StoreQ8Both(e.q8, q_row, col, gated);
 }
 
 // The combine kernel with the head gate: one CTA per (row, head), thread v taking dims 4v..4v+3
@@ -453,16 +438,16 @@ __global__ void __launch_bounds__(kCombineThreads)
   StoreGated(p, e, row.q_row, h, v, o, gate);
 }
 
-template <typename KvT, int kDimsPerThread, int kDim = 0, bool kEarly = false>
-cudaError_t LaunchMain(const KernelParams& p, const GateEpilogue& e, dim3 grid, size_t smem,
-                       cudaStream_t stream) {
-  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread, kDim, kEarly>;
+template <typename KvT, int kDimsPerThread, int kDim = 0, bool kEarly = false,
+          int kHeads = kHeadsPerCta>
+cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread, kDim, kEarly, kHeads>;
   if (smem > 48 * 1024) {  // beyond the default dynamic shared memory limit: opt in
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  LaunchWithPdl(kernel, grid, kThreads, smem, stream, p, e);
+  LaunchWithPdl(kernel, grid, kThreads, smem, stream, p);
   return cudaGetLastError();
 }
 
@@ -490,15 +475,29 @@ bool FixedDimsEnabled() {
   return on;
 }
 
+// The head_dim 128 early-load kernel compiled for at most 4 heads a CTA (kHeads = 4) when a
+// launch's CTAs hold that few, if STEPSERVE_ATTN_COMPACT_HEADS=1 (read once; off until measured).
+// Why: the 16-head form is ~4800 SASS instructions (76 KB), its chunk loop alone ~50 KB; at batch 1
+// and short contexts each CTA runs one chunk, so nearly every instruction is fetched cold, and the
+// kernel took ~12 us of the step after the kernel before it ended (H100 timeline, session 33)
+// against a few round trips of work.
+bool CompactHeadsEnabled() {
+  static const bool on = EnvSwitchSet("STEPSERVE_ATTN_COMPACT_HEADS");
+  return on;
+}
+
 template <typename KvT>
-cudaError_t LaunchForDims(const KernelParams& p, const GateEpilogue& e, dim3 grid, size_t smem,
-                          cudaStream_t stream) {
-  if (p.head_dim == 128 && FixedDimsEnabled())
-    return EarlyLoadsEnabled() ? LaunchMain<KvT, 1, 128, true>(p, e, grid, smem, stream)
-                               : LaunchMain<KvT, 1, 128>(p, e, grid, smem, stream);
-  if (p.dims_padded <= kThreads) return LaunchMain<KvT, 1>(p, e, grid, smem, stream);
-  if (p.dims_padded <= 2 * kThreads) return LaunchMain<KvT, 2>(p, e, grid, smem, stream);
-  return LaunchMain<KvT, 4>(p, e, grid, smem, stream);  // head_dim <= kMaxAttentionHeadDim = 512
+cudaError_t LaunchForDims(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  if (p.head_dim == 128 && FixedDimsEnabled()) {
+    if (!EarlyLoadsEnabled()) return LaunchMain<KvT, 1, 128>(p, grid, smem, stream);
+    if (p.cta_heads <= 4 && CompactHeadsEnabled()) {
+      return LaunchMain<KvT, 1, 128, true, 4>(p, grid, smem, stream);
+    }
+    return LaunchMain<KvT, 1, 128, true>(p, grid, smem, stream);
+  }
+  if (p.dims_padded <= kThreads) return LaunchMain<KvT, 1>(p, grid, smem, stream);
+  if (p.dims_padded <= 2 * kThreads) return LaunchMain<KvT, 2>(p, grid, smem, stream);
+  return LaunchMain<KvT, 4>(p, grid, smem, stream);  // head_dim <= kMaxAttentionHeadDim = 512
 }
 
 }  // namespace
@@ -547,18 +546,15 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   // The fused combine needs the caller's counters and room in that area for the (max, sum) pairs
   // and weights of its heads (only tiny head_dims lack it: 3 x 16 heads x 64 splits against
   // 32 keys x (k_stride + dims_padded + 16)).
-  // The CTA heads as the combine kernels take them (fewer heads a CTA while the grid stays within
-  // one wave); the fused combine's counters cover one per head (PagedAttentionCudaArrivalCount).
-  p.cta_heads = static_cast<int>(
-      PagedAttentionCudaCtaHeads(a.n_rows, p.group, p.kv_heads, a.splits, a.sm_count));
-  p.passes = (p.group + p.cta_heads - 1) / p.cta_heads;
-  const bool fused = a.splits > 1 && a.split_arrivals != nullptr &&
+  const bool fused = a.splits > 1 && a.split_arrivals != nullptr && a.gate == nullptr &&
                      PagedAttentionCudaFusedCombine() &&
                      3 * static_cast<size_t>(p.cta_heads) * a.splits <= loop_floats;
-  if (fused) p.arrivals = a.split_arrivals;  // one counter per grid column
-  GateEpilogue e{a.gate, a.gate_stride, {}};
-  if (a.gate != nullptr && a.q8_natural != nullptr) {
-    e.q8 = q8_quantize::MakeQ8Rows(a.q8_natural, a.q8_pair, a.heads * p.head_dim, a.q8_rows);
+  if (fused) {
+    p.arrivals = a.split_arrivals;  // one counter per pass of up to kHeadsPerCta heads
+  } else {
+    p.cta_heads = static_cast<int>(
+        PagedAttentionCudaCtaHeads(a.n_rows, p.group, p.kv_heads, a.splits, a.sm_count));
+    p.passes = (p.group + p.cta_heads - 1) / p.cta_heads;
   }
   const size_t smem_floats = static_cast<size_t>(p.cta_heads) * p.dims_padded + loop_floats +
                              3 * kHeadsPerCta + 2 * kChunk;  // base_s: kChunk int64
@@ -568,19 +564,23 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   cudaError_t err;
   switch (kv.dtype) {
     case KvDtype::kF16:
-      err = LaunchForDims<__half>(p, e, grid, smem, stream);
+      err = LaunchForDims<__half>(p, grid, smem, stream);
       break;
     case KvDtype::kQ8_0:
-      err = LaunchForDims<KvQ8>(p, e, grid, smem, stream);
+      err = LaunchForDims<KvQ8>(p, grid, smem, stream);
       break;
     default:
-      err = LaunchForDims<float>(p, e, grid, smem, stream);
+      err = LaunchForDims<float>(p, grid, smem, stream);
       break;
   }
   if (err == cudaSuccess && a.splits > 1 && !fused) {
     g_combine_launches.fetch_add(1, std::memory_order_relaxed);
     const unsigned combine_ctas = static_cast<unsigned>(a.n_rows * a.heads);
     if (a.gate != nullptr) {
+      GateEpilogue e{a.gate, a.gate_stride, {}};
+      if (a.q8_natural != nullptr) {
+        e.q8 = q8_quantize::MakeQ8Rows(a.q8_natural, a.q8_pair, a.heads * p.head_dim, a.q8_rows);
+      }
       const int threads = (p.head_dim / 4 + 31) / 32 * 32;  // head_dim <= 512: <= 128
       LaunchWithPdl(EarlyLoadsEnabled() && a.splits <= kEarlyCombineSplits
                         ? CombineSplitsGateEarlyKernel

@@ -91,8 +91,7 @@ struct PagedAttentionCudaArgs {
   // query row r, and with q8_natural / q8_pair set the gated rows also as the GEMV's int8
   // activations (the fused-quantization areas of q8_quantize.cuh's MakeQ8Rows, q8_rows rows of
   // heads * head_dim values). The same floats and bytes as HeadGateQ8Cuda after a launch without
-  // it, one kernel fewer; with the fused combine (split_arrivals and the switch) the last CTA of a
-  // (row, KV head, pass) gates and quantizes its heads (session 33).
+  // it, one kernel fewer. The combine kernel runs even with split_arrivals set.
   const float* gate = nullptr;
   int64_t gate_stride = 0;
   void* q8_natural = nullptr;
@@ -114,8 +113,7 @@ int64_t PagedAttentionCudaSplits(int64_t n_rows, int64_t heads, int64_t kv_heads
 int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t head_dim,
                                        int64_t splits);
 
-// Arrival counters a split-K launch may use: one per grid column (row, KV head, pass), at most one
-// per (row, query head).
+// Arrival counters a split-K launch uses: one per (row, KV head, pass of up to 16 query heads).
 int64_t PagedAttentionCudaArrivalCount(int64_t n_rows, int64_t heads, int64_t kv_heads);
 
 // The split-K combine inside the attention kernel (needs PagedAttentionCudaArgs::split_arrivals)

@@ -247,9 +247,8 @@ int64_t PagedAttentionCudaScratchBytes(int64_t n_rows, int64_t heads, int64_t he
 
 int64_t PagedAttentionCudaArrivalCount(int64_t n_rows, int64_t heads, int64_t kv_heads) {
   if (n_rows <= 0 || heads <= 0 || kv_heads <= 0) return 0;
-  // The attention kernel's grid columns: (row, KV head, pass), at most one pass per query head
-  // (PagedAttentionCudaCtaHeads may give a CTA as few as one head).
-  return n_rows * heads;
+  const int64_t passes = (heads / kv_heads + kHeadsPerCta - 1) / kHeadsPerCta;
+  return n_rows * kv_heads * passes;  // the attention kernel's grid columns
 }
 
 }  // namespace stepserve::kernels

@@ -88,9 +88,8 @@ TEST(PagedAttentionCudaHostTest, HeadsPerCtaSpreadOnlySmallGrids) {
 }
 
 TEST(PagedAttentionCudaHostTest, ArrivalCountsAndCombineSwitch) {
-  // One per (row, query head): room for every pass count PagedAttentionCudaCtaHeads may choose.
-  EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(3, 64, 8), 192);
-  EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(3, 40, 2), 120);
+  EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(3, 64, 8), 24);  // group 8: one pass
+  EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(3, 40, 2), 12);  // group 20: two passes
   EXPECT_EQ(kernels::PagedAttentionCudaArrivalCount(0, 64, 8), 0);
   const bool initial = kernels::PagedAttentionCudaFusedCombine();
   EXPECT_EQ(kernels::SetPagedAttentionCudaFusedCombine(!initial), initial);

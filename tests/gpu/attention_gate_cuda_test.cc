@@ -162,20 +162,12 @@ TEST(PagedAttentionCudaGateTest, GateInCombineEqualsHeadGateAfter) {
         g.rows = c.rows;
         g.heads = c.heads;
         g.head_dim = dh;
-        // Path 2: the combine inside the attention kernel (its last CTA per grid column), with
-        // its arrival counters (zeroed; every launch leaves them zero).
-        const int64_t counters =
-            kernels::PagedAttentionCudaArrivalCount(c.rows, c.heads, c.kv_heads);
-        absl::StatusOr<BackendBuffer> arrivals = cuda->Allocate(counters * sizeof(int32_t));
-        ASSERT_TRUE(arrivals.ok());
-        ASSERT_EQ(cudaMemset(arrivals->data(), 0, counters * sizeof(int32_t)), cudaSuccess);
-        std::vector<uint8_t> got_out[3], got_q8[3];
-        // 0: the launch, then the head gate; 1: the gate in the combine kernel; 2: in the kernel.
-        for (int path = 0; path < 3; ++path) {
+        std::vector<uint8_t> got_out[2], got_q8[2];
+        for (int path = 0; path < 2; ++path) {  // 0: the launch, then the head gate; 1: fused
           ASSERT_EQ(cudaMemset(a.out, 0xFF, out_bytes), cudaSuccess);  // NaN
           ASSERT_EQ(cudaMemset(a.scratch, 0xFF, a.scratch_bytes), cudaSuccess);
           ASSERT_EQ(cudaMemset(areas, 0x5A, 4 * q8_bytes), cudaSuccess);
-          uint8_t* natural = areas + 2 * (path == 0 ? 0 : 1) * q8_bytes;
+          uint8_t* natural = areas + 2 * path * q8_bytes;
           uint8_t* pair = natural + q8_bytes;
           if (path == 0) {
             a.gate = nullptr;
@@ -190,14 +182,7 @@ TEST(PagedAttentionCudaGateTest, GateInCombineEqualsHeadGateAfter) {
             a.q8_natural = with_q8 ? natural : nullptr;
             a.q8_pair = with_q8 ? pair : nullptr;
             a.q8_rows = c.rows;
-            a.split_arrivals = path == 2 ? static_cast<int32_t*>(arrivals->data()) : nullptr;
-            a.split_arrival_count = path == 2 ? counters : 0;
-            const bool fused_before = kernels::SetPagedAttentionCudaFusedCombine(path == 2);
-            const int64_t combines_before = kernels::PagedAttentionCudaCombineLaunches();
             ASSERT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kOk);
-            EXPECT_EQ(kernels::PagedAttentionCudaCombineLaunches() - combines_before,
-                      path == 2 ? 0 : 1);
-            kernels::SetPagedAttentionCudaFusedCombine(fused_before);
           }
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           got_out[path] = DeviceBytes(a.out, out_bytes);
@@ -205,10 +190,6 @@ TEST(PagedAttentionCudaGateTest, GateInCombineEqualsHeadGateAfter) {
         }
         EXPECT_EQ(got_out[0], got_out[1]) << "gated F32 rows";
         EXPECT_EQ(got_q8[0], got_q8[1]) << "int8 rows (natural, then pair order)";
-        EXPECT_EQ(got_out[0], got_out[2]) << "gated F32 rows, combined in the attention kernel";
-        EXPECT_EQ(got_q8[0], got_q8[2]) << "int8 rows, combined in the attention kernel";
-        const std::vector<uint8_t> zeros(counters * sizeof(int32_t), 0);
-        EXPECT_EQ(DeviceBytes(arrivals->data(), zeros.size()), zeros) << "counters left set";
         if (with_q8) {
           // The fused areas were written (not the poison the unfused path left alone too).
           EXPECT_NE(got_q8[1], std::vector<uint8_t>(got_q8[1].size(), 0x5A));

@@ -124,9 +124,9 @@ bool RunCase(const DecodeCase& c, uint32_t seed, const char* name) {
       norm += w * w;
     }
   const double rel = std::sqrt(diff / std::max(norm, 1e-300));
-  // One combine kernel exactly when the splits are not combined inside the attention kernel (the
-  // switch; with the gate too since session 33).
-  const bool want_combine = c.splits > 1 && !c.fused_combine;
+  // One combine kernel exactly when the splits are not combined inside the attention kernel:
+  // fused needs the switch and no gate.
+  const bool want_combine = c.splits > 1 && (!c.fused_combine || c.gate);
   const bool ok = nonfinite == 0 && outside == 0 && rel <= 1e-5 && counters_left == 0 &&
                   combines == (want_combine ? 1 : 0);
   std::printf(
