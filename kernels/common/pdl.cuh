@@ -24,9 +24,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <mutex>
-#include <unordered_set>
 #include <utility>
 
 #include "kernels/common/env_switch.h"
@@ -51,38 +48,6 @@ inline bool PdlEnabled() {
   return on;
 }
 
-// STEPSERVE_SMEM_CARVEOUT=P (0..100, read once; unset or anything else: the driver's choice, the
-// default): every kernel launched through LaunchOverlapping gets
-// cudaFuncAttributePreferredSharedMemoryCarveout P at its first launch, so that consecutive
-// kernels ask for the same L1 / shared memory split. Why (an experiment, session 33): in the
-// batch-1 kernel timeline (H100) the decode attention - the only decode kernel with tens of KiB of
-// dynamic shared memory - ran ~12 us after the kernel before it ended, against ~5 us of active
-// multiprocessor time per CTA under ncu (session 17); an SM whose split must change for a kernel
-// has to drain first.
-inline int SharedCarveoutPreference() {
-  static const int carveout = [] {
-    const char* v = std::getenv("STEPSERVE_SMEM_CARVEOUT");
-    if (v == nullptr || *v == '\0') return -1;
-    char* end = nullptr;
-    const long p = std::strtol(v, &end, 10);
-    return *end == '\0' && p >= 0 && p <= 100 ? static_cast<int>(p) : -1;
-  }();
-  return carveout;
-}
-
-inline void ApplySharedCarveout(const void* kernel) {
-  const int carveout = SharedCarveoutPreference();
-  if (carveout < 0) return;
-  static std::mutex mutex;
-  static std::unordered_set<const void*> done;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert(kernel).second) return;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();  // a preference: the launch goes ahead without it
-  }
-}
-
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
 // `overlap`. The kernel must call WaitForPrimaryGrid() before touching memory other kernels write.
 template <class... KernelArgs, class... Args>
@@ -98,7 +63,6 @@ cudaError_t LaunchOverlapping(bool overlap, void (*kernel)(KernelArgs...), dim3 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = overlap ? 1 : 0;
-  ApplySharedCarveout(reinterpret_cast<const void*>(kernel));
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
