@@ -297,11 +297,7 @@ void CheckGlobalLoad(const void* p, size_t bytes) {
 void AddGlobal(const void* p, size_t bytes) {
   globals.push_back({static_cast<const uint8_t*>(p), bytes});
 }
-std::vector<const void*> prefetched;
-void Prefetch(const void* p) {
-  CheckGlobalLoad(p, 1);
-  prefetched.push_back(p);
-}
+void Prefetch(const void* p) { CheckGlobalLoad(p, 1); }
 
 uint32_t SharedOffset(const void* p) {
   const auto* b = static_cast<const uint8_t*>(p);

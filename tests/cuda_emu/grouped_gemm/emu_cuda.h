@@ -82,10 +82,9 @@ uint32_t Shfl(uint32_t member, int kind, uint32_t v, int arg, int width);
 void ClearGlobals();
 void AddGlobal(const void* p, size_t bytes);
 extern bool check_global_loads;
-// An L2 prefetch (PrefetchL2 and its evict_last form): its address checked as a one-byte load and
-// appended to `prefetched` (a test that checks what a kernel prefetches clears it first).
+// An L2 prefetch (PrefetchL2): its address checked as a one-byte load (a real prefetch past a
+// buffer is silently dropped, so only here would a wrong address show).
 void Prefetch(const void* p);
-extern std::vector<const void*> prefetched;
 }  // namespace emu
 
 inline void __syncthreads() { emu::SyncThreads(); }
