@@ -97,7 +97,7 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, 
 }
 
 // kHeads: the query heads a CTA may hold (p.cta_heads <= kHeads), which bounds the unrolled
-// per-head loops; 4 for the compact form (CompactHeadsEnabled), else kHeadsPerCta.
+// per-head loops; 4 or 8 for the compact forms (CompactHeadsLevel), else kHeadsPerCta.
 // kDimsPerThread: ceil(dims_padded / kThreads), the accumulator columns each thread owns; kDim:
 // the head dim fixed at compile time, or 0 (Geometry); kEarly (EarlyLoadsEnabled): warp 0 loads
 // the first chunk's page-table entries before the query rows instead of after them, and the query
@@ -475,23 +475,31 @@ bool FixedDimsEnabled() {
   return on;
 }
 
-// The head_dim 128 early-load kernel compiled for at most 4 heads a CTA (kHeads = 4) when a
-// launch's CTAs hold that few, if STEPSERVE_ATTN_COMPACT_HEADS=1 (read once; off until measured).
+// The head_dim 128 early-load kernel compiled for fewer heads a CTA than kHeadsPerCta when a
+// launch's CTAs hold that few: STEPSERVE_ATTN_COMPACT_HEADS (read once) 0 off, 1 (default) a
+// 4-head form (kHeads = 4; Step-3.5-Flash's full layers at batch 1: 8-head groups split in two),
+// 2 also an 8-head form (its sliding-window layers' 12-head groups in passes of 6).
 // Why: the 16-head form is ~4800 SASS instructions (76 KB), its chunk loop alone ~50 KB; at batch 1
 // and short contexts each CTA runs one chunk, so nearly every instruction is fetched cold, and the
 // kernel took ~12 us of the step after the kernel before it ended (H100 timeline, session 33)
-// against a few round trips of work.
-bool CompactHeadsEnabled() {
-  static const bool on = EnvSwitchSet("STEPSERVE_ATTN_COMPACT_HEADS");
-  return on;
+// against a few round trips of work. Level 1 measured on the H100 (24 layers, session 34, two
+// alternating rounds): batch 1 2.357 / 2.356 ms against 2.370 / 2.369, its launches adding 8.5 us
+// to the step instead of 11.6; 2-8 streams 0.2-0.5% faster, 16 on par.
+int CompactHeadsLevel() {
+  static const int level = EnvSwitchLevel("STEPSERVE_ATTN_COMPACT_HEADS", 1);
+  return level;
 }
 
 template <typename KvT>
 cudaError_t LaunchForDims(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   if (p.head_dim == 128 && FixedDimsEnabled()) {
     if (!EarlyLoadsEnabled()) return LaunchMain<KvT, 1, 128>(p, grid, smem, stream);
-    if (p.cta_heads <= 4 && CompactHeadsEnabled()) {
+    const int compact = CompactHeadsLevel();
+    if (p.cta_heads <= 4 && compact >= 1) {
       return LaunchMain<KvT, 1, 128, true, 4>(p, grid, smem, stream);
+    }
+    if (p.cta_heads <= 8 && compact >= 2) {
+      return LaunchMain<KvT, 1, 128, true, 8>(p, grid, smem, stream);
     }
     return LaunchMain<KvT, 1, 128, true>(p, grid, smem, stream);
   }
