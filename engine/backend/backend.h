@@ -348,6 +348,25 @@ class Backend {
     if (absl::Status status = Attention(q, batch, cache, params, out); !status.ok()) return status;
     return HeadGate(out, gate_logits, head_dim);
   }
+  // A decode layer's attention from its q / k / v projections: QkNormRopeAppendKv(q, k, v, rope,
+  // batch, cache), then AttentionHeadGate(q, batch, cache, params, *gate_logits, head_dim, out)
+  // with gate_logits set, else Attention(q, batch, cache, params, out). One op so that a backend
+  // may run all of it in one kernel where each row is its sequence's only new row; q and k are
+  // then left unrotated (their contents afterwards are unspecified). By default the ops in turn.
+  virtual absl::Status RopeAppendAttention(const TensorView& q, const TensorView& k,
+                                           const TensorView& v, const QkNormRopeParams& rope,
+                                           const AttentionBatch& batch, const KvCacheView& cache,
+                                           const AttentionParams& params,
+                                           const TensorView* gate_logits, int64_t head_dim,
+                                           const TensorView& out) {
+    if (absl::Status status = QkNormRopeAppendKv(q, k, v, rope, batch, cache); !status.ok()) {
+      return status;
+    }
+    if (gate_logits != nullptr) {
+      return AttentionHeadGate(q, batch, cache, params, *gate_logits, head_dim, out);
+    }
+    return Attention(q, batch, cache, params, out);
+  }
   // z = clamped SwiGLU(g, u) (spec 4.5); z may equal g or u.
   virtual absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
                               const TensorView& z) = 0;

@@ -22,60 +22,72 @@ struct SharedTables {
   float staged[kWarps][kMaxHeadDim];
 };
 
-// The cos / sin table of token t (n_rot / 2 entries), built by the whole block; the caller
+// The cos / sin table of `position` (n_rot / 2 entries), built by the whole block; the caller
 // synchronises before reading it. theta_j = p * tau^j is the running product the CPU kernel forms
 // (j multiplications in order), so the angle is bit-identical before cos/sin.
-__device__ __forceinline__ void BuildAngles(const QkNormRopeCudaArgs& a, float tau, int64_t t,
-                                            float* cos_table, float* sin_table) {
-  const int half = static_cast<int>(a.n_rot / 2);
+__device__ __forceinline__ void BuildAnglesAt(int32_t position, int64_t n_rot, float tau,
+                                              const float* freq_factors, float* cos_table,
+                                              float* sin_table) {
+  const int half = static_cast<int>(n_rot / 2);
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    float theta = static_cast<float>(a.positions[t]);
+    float theta = static_cast<float>(position);
     for (int i = 0; i < j; ++i) theta *= tau;
-    const float phi = a.freq_factors != nullptr ? theta / a.freq_factors[j] : theta;
+    const float phi = freq_factors != nullptr ? theta / freq_factors[j] : theta;
     cos_table[j] = cosf(phi);
     sin_table[j] = sinf(phi);
   }
 }
 
+// BuildAnglesAt for token t of `a`.
+__device__ __forceinline__ void BuildAngles(const QkNormRopeCudaArgs& a, float tau, int64_t t,
+                                            float* cos_table, float* sin_table) {
+  BuildAnglesAt(a.positions[t], a.n_rot, tau, a.freq_factors, cos_table, sin_table);
+}
+
 // A head's norm weight as this lane holds it: element lane + 32 m in w[m], 0 past head_dim. The
 // weight is never written by a kernel, so a kernel may load it before its programmatic-launch
 // wait.
-__device__ __forceinline__ void LoadHeadWeight(const QkNormRopeCudaArgs& a, const float* weight,
+__device__ __forceinline__ void LoadHeadWeight(const float* weight, int64_t dh,
                                                float (&w)[kPerLane]) {
   const int lane = threadIdx.x % cuda_reduce::kWarpSize;
 #pragma unroll
   for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * cuda_reduce::kWarpSize;
-    w[m] = i < a.head_dim ? weight[i] : 0.0f;
+    w[m] = i < dh ? weight[i] : 0.0f;
   }
 }
+__device__ __forceinline__ void LoadHeadWeight(const QkNormRopeCudaArgs& a, const float* weight,
+                                               float (&w)[kPerLane]) {
+  LoadHeadWeight(weight, a.head_dim, w);
+}
 
-// One warp: head x (head_dim floats) <- RMSNorm(x; weight, given per lane as LoadHeadWeight holds
-// it), then the first n_rot dims rotated, in place; out[m] is element lane + 32 m of the result
-// (m < kPerLane, elements past head_dim 0). `staged` (head_dim floats of shared memory, the warp's
-// own) holds the normalised head so the rotation can pair dims j and j + n_rot / 2.
-__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
-                                             const float (&weight)[kPerLane],
-                                             const float* cos_table, const float* sin_table,
-                                             float* staged, float (&out)[kPerLane]) {
+// One warp: out = head x (dh floats) <- RMSNorm(x; weight, given per lane as LoadHeadWeight holds
+// it), then its first 2 * half dims rotated; out[m] is element lane + 32 m of the result (m <
+// kPerLane, elements past dh 0). `staged` (dh floats of shared memory, the warp's own) holds the
+// normalised head so the rotation can pair dims j and j + half. The arithmetic is spelled out
+// (fused multiply-adds in the sum, rounded products elsewhere) so every kernel that inlines this
+// gives the same bits whatever the compiler would contract: the decode attention's own rope
+// (paged_attention_cuda_rope.cuh) must match this kernel's.
+__device__ __forceinline__ void NormRopeValues(const float* x, int dh, int half, float eps,
+                                               const float (&weight)[kPerLane],
+                                               const float* cos_table, const float* sin_table,
+                                               float* staged, float (&out)[kPerLane]) {
   constexpr int kWarp = cuda_reduce::kWarpSize;
   const int lane = threadIdx.x % kWarp;
-  const int dh = static_cast<int>(a.head_dim);
-  const int half = static_cast<int>(a.n_rot / 2);
   float values[kPerLane];
   float sum_sq = 0.0f;
 #pragma unroll
   for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * kWarp;
     values[m] = i < dh ? x[i] : 0.0f;
-    sum_sq += values[m] * values[m];
+    sum_sq = fmaf(values[m], values[m], sum_sq);
   }
   sum_sq = cuda_reduce::WarpSum(sum_sq);
-  const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + a.eps);
+  const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + eps);
 #pragma unroll
   for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * kWarp;
-    if (i < dh) staged[i] = values[m] * inv * weight[m];
+    if (i < dh) staged[i] = __fmul_rn(__fmul_rn(values[m], inv), weight[m]);
   }
   __syncwarp();
 #pragma unroll
@@ -85,15 +97,30 @@ __device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float*
     if (i >= dh) continue;
     float r = staged[i];
     if (i < half) {
-      r = staged[i] * cos_table[i] - staged[i + half] * sin_table[i];
+      r = __fsub_rn(__fmul_rn(staged[i], cos_table[i]), __fmul_rn(staged[i + half], sin_table[i]));
     } else if (i < 2 * half) {
       const int j = i - half;
-      r = staged[j] * sin_table[j] + staged[i] * cos_table[j];
+      r = __fadd_rn(__fmul_rn(staged[j], sin_table[j]), __fmul_rn(staged[i], cos_table[j]));
     }
-    x[i] = r;
     out[m] = r;
   }
   __syncwarp();  // every lane has read `staged` before the warp's next head overwrites it
+}
+
+// NormRopeValues of head x of `a`, the result also written back to x in place.
+__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
+                                             const float (&weight)[kPerLane],
+                                             const float* cos_table, const float* sin_table,
+                                             float* staged, float (&out)[kPerLane]) {
+  const int dh = static_cast<int>(a.head_dim);
+  NormRopeValues(x, dh, static_cast<int>(a.n_rot / 2), a.eps, weight, cos_table, sin_table, staged,
+                 out);
+  const int lane = threadIdx.x % cuda_reduce::kWarpSize;
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * cuda_reduce::kWarpSize;
+    if (i < dh) x[i] = out[m];
+  }
 }
 
 // NormRopeHead with the weight read from memory.

@@ -32,6 +32,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/graph_kernel_profile.h"
 #include "kernels/attention/paged_attention.h"
+#include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/kernel_status.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
@@ -110,6 +111,11 @@ class CudaBackend final : public Backend {
                                  const KvCacheView& cache, const AttentionParams& params,
                                  const TensorView& gate_logits, int64_t head_dim,
                                  const TensorView& out) override;
+  absl::Status RopeAppendAttention(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const QkNormRopeParams& rope, const AttentionBatch& batch,
+                                   const KvCacheView& cache, const AttentionParams& params,
+                                   const TensorView* gate_logits, int64_t head_dim,
+                                   const TensorView& out) override;
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override;
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
@@ -247,9 +253,17 @@ class CudaBackend final : public Backend {
     const TensorView* gate_logits = nullptr;
     int64_t head_dim = 0;
   };
+  // `rope` (optional): the rows' rope and KV append in the attention kernel
+  // (PagedAttentionCudaArgs::rope; RopeInAttentionArgs has checked it applies).
   absl::StatusOr<bool> RunAttention(const TensorView& q, const AttentionBatch& batch,
                                     const KvCacheView& cache, const AttentionParams& params,
-                                    const TensorView& out, GateRequest gate);
+                                    const TensorView& out, GateRequest gate,
+                                    const kernels::PagedAttentionCudaRope* rope = nullptr);
+  // The attention kernel's rope arguments when RopeAppendAttention may run as one kernel (the
+  // switch on, plain decode rows, shapes the kernel takes), else nullopt.
+  std::optional<kernels::PagedAttentionCudaRope> RopeInAttentionArgs(
+      const TensorView& q, const TensorView& k, const TensorView& v, const QkNormRopeParams& rope,
+      const AttentionBatch& batch, const KvCacheView& cache);
 
   struct PointwiseState;  // cuda_backend_pointwise.cc
   struct AttentionState;  // cuda_backend_attention.cc
