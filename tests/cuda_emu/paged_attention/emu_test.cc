@@ -35,6 +35,12 @@ inline unsigned __byte_perm(unsigned, unsigned, unsigned) {
   emu::Fail("__byte_perm (the gate's int8 rows) is not emulated");
   return 0;
 }
+// The rope pieces the kRope kernels inline (paged_attention_cuda_rope.cuh; attention_rope's
+// emulation runs them).
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 constexpr size_t kEmuSmemBytes = 200000;  // the dynamic shared memory main() gives the emulator
 void emu::CheckLaunch(dim3, dim3 block, size_t smem) {
   if (block.x > emu::kMaxThreads || block.x % 32 != 0 || smem > kEmuSmemBytes) {

@@ -23,6 +23,8 @@
 
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 void emu::CheckLaunch(dim3, dim3, size_t smem) {
   if (smem != 0) emu::Fail("launch shape");  // static shared arrays only
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Injected bugs in the decode attention's own rope and KV append that the emulation must catch
+# (each run must fail or crash).
+# Usage: bash tests/cuda_emu/attention_rope/mutations.sh [BUILD_DIR]
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+src="$root/kernels/attention/paged_attention_cuda.cu"
+mutations=(
+  # the new key and value not put into the first chunk (the stale slot's values scored)
+  '/PutNewKeyValue(static_cast<int>(position - lo)/s/PutNewKeyValue(/if (false) PutNewKeyValue(/'
+  # nor into a later chunk
+  '/PutNewKeyValue(static_cast<int>(position - c0)/s/PutNewKeyValue(/if (false) PutNewKeyValue(/'
+  # no CTA writes the new key and value to the cache
+  's/pass == 0 \&\& base >= 0, new_k_s/false, new_k_s/'
+  # the new key one row late in the first chunk
+  's/PutNewKeyValue(static_cast<int>(position - lo),/PutNewKeyValue(static_cast<int>(position - lo + 1) % kChunk,/'
+  # the query heads normalised with the key's weight
+  's/geo.dims_padded, q_weight, cos_s/geo.dims_padded, k_weight, cos_s/'
+)
+bash "$root/tests/cuda_emu/run_mutations.sh" "$src" "$here/run.sh" "${1:-$root/build}" "${mutations[@]}"
