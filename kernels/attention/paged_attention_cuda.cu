@@ -531,17 +531,19 @@ bool FixedDimsEnabled() {
 }
 
 // The head_dim 128 early-load kernel compiled for fewer heads a CTA than kHeadsPerCta when a
-// launch's CTAs hold that few: STEPSERVE_ATTN_COMPACT_HEADS (read once) 0 off, 1 (default) a
-// 4-head form (kHeads = 4; Step-3.5-Flash's full layers at batch 1: 8-head groups split in two),
-// 2 also an 8-head form (its sliding-window layers' 12-head groups in passes of 6).
+// launch's CTAs hold that few: STEPSERVE_ATTN_COMPACT_HEADS (read once) 0 off, 1 a 4-head form
+// (kHeads = 4; Step-3.5-Flash's full layers at batch 1: 8-head groups split in two), 2 (the
+// default) also an 8-head form (its sliding-window layers' 12-head groups in passes of 6).
 // Why: the 16-head form is ~4800 SASS instructions (76 KB), its chunk loop alone ~50 KB; at batch 1
 // and short contexts each CTA runs one chunk, so nearly every instruction is fetched cold, and the
 // kernel took ~12 us of the step after the kernel before it ended (H100 timeline, session 33)
-// against a few round trips of work. Level 1 measured on the H100 (24 layers, session 34, two
-// alternating rounds): batch 1 2.357 / 2.356 ms against 2.370 / 2.369, its launches adding 8.5 us
-// to the step instead of 11.6; 2-8 streams 0.2-0.5% faster, 16 on par.
+// against a few round trips of work. Measured on the H100 (24 layers, session 34, ms per step at
+// batch 1, alternating rounds): level 0 2.370 / 2.369 / 2.379, level 1 2.357 / 2.356 and 2.398 /
+// 2.373 / 2.353 / 2.365, level 2 2.322 / 2.325 / 2.325 / 2.315 / 2.321 (the attention adding
+// 9.4 us a sliding-window layer instead of 11.6, 8.5 a full one); 2-64 streams on par (within
+// 0.5%); attention_cuda_test, step_graph_cuda_test and model_cuda_test pass at levels 1 and 2.
 int CompactHeadsLevel() {
-  static const int level = EnvSwitchLevel("STEPSERVE_ATTN_COMPACT_HEADS", 1);
+  static const int level = EnvSwitchLevel("STEPSERVE_ATTN_COMPACT_HEADS", 2);
   return level;
 }
 

@@ -62,8 +62,16 @@ bool PrefillGateInAttention() {
 }
 
 // RopeAppendAttention as one kernel at decode (PagedAttentionCudaArgs::rope) when
-// STEPSERVE_ROPE_IN_ATTENTION=1 (read once; off until measured on a device). The same floats and
-// cache bytes as the rope-and-append kernel followed by the attention (attention_rope_cuda_test).
+// STEPSERVE_ROPE_IN_ATTENTION=1 (read once). The same floats and cache bytes as the rope-and-append
+// kernel followed by the attention (attention_rope_cuda_test and model_cuda_test pass with it on
+// the H100), but off: slower as written (H100, 24 layers, session 34, two rounds, ms per step at
+// 1 / 2 / 4 / 8 / 16 streams: 2.442 / 3.419 / 5.143 / 7.796 / 11.254 and 2.420 / 3.404 / 5.138 /
+// 7.791 / 11.231 against 2.398 / 3.238 / 5.033 / 7.783 / 11.217 and 2.373 / 3.207 / 4.998 / 7.768
+// / 11.257). Its attention launch adds 18.1 us to a batch-1 step where the plain one and the rope
+// kernel added 11.6 + 2.6: the CTAs start only ~1 us before the GEMV ends (its CTAs hold the SMs),
+// so the page-table and first-chunk round trips before the wait are not hidden, and after it each
+// warp normalises its 1-4 query heads (and one warp the key and value) one after another, a
+// dependent L2 round trip each (docs/cuda-engine.md, session 34).
 bool RopeInAttention() {
   static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROPE_IN_ATTENTION");
   return on;

@@ -26,8 +26,8 @@ g++ "${flags[@]}" -I "$work/attention" "$here/emu_test.cc" "$work/rope_tu.o" "$e
   "$root/kernels/attention/paged_attention_ref.cc" \
   "$root/kernels/attention/paged_attention_cuda_plan.cc" "$build/engine/quant/libstepserve_quant.a" \
   "$build/engine/base/libstepserve_base.a" $libs -o "$work/emu_test"
-# The default compact level (CTAs of 4 heads or fewer in the 4-head kernel), then level 2 (the
-# 8-head kernel too) and level 0 (the 16-head kernel only).
+# The default compact level (2: the 4-head kernel for CTAs of 4 heads or fewer, the 8-head one up
+# to 8), then level 1 and level 0 (the 16-head kernel only).
 "$work/emu_test"
-STEPSERVE_ATTN_COMPACT_HEADS=2 "$work/emu_test"
+STEPSERVE_ATTN_COMPACT_HEADS=1 "$work/emu_test"
 STEPSERVE_ATTN_COMPACT_HEADS=0 "$work/emu_test"

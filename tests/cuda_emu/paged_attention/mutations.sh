@@ -17,7 +17,7 @@ mutations=(
   's/for (int c = 0; c < kDimsPerThread; ++c) acc\[i\]\[c\] \*= r;/for (int c = 0; c < kDimsPerThread; ++c) acc[i][c] *= 1.0f;/'
   # the compact 4-head kernel leaves its last head's accumulator unset
   '0,/for (int i = 0; i < kHeads; ++i) {/s/for (int i = 0; i < kHeads; ++i) {/for (int i = 0; i < kHeads - (kHeads == 4); ++i) {/'
-  # the compact 8-head kernel drops its last head's output (run.sh's fourth run only)
+  # the compact 8-head kernel drops its last head's output
   '/if (i >= nh) continue;/s/if (i >= nh) continue;/if (i >= nh - (kHeads == 8)) continue;/'
   # the early gate kernel reads the next head's gate
   '/const float gate = active ?/s/e.gate_stride + h\]/e.gate_stride + (h + 1) % p.heads]/'

@@ -23,13 +23,13 @@ g++ -std=c++20 -O1 -w -I "$cuda_include" -I "$root" -I "$emu" -I "$work" "$here/
   "$emu/emu_cuda.cc" "$root/kernels/attention/paged_attention_ref.cc" \
   "$root/kernels/attention/paged_attention_cuda_plan.cc" "$build/engine/quant/libstepserve_quant.a" \
   "$build/engine/base/libstepserve_base.a" $libs -o "$work/emu_test"
-# The defaults (the compact 4-head kernel where a CTA holds 4 heads or fewer, the 16-head one
-# otherwise), then the early-load and tables-before-wait forms off, then the compact 4-head
-# kernel with every CTA holding 4 heads, then the 8-head one with CTAs of 8 (groups of 12 and 20:
-# passes of 8 + 4 and 8 + 8 + 4) and the 16-head one at level 0 (STEPSERVE_ATTN_* read once per
-# process).
+# The defaults (compact level 2: the 4-head kernel where a CTA holds 4 heads or fewer, the 8-head
+# one up to 8, the 16-head one otherwise), then the early-load and tables-before-wait forms off,
+# then every CTA at 4 heads, then at 8 (groups of 12 and 20: passes of 8 + 4 and 8 + 8 + 4), then
+# level 1 and level 0 (the 16-head kernel only) (STEPSERVE_ATTN_* read once per process).
 "$work/emu_test" 0
 STEPSERVE_ATTN_EARLY_LOADS=0 STEPSERVE_ATTN_TABLES_BEFORE_WAIT=0 "$work/emu_test" 0
 STEPSERVE_ATTN_CTA_HEADS=4 "$work/emu_test" 0
-STEPSERVE_ATTN_COMPACT_HEADS=2 STEPSERVE_ATTN_CTA_HEADS=8 "$work/emu_test" 0
+STEPSERVE_ATTN_CTA_HEADS=8 "$work/emu_test" 0
+STEPSERVE_ATTN_COMPACT_HEADS=1 "$work/emu_test" 0
 STEPSERVE_ATTN_COMPACT_HEADS=0 "$work/emu_test" 0
