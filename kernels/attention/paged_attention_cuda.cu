@@ -188,30 +188,28 @@ __global__ void __launch_bounds__(kThreads)
     float* staged_s = cos_s + geo.dims_padded;                 // [kWarps][dims_padded]
     float* new_k_s = staged_s + kWarps * geo.dims_padded;      // [dims_padded]
     float* new_v_s = new_k_s + geo.dims_padded;                // [dims_padded]
-    // Before the wait: page offsets, angles, norm weights (never written by a kernel) and the
-    // first chunk's K / V - every key but the row's own was cached by an earlier step.
+    // Before the wait: page offsets (the chunk's and the new key's slot), angles, norm weights
+    // (never written by a kernel) and the first chunk's K / V - every key but the row's own was
+    // cached by an earlier step.
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
+    const int64_t new_base =
+        holds_new_key ? KeyBase<KvT>(p, geo, table, static_cast<int>(position), g) : -1;
     qk_norm_rope::BuildAnglesAt(static_cast<int32_t>(position), r.n_rot, r.tau, r.freq_factors,
                                 cos_s, sin_s);
-    float q_weight[kPerLane], k_weight[kPerLane];
-    qk_norm_rope::LoadHeadWeight(r.q_norm, geo.head_dim, q_weight);
-    if (holds_new_key) qk_norm_rope::LoadHeadWeight(r.k_norm, geo.head_dim, k_weight);
+    constexpr int kDimsPerLane = kDim / 32;
+    float q_weight[kDimsPerLane], k_weight[kDimsPerLane];
+    qk_norm_rope::LoadHeadWeight(r.q_norm, kDim, q_weight);
+    const bool kv_warp = holds_new_key && warp == kWarps - 1;  // the fewest query heads
+    if (kv_warp) qk_norm_rope::LoadHeadWeight(r.k_norm, kDim, k_weight);
     __syncthreads();
     if (lo < hi) LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
     WaitForPrimaryGrid();  // the q / k / v rows come from the GEMV before
     AllowDependentLaunch();
-    float* staged = staged_s + warp * geo.dims_padded;
-    for (int i = warp; i < nh; i += kWarps) {
-      NewQueryHead(r, q_row, head0 + i, geo.head_dim, geo.dims_padded, q_weight, cos_s, sin_s,
-                   staged, q_s + i * geo.dims_padded);
-    }
-    if (holds_new_key && warp == kWarps - 1) {
-      const int64_t base = KeyBase<KvT>(p, geo, table, static_cast<int>(position), g);
-      NewKeyValue<KvT>(r, row.q_row, g, geo.head_dim, geo.dims_padded, k_weight, cos_s, sin_s,
-                       staged, static_cast<KvT*>(const_cast<void*>(p.k_cache)),
-                       static_cast<KvT*>(const_cast<void*>(p.v_cache)), base,
-                       pass == 0 && base >= 0, new_k_s, new_v_s);
-    }
+    RopeRows<KvT, kDim, kHeadsW>(r, q_row, row.q_row, head0, nh, g, kv_warp, q_weight, k_weight,
+                                 cos_s, sin_s, staged_s + warp * geo.dims_padded, q_s,
+                                 static_cast<KvT*>(const_cast<void*>(p.k_cache)),
+                                 static_cast<KvT*>(const_cast<void*>(p.v_cache)), new_base,
+                                 pass == 0 && new_base >= 0, new_k_s, new_v_s);
     __syncthreads();
     if (holds_new_key && position < lo + kChunk) {
       PutNewKeyValue(static_cast<int>(position - lo), geo.dims_padded, geo.k_stride, new_k_s,

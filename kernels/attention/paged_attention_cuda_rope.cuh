@@ -26,8 +26,6 @@
 
 namespace stepserve::kernels::paged_attention_cuda {
 
-using qk_norm_rope::kPerLane;
-
 // The kernel's second parameter block (unused, zeros, without kRope): a separate block so the
 // plain kernels' KernelParams layout, and with it their register allocation, stays as it was.
 struct RopeParams {
@@ -59,48 +57,64 @@ __device__ __forceinline__ float AsCached(float x) {
   }
 }
 
-// One warp: the row's K head g normalised and rotated, and its V head, into new_k / new_v (as
-// the cache will hold them, zeros past head_dim up to dims_padded) and, with `write` (the CTA of
-// pass 0; `base`: the slot's offset, KeyBase), into the cache.
-template <typename KvT>
-__device__ __forceinline__ void NewKeyValue(const RopeParams& r, int64_t q_row, int g, int head_dim,
-                                            int dims_padded, const float (&k_weight)[kPerLane],
-                                            const float* cos_s, const float* sin_s, float* staged,
-                                            KvT* k_cache, KvT* v_cache, int64_t base, bool write,
-                                            float* new_k, float* new_v) {
+// One warp, after the wait: its query heads i = warp, warp + kWarps, ... (< nh) of the row
+// normalised and rotated into q_s (rows of kDim floats) and, on `kv_warp`, the row's K head g
+// normalised and rotated and its V head into new_k / new_v (as the cache will hold them) and, with
+// `write` (the CTA of pass 0; `base`: the slot's offset, KeyBase), into the cache. Every raw value
+// is loaded first, in one batch: one L2 round trip for the warp instead of one per head (the first
+// form, which did them in turn, measured slower than the rope kernel it replaced).
+template <typename KvT, int kDim, int kHeadsW>
+__device__ __forceinline__ void RopeRows(const RopeParams& r, const float* q_row, int64_t row,
+                                         int head0, int nh, int g, bool kv_warp,
+                                         const float (&q_weight)[kDim / 32],
+                                         const float (&k_weight)[kDim / 32], const float* cos_s,
+                                         const float* sin_s, float* staged, float* q_s,
+                                         KvT* k_cache, KvT* v_cache, int64_t base, bool write,
+                                         float* new_k, float* new_v) {
+  static_assert(kDim % 32 == 0);
+  constexpr int kN = kDim / 32;
   const int lane = threadIdx.x & 31;
-  float k[kPerLane];
-  qk_norm_rope::NormRopeValues(r.k + q_row * r.k_stride + static_cast<int64_t>(g) * head_dim,
-                               head_dim, r.n_rot / 2, r.eps, k_weight, cos_s, sin_s, staged, k);
-  const float* v_row = r.v + q_row * r.v_stride + static_cast<int64_t>(g) * head_dim;
+  const int warp = threadIdx.x >> 5;
+  const int half = r.n_rot / 2;
+  float q[kHeadsW][kN], k[kN], v[kN];
 #pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
-    const int i = lane + m * 32;
-    if (i >= dims_padded) continue;
-    const float v = i < head_dim ? v_row[i] : 0.0f;
-    new_k[i] = i < head_dim ? AsCached<KvT>(k[m]) : 0.0f;
-    new_v[i] = i < head_dim ? AsCached<KvT>(v) : 0.0f;
-    if (write && i < head_dim) {
-      kv_append::Store(k_cache + base + i, k[m]);
-      kv_append::Store(v_cache + base + i, v);
+  for (int t = 0; t < kHeadsW; ++t) {
+    const int i = warp + t * kWarps;
+    const float* x = q_row + static_cast<int64_t>(head0 + i) * kDim;
+#pragma unroll
+    for (int m = 0; m < kN; ++m) q[t][m] = i < nh ? x[lane + m * 32] : 0.0f;
+  }
+  if (kv_warp) {
+    const float* kx = r.k + row * r.k_stride + static_cast<int64_t>(g) * kDim;
+    const float* vx = r.v + row * r.v_stride + static_cast<int64_t>(g) * kDim;
+#pragma unroll
+    for (int m = 0; m < kN; ++m) {
+      k[m] = kx[lane + m * 32];
+      v[m] = vx[lane + m * 32];
     }
   }
-}
-
-// One warp: query head `head` of the row normalised and rotated into q_s_head (dims_padded
-// floats, zeros past head_dim).
-__device__ __forceinline__ void NewQueryHead(const RopeParams& r, const float* q_row, int head,
-                                             int head_dim, int dims_padded,
-                                             const float (&q_weight)[kPerLane], const float* cos_s,
-                                             const float* sin_s, float* staged, float* q_s_head) {
-  const int lane = threadIdx.x & 31;
-  float q[kPerLane];
-  qk_norm_rope::NormRopeValues(q_row + static_cast<int64_t>(head) * head_dim, head_dim, r.n_rot / 2,
-                               r.eps, q_weight, cos_s, sin_s, staged, q);
 #pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
-    const int i = lane + m * 32;
-    if (i < dims_padded) q_s_head[i] = i < head_dim ? q[m] : 0.0f;
+  for (int t = 0; t < kHeadsW; ++t) {
+    const int i = warp + t * kWarps;
+    if (i >= nh) break;  // warp-uniform
+    float out[kN];
+    qk_norm_rope::NormRopeLoaded<kN>(q[t], kDim, half, r.eps, q_weight, cos_s, sin_s, staged, out);
+#pragma unroll
+    for (int m = 0; m < kN; ++m) q_s[i * kDim + lane + m * 32] = out[m];
+  }
+  if (kv_warp) {
+    float out[kN];
+    qk_norm_rope::NormRopeLoaded<kN>(k, kDim, half, r.eps, k_weight, cos_s, sin_s, staged, out);
+#pragma unroll
+    for (int m = 0; m < kN; ++m) {
+      const int i = lane + m * 32;
+      new_k[i] = AsCached<KvT>(out[m]);
+      new_v[i] = AsCached<KvT>(v[m]);
+      if (write) {
+        kv_append::Store(k_cache + base + i, out[m]);
+        kv_append::Store(v_cache + base + i, v[m]);
+      }
+    }
   }
 }
 

@@ -44,14 +44,14 @@ __device__ __forceinline__ void BuildAngles(const QkNormRopeCudaArgs& a, float t
   BuildAnglesAt(a.positions[t], a.n_rot, tau, a.freq_factors, cos_table, sin_table);
 }
 
-// A head's norm weight as this lane holds it: element lane + 32 m in w[m], 0 past head_dim. The
-// weight is never written by a kernel, so a kernel may load it before its programmatic-launch
-// wait.
-__device__ __forceinline__ void LoadHeadWeight(const float* weight, int64_t dh,
-                                               float (&w)[kPerLane]) {
+// A head's norm weight as this lane holds it: element lane + 32 m in w[m], 0 past head_dim (kN
+// values a lane: kPerLane for any head_dim, fewer where the caller knows head_dim <= 32 kN). The
+// weight is never written by a kernel, so a kernel may load it before its programmatic-launch wait.
+template <int kN = kPerLane>
+__device__ __forceinline__ void LoadHeadWeight(const float* weight, int64_t dh, float (&w)[kN]) {
   const int lane = threadIdx.x % cuda_reduce::kWarpSize;
 #pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
+  for (int m = 0; m < kN; ++m) {
     const int i = lane + m * cuda_reduce::kWarpSize;
     w[m] = i < dh ? weight[i] : 0.0f;
   }
@@ -61,37 +61,34 @@ __device__ __forceinline__ void LoadHeadWeight(const QkNormRopeCudaArgs& a, cons
   LoadHeadWeight(weight, a.head_dim, w);
 }
 
-// One warp: out = head x (dh floats) <- RMSNorm(x; weight, given per lane as LoadHeadWeight holds
-// it), then its first 2 * half dims rotated; out[m] is element lane + 32 m of the result (m <
-// kPerLane, elements past dh 0). `staged` (dh floats of shared memory, the warp's own) holds the
-// normalised head so the rotation can pair dims j and j + half. The arithmetic is spelled out
-// (fused multiply-adds in the sum, rounded products elsewhere) so every kernel that inlines this
-// gives the same bits whatever the compiler would contract: the decode attention's own rope
-// (paged_attention_cuda_rope.cuh) must match this kernel's.
-__device__ __forceinline__ void NormRopeValues(const float* x, int dh, int half, float eps,
-                                               const float (&weight)[kPerLane],
+// One warp: out = the head whose element lane + 32 m this lane holds in values[m] (0 past dh;
+// head_dim <= 32 kN) <- RMSNorm(values; weight, held the same way), then its first 2 * half dims
+// rotated; out[m] is element lane + 32 m of the result (elements past dh 0). `staged` (dh floats of
+// shared memory, the warp's own) holds the normalised head so the rotation can pair dims j and
+// j + half. The arithmetic is spelled out (fused multiply-adds in the sum, in element order -
+// trailing zeros add nothing, so kN does not change the bits -, rounded products elsewhere) so
+// every kernel that inlines this gives the same bits whatever the compiler would contract: the
+// decode attention's own rope (paged_attention_cuda_rope.cuh) must match this kernel's.
+template <int kN>
+__device__ __forceinline__ void NormRopeLoaded(const float (&values)[kN], int dh, int half,
+                                               float eps, const float (&weight)[kN],
                                                const float* cos_table, const float* sin_table,
-                                               float* staged, float (&out)[kPerLane]) {
+                                               float* staged, float (&out)[kN]) {
   constexpr int kWarp = cuda_reduce::kWarpSize;
   const int lane = threadIdx.x % kWarp;
-  float values[kPerLane];
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
-    const int i = lane + m * kWarp;
-    values[m] = i < dh ? x[i] : 0.0f;
-    sum_sq = fmaf(values[m], values[m], sum_sq);
-  }
+  for (int m = 0; m < kN; ++m) sum_sq = fmaf(values[m], values[m], sum_sq);
   sum_sq = cuda_reduce::WarpSum(sum_sq);
   const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + eps);
 #pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
+  for (int m = 0; m < kN; ++m) {
     const int i = lane + m * kWarp;
     if (i < dh) staged[i] = __fmul_rn(__fmul_rn(values[m], inv), weight[m]);
   }
   __syncwarp();
 #pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
+  for (int m = 0; m < kN; ++m) {
     const int i = lane + m * kWarp;
     out[m] = 0.0f;
     if (i >= dh) continue;
@@ -105,6 +102,21 @@ __device__ __forceinline__ void NormRopeValues(const float* x, int dh, int half,
     out[m] = r;
   }
   __syncwarp();  // every lane has read `staged` before the warp's next head overwrites it
+}
+
+// NormRopeLoaded of head x (dh floats in memory).
+__device__ __forceinline__ void NormRopeValues(const float* x, int dh, int half, float eps,
+                                               const float (&weight)[kPerLane],
+                                               const float* cos_table, const float* sin_table,
+                                               float* staged, float (&out)[kPerLane]) {
+  const int lane = threadIdx.x % cuda_reduce::kWarpSize;
+  float values[kPerLane];
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * cuda_reduce::kWarpSize;
+    values[m] = i < dh ? x[i] : 0.0f;
+  }
+  NormRopeLoaded(values, dh, half, eps, weight, cos_table, sin_table, staged, out);
 }
 
 // NormRopeValues of head x of `a`, the result also written back to x in place.

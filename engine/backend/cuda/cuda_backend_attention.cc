@@ -70,8 +70,9 @@ bool PrefillGateInAttention() {
 // / 11.257). Its attention launch adds 18.1 us to a batch-1 step where the plain one and the rope
 // kernel added 11.6 + 2.6: the CTAs start only ~1 us before the GEMV ends (its CTAs hold the SMs),
 // so the page-table and first-chunk round trips before the wait are not hidden, and after it each
-// warp normalises its 1-4 query heads (and one warp the key and value) one after another, a
-// dependent L2 round trip each (docs/cuda-engine.md, session 34).
+// warp normalised its 1-4 query heads (and one warp the key and value) one after another, a
+// dependent L2 round trip each (docs/cuda-engine.md, session 34). The kernel now loads all of a
+// warp's rows in one batch and the new key's slot before the wait (RopeRows): not yet measured.
 bool RopeInAttention() {
   static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROPE_IN_ATTENTION");
   return on;

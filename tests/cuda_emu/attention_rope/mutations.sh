@@ -12,10 +12,10 @@ mutations=(
   # nor into a later chunk
   '/PutNewKeyValue(static_cast<int>(position - c0)/s/PutNewKeyValue(/if (false) PutNewKeyValue(/'
   # no CTA writes the new key and value to the cache
-  's/pass == 0 \&\& base >= 0, new_k_s/false, new_k_s/'
+  's/pass == 0 \&\& new_base >= 0, new_k_s/false, new_k_s/'
   # the new key one row late in the first chunk
   's/PutNewKeyValue(static_cast<int>(position - lo),/PutNewKeyValue(static_cast<int>(position - lo + 1) % kChunk,/'
   # the query heads normalised with the key's weight
-  's/geo.dims_padded, q_weight, cos_s/geo.dims_padded, k_weight, cos_s/'
+  's/kv_warp, q_weight, k_weight,/kv_warp, k_weight, k_weight,/'
 )
 bash "$root/tests/cuda_emu/run_mutations.sh" "$src" "$here/run.sh" "${1:-$root/build}" "${mutations[@]}"
