@@ -71,8 +71,11 @@ bool PrefillGateInAttention() {
 // kernel added 11.6 + 2.6: the CTAs start only ~1 us before the GEMV ends (its CTAs hold the SMs),
 // so the page-table and first-chunk round trips before the wait are not hidden, and after it each
 // warp normalised its 1-4 query heads (and one warp the key and value) one after another, a
-// dependent L2 round trip each (docs/cuda-engine.md, session 34). The kernel now loads all of a
-// warp's rows in one batch and the new key's slot before the wait (RopeRows): not yet measured.
+// dependent L2 round trip each (docs/cuda-engine.md, session 34). With all of a warp's rows loaded
+// in one batch and the new key's slot offset before the wait (RopeRows, call 5): batch 1 on par
+// (2.333 / 2.337 against 2.338 / 2.329 ms), 2 / 4 / 8 streams still 5.5 / 2 / 0.8% slower
+// (3.399 / 3.414 against 3.232 / 3.218 at 2), 16 on par; the launch adds 12.6 us to a
+// sliding-window layer where the plain attention and the rope kernel add 9.4 + 2.6.
 bool RopeInAttention() {
   static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROPE_IN_ATTENTION");
   return on;
