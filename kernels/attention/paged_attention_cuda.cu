@@ -20,6 +20,10 @@
 //   at its (row, KV head[, pass]) counter: every CTA fences its partials and counts itself in
 //   with an atomic; the one that sees splits - 1 earlier arrivals fences again, combines the
 //   group's heads from all the partials and sets the counter back to 0 for the next launch.
+// With PagedAttentionCudaArgs::rope (kRope; off in the backend, measured no faster) the CTA also
+// normalises and rotates its query heads from the GEMV's raw rows, and the CTAs of the split that
+// holds the row's newest key compute that key and value and append them
+// (paged_attention_cuda_rope.cuh).
 #include <cuda_fp16.h>
 
 #include <atomic>
@@ -180,14 +184,10 @@ __global__ void __launch_bounds__(kThreads)
     const int d = idx - i * geo.dims_padded;
     q_s[idx] = d < geo.head_dim ? q_row[static_cast<int64_t>(head0 + i) * geo.head_dim + d] : 0.0f;
   };
-  // kRope: the row's own key is in this split's range (its last one), and in which chunk.
+  // kRope: whether the row's own key is in this split's range (then as its last key).
   const bool holds_new_key = kRope && position < hi;
+  const RopeShared rope_s(reinterpret_cast<float*>(base_s + kChunk), r.n_rot, geo.dims_padded);
   if constexpr (kRope) {
-    float* cos_s = reinterpret_cast<float*>(base_s + kChunk);  // [n_rot / 2]
-    float* sin_s = cos_s + r.n_rot / 2;                        // [n_rot / 2]
-    float* staged_s = cos_s + geo.dims_padded;                 // [kWarps][dims_padded]
-    float* new_k_s = staged_s + kWarps * geo.dims_padded;      // [dims_padded]
-    float* new_v_s = new_k_s + geo.dims_padded;                // [dims_padded]
     // Before the wait: page offsets (the chunk's and the new key's slot), angles, norm weights
     // (never written by a kernel) and the first chunk's K / V - every key but the row's own was
     // cached by an earlier step.
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t new_base =
         holds_new_key ? KeyBase<KvT>(p, geo, table, static_cast<int>(position), g) : -1;
     qk_norm_rope::BuildAnglesAt(static_cast<int32_t>(position), r.n_rot, r.tau, r.freq_factors,
-                                cos_s, sin_s);
+                                rope_s.cos, rope_s.sin);
     constexpr int kDimsPerLane = kDim / 32;
     float q_weight[kDimsPerLane], k_weight[kDimsPerLane];
     qk_norm_rope::LoadHeadWeight(r.q_norm, kDim, q_weight);
@@ -206,14 +206,14 @@ __global__ void __launch_bounds__(kThreads)
     WaitForPrimaryGrid();  // the q / k / v rows come from the GEMV before
     AllowDependentLaunch();
     RopeRows<KvT, kDim, kHeadsW>(r, q_row, row.q_row, head0, nh, g, kv_warp, q_weight, k_weight,
-                                 cos_s, sin_s, staged_s + warp * geo.dims_padded, q_s,
-                                 static_cast<KvT*>(const_cast<void*>(p.k_cache)),
+                                 rope_s.cos, rope_s.sin, rope_s.staged + warp * geo.dims_padded,
+                                 q_s, static_cast<KvT*>(const_cast<void*>(p.k_cache)),
                                  static_cast<KvT*>(const_cast<void*>(p.v_cache)), new_base,
-                                 pass == 0 && new_base >= 0, new_k_s, new_v_s);
+                                 pass == 0 && new_base >= 0, rope_s.new_k, rope_s.new_v);
     __syncthreads();
     if (holds_new_key && position < lo + kChunk) {
-      PutNewKeyValue(static_cast<int>(position - lo), geo.dims_padded, geo.k_stride, new_k_s,
-                     new_v_s, k_s, v_s);
+      PutNewKeyValue(static_cast<int>(position - lo), geo.dims_padded, geo.k_stride, rope_s.new_k,
+                     rope_s.new_v, k_s, v_s);
     }
   } else if constexpr (kEarly) {
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
@@ -256,10 +256,8 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kRope) {
       if (c0 != lo && holds_new_key && position < c0 + kChunk) {  // CTA-uniform
         __syncthreads();  // the loader's stores of the slot's stale row first
-        const float* new_k_s = reinterpret_cast<const float*>(base_s + kChunk) + geo.dims_padded +
-                               kWarps * geo.dims_padded;
-        PutNewKeyValue(static_cast<int>(position - c0), geo.dims_padded, geo.k_stride, new_k_s,
-                       new_k_s + geo.dims_padded, k_s, v_s);
+        PutNewKeyValue(static_cast<int>(position - c0), geo.dims_padded, geo.k_stride, rope_s.new_k,
+                       rope_s.new_v, k_s, v_s);
       }
     }
     __syncthreads();

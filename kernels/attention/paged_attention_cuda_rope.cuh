@@ -47,6 +47,21 @@ __host__ __device__ constexpr int RopeSharedFloats(int dims_padded) {
   return dims_padded + kWarps * dims_padded + 2 * dims_padded;
 }
 
+// That area's parts, from its start (`area`: just past the plain kernel's layout).
+struct RopeShared {
+  float* cos;     // [n_rot / 2]
+  float* sin;     // [n_rot / 2]
+  float* staged;  // [kWarps][dims_padded]
+  float* new_k;   // [dims_padded]
+  float* new_v;   // [dims_padded]
+  __device__ __forceinline__ RopeShared(float* area, int n_rot, int dims_padded)
+      : cos(area),
+        sin(area + n_rot / 2),
+        staged(area + dims_padded),
+        new_k(area + dims_padded + kWarps * dims_padded),
+        new_v(area + dims_padded + kWarps * dims_padded + dims_padded) {}
+};
+
 // Value x as the cache holds it and the chunk loader would read it back.
 template <typename KvT>
 __device__ __forceinline__ float AsCached(float x) {

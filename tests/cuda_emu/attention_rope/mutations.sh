@@ -12,7 +12,7 @@ mutations=(
   # nor into a later chunk
   '/PutNewKeyValue(static_cast<int>(position - c0)/s/PutNewKeyValue(/if (false) PutNewKeyValue(/'
   # no CTA writes the new key and value to the cache
-  's/pass == 0 \&\& new_base >= 0, new_k_s/false, new_k_s/'
+  's/pass == 0 \&\& new_base >= 0, rope_s.new_k/false, rope_s.new_k/'
   # the new key one row late in the first chunk
   's/PutNewKeyValue(static_cast<int>(position - lo),/PutNewKeyValue(static_cast<int>(position - lo + 1) % kChunk,/'
   # the query heads normalised with the key's weight
