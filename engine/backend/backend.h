@@ -12,6 +12,8 @@
 //   (or both in one: ops->QkNormRopeAppendKv(q, k, v, rope_params, batch, cache))
 //   RETURN_IF_ERROR(ops->Attention(q, batch, cache, {.window = W, .scale = kappa}, o));
 //   RETURN_IF_ERROR(ops->HeadGate(o, g, Dh));                      // in place
+//   (the model calls all four as one op, RopeAppendAttention(q, k, v, rope_params, batch, cache,
+//   params, &g, Dh, o), which a backend may fuse at decode)
 //   RETURN_IF_ERROR(ops->Matmul(o, wo, attn_out));
 //   RETURN_IF_ERROR(ops->Add(h, attn_out, h));
 //   MoE: Matmul(f, ffn_gate_inp, logits); RouterTopK(logits, ...); MoeExperts(f, ..., y) adds
