@@ -19,7 +19,13 @@ mutations=(
   '0,/for (int i = 0; i < kHeads; ++i) {/s/for (int i = 0; i < kHeads; ++i) {/for (int i = 0; i < kHeads - (kHeads == 4); ++i) {/'
   # the compact 8-head kernel drops its last head's output
   '/if (i >= nh) continue;/s/if (i >= nh) continue;/if (i >= nh - (kHeads == 8)) continue;/'
+)
+bash "$root/tests/cuda_emu/run_mutations.sh" "$src" "$here/run.sh" "${1:-$root/build}" "${mutations[@]}"
+# The combine kernels' header (inlined by transform.py from EMU_COMBINE_SOURCE).
+combine_mutations=(
   # the early gate kernel reads the next head's gate
   '/const float gate = active ?/s/e.gate_stride + h\]/e.gate_stride + (h + 1) % p.heads]/'
 )
-bash "$root/tests/cuda_emu/run_mutations.sh" "$src" "$here/run.sh" "${1:-$root/build}" "${mutations[@]}"
+bash "$root/tests/cuda_emu/run_mutations.sh" \
+  "$root/kernels/attention/paged_attention_cuda_combine_kernels.cuh" "$here/combine_mutant.sh" \
+  "${1:-$root/build}" "${combine_mutations[@]}"

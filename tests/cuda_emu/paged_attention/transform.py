@@ -26,4 +26,12 @@ old = '  extern __shared__ float4 smem4[];\n'
 assert src.count(old) == 1
 src = src.replace(old, '  float4* smem4 = reinterpret_cast<float4*>(emu::smem_base);\n')
 assert 'asm(' not in src and 'asm volatile' not in src
+# The combine kernels' header is inlined from EMU_COMBINE_SOURCE when set (a mutated copy, see
+# mutations.sh), else from the repository; the rest of the include path stays the repository's.
+combine_include = '#include "kernels/attention/paged_attention_cuda_combine_kernels.cuh"\n'
+assert src.count(combine_include) == 1
+combine = os.environ.get('EMU_COMBINE_SOURCE') or os.path.join(
+    root, 'kernels/attention/paged_attention_cuda_combine_kernels.cuh')
+src = src.replace(combine_include, open(combine).read())
+src = src.replace('#include "kernels/common/pdl.cuh"\n', '')
 open(os.path.join(out, 'kernel_emu.inc'), 'w').write(src)
