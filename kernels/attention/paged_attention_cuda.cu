@@ -190,9 +190,11 @@ __global__ void __launch_bounds__(kThreads)
   const bool holds_new_key = kRope && position < hi;
   const RopeShared rope_s(reinterpret_cast<float*>(base_s + kChunk), r.n_rot, geo.dims_padded);
   if constexpr (kRope) {
-    // Before the wait: page offsets (the chunk's and the new key's slot), angles, norm weights
-    // (never written by a kernel) and the first chunk's K / V - every key but the row's own was
-    // cached by an earlier step.
+    // Before the wait: page offsets (the chunk's and the new key's slot), angles and norm weights
+    // (never written by a kernel). After it, the rows and the first chunk's K / V loaded together
+    // (every key but the row's own was cached by an earlier step): the second form loaded the
+    // chunk before the wait, which measured no faster - the CTAs start only ~1 us before the GEMV
+    // ends, so those round trips were not hidden but came before the rows'.
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
     const int64_t new_base =
         holds_new_key ? KeyBase<KvT>(p, geo, table, static_cast<int>(position), g) : -1;
@@ -204,12 +206,14 @@ __global__ void __launch_bounds__(kThreads)
     const bool kv_warp = holds_new_key && warp == kWarps - 1;  // the fewest query heads
     if (kv_warp) qk_norm_rope::LoadHeadWeight(r.k_norm, kDim, k_weight);
     __syncthreads();
-    if (lo < hi) LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
     WaitForPrimaryGrid();  // the q / k / v rows come from the GEMV before
     AllowDependentLaunch();
-    RopeRows<KvT, kDim, kHeadsW>(r, q_row, row.q_row, head0, nh, g, kv_warp, q_weight, k_weight,
-                                 rope_s.cos, rope_s.sin, rope_s.staged + warp * geo.dims_padded,
-                                 q_s, static_cast<KvT*>(const_cast<void*>(p.k_cache)),
+    const RopeRaw<kDim, kHeadsW> raw =
+        LoadRopeRows<kDim, kHeadsW>(r, q_row, row.q_row, head0, nh, g, kv_warp);
+    if (lo < hi) LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
+    RopeRows<KvT, kDim, kHeadsW>(r, raw, nh, kv_warp, q_weight, k_weight, rope_s.cos, rope_s.sin,
+                                 rope_s.staged + warp * geo.dims_padded, q_s,
+                                 static_cast<KvT*>(const_cast<void*>(p.k_cache)),
                                  static_cast<KvT*>(const_cast<void*>(p.v_cache)), new_base,
                                  pass == 0 && new_base >= 0, rope_s.new_k, rope_s.new_v);
     __syncthreads();

@@ -72,62 +72,84 @@ __device__ __forceinline__ float AsCached(float x) {
   }
 }
 
-// One warp, after the wait: its query heads i = warp, warp + kWarps, ... (< nh) of the row
-// normalised and rotated into q_s (rows of kDim floats) and, on `kv_warp`, the row's K head g
-// normalised and rotated and its V head into new_k / new_v (as the cache will hold them) and, with
-// `write` (the CTA of pass 0; `base`: the slot's offset, KeyBase), into the cache. Every raw value
-// is loaded first, in one batch: one L2 round trip for the warp instead of one per head (the first
-// form, which did them in turn, measured slower than the rope kernel it replaced).
-template <typename KvT, int kDim, int kHeadsW>
-__device__ __forceinline__ void RopeRows(const RopeParams& r, const float* q_row, int64_t row,
-                                         int head0, int nh, int g, bool kv_warp,
-                                         const float (&q_weight)[kDim / 32],
-                                         const float (&k_weight)[kDim / 32], const float* cos_s,
-                                         const float* sin_s, float* staged, float* q_s,
-                                         KvT* k_cache, KvT* v_cache, int64_t base, bool write,
-                                         float* new_k, float* new_v) {
+// One warp's raw rows after the wait: its query heads i = warp, warp + kWarps, ... (< nh) of the
+// row (zeros past nh) and, on the key-value warp, the row's K and V heads g; element lane + 32 m
+// of each in [m].
+template <int kDim, int kHeadsW>
+struct RopeRaw {
+  float q[kHeadsW][kDim / 32];
+  float k[kDim / 32];
+  float v[kDim / 32];
+};
+
+// Issues every load of RopeRaw at once - one L2 round trip for the warp, not one per head (the
+// first form, which loaded and computed the heads in turn, measured slower than the rope kernel it
+// replaced) - so the caller can issue the first chunk's K / V loads beside them before using any.
+template <int kDim, int kHeadsW>
+__device__ __forceinline__ RopeRaw<kDim, kHeadsW> LoadRopeRows(const RopeParams& r,
+                                                               const float* q_row, int64_t row,
+                                                               int head0, int nh, int g,
+                                                               bool kv_warp) {
   static_assert(kDim % 32 == 0);
   constexpr int kN = kDim / 32;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int half = r.n_rot / 2;
-  float q[kHeadsW][kN], k[kN], v[kN];
+  RopeRaw<kDim, kHeadsW> raw;
 #pragma unroll
   for (int t = 0; t < kHeadsW; ++t) {
     const int i = warp + t * kWarps;
     const float* x = q_row + static_cast<int64_t>(head0 + i) * kDim;
 #pragma unroll
-    for (int m = 0; m < kN; ++m) q[t][m] = i < nh ? x[lane + m * 32] : 0.0f;
+    for (int m = 0; m < kN; ++m) raw.q[t][m] = i < nh ? x[lane + m * 32] : 0.0f;
   }
   if (kv_warp) {
     const float* kx = r.k + row * r.k_stride + static_cast<int64_t>(g) * kDim;
     const float* vx = r.v + row * r.v_stride + static_cast<int64_t>(g) * kDim;
 #pragma unroll
     for (int m = 0; m < kN; ++m) {
-      k[m] = kx[lane + m * 32];
-      v[m] = vx[lane + m * 32];
+      raw.k[m] = kx[lane + m * 32];
+      raw.v[m] = vx[lane + m * 32];
     }
   }
+  return raw;
+}
+
+// One warp: the query heads of `raw` normalised and rotated into q_s (rows of kDim floats) and, on
+// `kv_warp`, the K head normalised and rotated and the V head into new_k / new_v (as the cache
+// will hold them) and, with `write` (the CTA of pass 0; `base`: the slot's offset, KeyBase), into
+// the cache.
+template <typename KvT, int kDim, int kHeadsW>
+__device__ __forceinline__ void RopeRows(const RopeParams& r, const RopeRaw<kDim, kHeadsW>& raw,
+                                         int nh, bool kv_warp, const float (&q_weight)[kDim / 32],
+                                         const float (&k_weight)[kDim / 32], const float* cos_s,
+                                         const float* sin_s, float* staged, float* q_s,
+                                         KvT* k_cache, KvT* v_cache, int64_t base, bool write,
+                                         float* new_k, float* new_v) {
+  constexpr int kN = kDim / 32;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int half = r.n_rot / 2;
 #pragma unroll
   for (int t = 0; t < kHeadsW; ++t) {
     const int i = warp + t * kWarps;
     if (i >= nh) break;  // warp-uniform
     float out[kN];
-    qk_norm_rope::NormRopeLoaded<kN>(q[t], kDim, half, r.eps, q_weight, cos_s, sin_s, staged, out);
+    qk_norm_rope::NormRopeLoaded<kN>(raw.q[t], kDim, half, r.eps, q_weight, cos_s, sin_s, staged,
+                                     out);
 #pragma unroll
     for (int m = 0; m < kN; ++m) q_s[i * kDim + lane + m * 32] = out[m];
   }
   if (kv_warp) {
     float out[kN];
-    qk_norm_rope::NormRopeLoaded<kN>(k, kDim, half, r.eps, k_weight, cos_s, sin_s, staged, out);
+    qk_norm_rope::NormRopeLoaded<kN>(raw.k, kDim, half, r.eps, k_weight, cos_s, sin_s, staged, out);
 #pragma unroll
     for (int m = 0; m < kN; ++m) {
       const int i = lane + m * 32;
       new_k[i] = AsCached<KvT>(out[m]);
-      new_v[i] = AsCached<KvT>(v[m]);
+      new_v[i] = AsCached<KvT>(raw.v[m]);
       if (write) {
         kv_append::Store(k_cache + base + i, out[m]);
-        kv_append::Store(v_cache + base + i, v[m]);
+        kv_append::Store(v_cache + base + i, raw.v[m]);
       }
     }
   }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Session 34's third call: the rope in the attention (STEPSERVE_ROPE_IN_ATTENTION=1) restructured
-# after call 2 measured it slower - each warp now loads all its query rows (and the key / value)
-# in one batch after the PDL wait, and the new key's slot offset before it. Its bitwise test and
-# the whole model with it, then two alternating A/B rounds against the defaults and its timeline.
-# On an H200 the target figures (45 layers) first.
+# Session 34's third call (call 5 ran it on the second form): the rope in the attention
+# (STEPSERVE_ROPE_IN_ATTENTION=1) restructured after call 2 measured it slower - each warp loads
+# all its query rows (and the key / value) in one batch after the PDL wait, and the new key's slot
+# offset before it; since call 5 (third form) the first chunk's K / V loads go beside the rows'
+# after the wait. Its bitwise test and the whole model with it, two alternating A/B rounds against
+# the defaults and its timeline. On an H200 the target figures (45 layers) first.
 #   (timeout 400 bash bench/gpu/calls/session34-third.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh

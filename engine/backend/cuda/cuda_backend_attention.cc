@@ -75,7 +75,9 @@ bool PrefillGateInAttention() {
 // in one batch and the new key's slot offset before the wait (RopeRows, call 5): batch 1 on par
 // (2.333 / 2.337 against 2.338 / 2.329 ms), 2 / 4 / 8 streams still 5.5 / 2 / 0.8% slower
 // (3.399 / 3.414 against 3.232 / 3.218 at 2), 16 on par; the launch adds 12.6 us to a
-// sliding-window layer where the plain attention and the rope kernel add 9.4 + 2.6.
+// sliding-window layer where the plain attention and the rope kernel add 9.4 + 2.6. The third
+// form (written after the last device call, not yet run) loads the first chunk's K / V after the
+// wait beside the rows instead of before it.
 bool RopeInAttention() {
   static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROPE_IN_ATTENTION");
   return on;
