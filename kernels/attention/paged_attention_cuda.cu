@@ -216,11 +216,6 @@ __global__ void __launch_bounds__(kThreads)
                                  static_cast<KvT*>(const_cast<void*>(p.k_cache)),
                                  static_cast<KvT*>(const_cast<void*>(p.v_cache)), new_base,
                                  pass == 0 && new_base >= 0, rope_s.new_k, rope_s.new_v);
-    __syncthreads();
-    if (holds_new_key && position < lo + kChunk) {
-      PutNewKeyValue(static_cast<int>(position - lo), geo.dims_padded, geo.k_stride, rope_s.new_k,
-                     rope_s.new_v, k_s, v_s);
-    }
   } else if constexpr (kEarly) {
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
     if (p.tables_before_wait) {
@@ -258,10 +253,12 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int n = static_cast<int>(min(int64_t{kChunk}, hi - c0));
+    // kRope: the prologue has loaded the first chunk.
     if (!kRope || c0 != lo) LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
     if constexpr (kRope) {
-      if (c0 != lo && holds_new_key && position < c0 + kChunk) {  // CTA-uniform
-        __syncthreads();  // the loader's stores of the slot's stale row first
+      if (holds_new_key && position < c0 + kChunk) {  // CTA-uniform
+        // The loader's stores of the slot's stale row and the new key and value first.
+        __syncthreads();
         PutNewKeyValue(static_cast<int>(position - c0), geo.dims_padded, geo.k_stride, rope_s.new_k,
                        rope_s.new_v, k_s, v_s);
       }

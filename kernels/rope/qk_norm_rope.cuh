@@ -104,11 +104,13 @@ __device__ __forceinline__ void NormRopeLoaded(const float (&values)[kN], int dh
   __syncwarp();  // every lane has read `staged` before the warp's next head overwrites it
 }
 
-// NormRopeLoaded of head x (dh floats in memory).
-__device__ __forceinline__ void NormRopeValues(const float* x, int dh, int half, float eps,
-                                               const float (&weight)[kPerLane],
-                                               const float* cos_table, const float* sin_table,
-                                               float* staged, float (&out)[kPerLane]) {
+// NormRopeLoaded of head x of `a` (head_dim floats in memory), the result also written back to x
+// in place.
+__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
+                                             const float (&weight)[kPerLane],
+                                             const float* cos_table, const float* sin_table,
+                                             float* staged, float (&out)[kPerLane]) {
+  const int dh = static_cast<int>(a.head_dim);
   const int lane = threadIdx.x % cuda_reduce::kWarpSize;
   float values[kPerLane];
 #pragma unroll
@@ -116,18 +118,8 @@ __device__ __forceinline__ void NormRopeValues(const float* x, int dh, int half,
     const int i = lane + m * cuda_reduce::kWarpSize;
     values[m] = i < dh ? x[i] : 0.0f;
   }
-  NormRopeLoaded(values, dh, half, eps, weight, cos_table, sin_table, staged, out);
-}
-
-// NormRopeValues of head x of `a`, the result also written back to x in place.
-__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
-                                             const float (&weight)[kPerLane],
-                                             const float* cos_table, const float* sin_table,
-                                             float* staged, float (&out)[kPerLane]) {
-  const int dh = static_cast<int>(a.head_dim);
-  NormRopeValues(x, dh, static_cast<int>(a.n_rot / 2), a.eps, weight, cos_table, sin_table, staged,
-                 out);
-  const int lane = threadIdx.x % cuda_reduce::kWarpSize;
+  NormRopeLoaded(values, dh, static_cast<int>(a.n_rot / 2), a.eps, weight, cos_table, sin_table,
+                 staged, out);
 #pragma unroll
   for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * cuda_reduce::kWarpSize;

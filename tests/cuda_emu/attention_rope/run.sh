@@ -18,7 +18,7 @@ cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
 emu=$root/tests/cuda_emu/prefill_attention
 python3 "$root/tests/cuda_emu/paged_attention/transform.py" "$work/attention" ${2:+"$2"}
 python3 "$root/tests/cuda_emu/rope_append/transform.py" "$work/rope"
-flags=(-std=c++20 -O1 -w -I "$cuda_include" -I "$root" -I "$emu")
+flags=(-std=c++20 -O1 -w -I "$cuda_include" -I "$root" -I "$emu" -I "$root/tests/cuda_emu/paged_attention")
 g++ "${flags[@]}" -I "$work/rope" -c "$here/rope_tu.cc" -o "$work/rope_tu.o"
 libs=$(pkg-config --libs absl_status absl_statusor absl_str_format absl_strings)
 # shellcheck disable=SC2086  # $libs is several linker words
