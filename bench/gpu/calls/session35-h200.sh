@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 35's first call, for an H200 (needs_h200): the target figures at 45 layers (none since
+# session 26), the same decode batches with F16 KV pages (`--kv-dtype f16`: half the attention's
+# bytes; llama.cpp's default cache type), Q4_K_M batch 1 and prefill, then the third form of the
+# rope in the attention (STEPSERVE_ROPE_IN_ATTENTION=1): its bitwise test, one A/B round and the
+# whole model with it. On an H100 it runs 24 layers (compare with H100 runs only).
+#   (timeout 570 bash bench/gpu/calls/session35-h200.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+cd "$(dirname "$0")/../../.." || exit 1
+source bench/gpu/call-lib-h200.sh
+call_build bench_model model_cuda_test attention_rope_cuda_test stepserve || exit 1
+call_ab 1,4,16,64 2048,4096
+CALL_BENCH_ARGS="--kv-dtype f16" call_ab 1,4,16,64 ""
+CALL_RECIPE=q4_k_m call_ab 1 2048
+ri=STEPSERVE_ROPE_IN_ATTENTION
+call_test attention_rope_cuda_test rope-attention
+call_ab 1,2,4,8,16 ""
+call_ab 1,2,4,8,16 "" $ri=1
+CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-rope \
+  STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" $ri=1
+call_ab 1,2,4,8,16 "" $ri=1
+call_ab 1,2,4,8,16 ""
+call_done
