@@ -19,4 +19,5 @@ CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-rope \
   STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" $ri=1
 call_ab 1,2,4,8,16 "" $ri=1
 call_ab 1,2,4,8,16 ""
+call_ab 1,2 "" $ri=2  # batch 1 only
 call_done

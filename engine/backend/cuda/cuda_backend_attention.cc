@@ -77,10 +77,12 @@ bool PrefillGateInAttention() {
 // (3.399 / 3.414 against 3.232 / 3.218 at 2), 16 on par; the launch adds 12.6 us to a
 // sliding-window layer where the plain attention and the rope kernel add 9.4 + 2.6. The third
 // form (written after the last device call, not yet run) loads the first chunk's K / V after the
-// wait beside the rows instead of before it.
-bool RopeInAttention() {
-  static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROPE_IN_ATTENTION");
-  return on;
+// wait beside the rows instead of before it. Level 2 takes the fused path for a batch of one row
+// only (where the rope kernel alone sits between the GEMV and the attention), level 1 at every
+// plain-decode batch.
+int RopeInAttentionLevel() {
+  static const int level = kernels::EnvSwitchLevel("STEPSERVE_ROPE_IN_ATTENTION", 0);
+  return level;
 }
 
 // Plain decode: every sequence has at most one row in the batch, at its newest position - so the
@@ -210,7 +212,9 @@ std::optional<kernels::PagedAttentionCudaRope> CudaBackend::RopeInAttentionArgs(
     const TensorView& q, const TensorView& k, const TensorView& v, const QkNormRopeParams& rope,
     const AttentionBatch& batch, const KvCacheView& cache) {
   const int64_t tokens = static_cast<int64_t>(batch.positions.size());
-  if (!RopeInAttention() || tokens == 0 || k.data == nullptr || !OneNewRowPerSequence(batch)) {
+  const int level = RopeInAttentionLevel();
+  if (level == 0 || (level == 2 && tokens != 1) || tokens == 0 || k.data == nullptr ||
+      !OneNewRowPerSequence(batch)) {
     return std::nullopt;
   }
   // Anything unusual goes the two-kernel way, whose checks word the errors.
