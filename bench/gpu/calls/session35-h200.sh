@@ -3,7 +3,8 @@
 # session 26), the same decode batches with F16 KV pages (`--kv-dtype f16`: half the attention's
 # bytes; llama.cpp's default cache type), Q4_K_M batch 1 and prefill, then the third form of the
 # rope in the attention (STEPSERVE_ROPE_IN_ATTENTION=1): its bitwise test, two A/B rounds, the
-# whole model with it and level 2 (the fused path at batch 1 only). On an H100 it runs 24 layers (compare with H100 runs only).
+# whole model with it and level 2 (the fused path at batch 1 only). On an H100 it runs 24
+# layers (compare with H100 runs only).
 #   (timeout 570 bash bench/gpu/calls/session35-h200.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
