@@ -246,6 +246,7 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   TensorView o = rows.Mat(rows.o, int64_t{l.n_head} * l.head_dim_v, n);
   AttentionParams params{.window = l.is_swa ? hparams_.sliding_window : 0,
                          .scale = 1.0f / std::sqrt(static_cast<float>(l.head_dim_k))};
+  ops.PrefetchWeight(placed_[w.attn_output]);  // read right after the attention's few bytes
   RETURN_IF_ERROR(ops.RopeAppendAttention(q, k, v, rope, batch, cache, params,
                                           w.attn_gate != nullptr ? &gate : nullptr, l.head_dim_v,
                                           o));

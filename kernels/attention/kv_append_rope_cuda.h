@@ -11,6 +11,7 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/common/kernel_status.h"
+#include "kernels/common/l2_prefetch.h"
 #include "kernels/rope/rope_cuda.h"
 
 namespace stepserve::kernels {
@@ -21,9 +22,10 @@ bool QkNormRopeAppendCudaApplies(const QkNormRopeCudaArgs& rope, const KvAppendA
 
 // Validates both as QkNormRopeCuda and KvAppendCuda do (the slots' values are the caller's to
 // check on the host, as for KvAppendCuda), kUnsupportedType when they do not line up, then
-// enqueues the fused kernel on `stream`.
+// enqueues the fused kernel on `stream`. `ahead`: bytes its threads pull into L2 before they wait
+// for the kernel before (weights a later kernel reads; see l2_prefetch.cuh), none by default.
 KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppendArgs& append,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, L2Span ahead = {});
 
 }  // namespace stepserve::kernels
 

@@ -34,6 +34,7 @@
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/kernel_status.h"
+#include "kernels/common/l2_prefetch.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
 
@@ -116,6 +117,11 @@ class CudaBackend final : public Backend {
                                    const KvCacheView& cache, const AttentionParams& params,
                                    const TensorView* gate_logits, int64_t head_dim,
                                    const TensorView& out) override;
+  // With STEPSERVE_O_PROJ_AHEAD=1: the next QkNormRopeAppendKv kernel of at most kAheadMaxRows
+  // rows pulls w into L2 before its wait (kernels/common/l2_prefetch.cuh); the one-kernel
+  // RopeAppendAttention (STEPSERVE_ROPE_IN_ATTENTION) drops it.
+  void PrefetchWeight(const WeightView& w) override;
+  static constexpr int64_t kAheadMaxRows = 16;
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override;
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
@@ -326,6 +332,7 @@ class CudaBackend final : public Backend {
   PrequantizedX prequantized_;
   PrequantizedX main_prequantized_;  // the main line's, kept while a side branch runs
   uint64_t prequantized_uses_ = 0;
+  kernels::L2Span weight_ahead_;  // PrefetchWeight's span, until the rope kernel takes it
   std::shared_ptr<PointwiseState> pointwise_;
   std::shared_ptr<AttentionState> attention_;
   std::shared_ptr<MatmulState> matmul_;

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -170,18 +171,39 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
   return KernelResult(kernels::KvAppendCuda(a, stream()), "AppendKv");
 }
 
+// Pull the next Matmul's weights (the output projection) into L2 from the rope kernel when
+// STEPSERVE_O_PROJ_AHEAD=1 (read once). Why: at decode the rope kernel, the attention and the
+// split-K combine move almost no bytes (~18 us of a batch-1 layer on the H100, session 34's
+// timeline), and the o projection's GEMV then streams 17.8-26.7 MB from HBM; from L2 the same
+// GEMV ran 12-23% faster (bench_gemv --l2, session 30).
+namespace {
+bool ProjectionAhead() {
+  static const bool on = kernels::EnvSwitchSet("STEPSERVE_O_PROJ_AHEAD");
+  return on;
+}
+}  // namespace
+
+void CudaBackend::PrefetchWeight(const WeightView& w) {
+  if (!ProjectionAhead()) return;
+  weight_ahead_ =
+      kernels::MakeL2Span(w.data, static_cast<uint64_t>(w.row_bytes()) * w.ne[1] * w.ne[2]);
+}
+
 absl::Status CudaBackend::QkNormRopeAppendKv(const TensorView& q, const TensorView& k,
                                              const TensorView& v, const QkNormRopeParams& params,
                                              const AttentionBatch& batch,
                                              const KvCacheView& cache) {
+  const kernels::L2Span ahead = std::exchange(weight_ahead_, {});
   if (!RopeAppendFused()) return Backend::QkNormRopeAppendKv(q, k, v, params, batch, cache);
   ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::QkNormRopeCudaArgs rope,
                    QkNormRopeArgs(q, k, params, batch.positions));
   ASSIGN_OR_RETURN(const kernels::KvAppendArgs append, AppendKvArgs(k, v, batch, cache));
   if (rope.tokens > 0 && kernels::QkNormRopeAppendCudaApplies(rope, append)) {
-    return KernelResult(kernels::QkNormRopeAppendCuda(rope, append, stream()),
-                        "QkNormRopeAppendKv");
+    return KernelResult(
+        kernels::QkNormRopeAppendCuda(rope, append, stream(),
+                                      rope.tokens <= kAheadMaxRows ? ahead : kernels::L2Span{}),
+        "QkNormRopeAppendKv");
   }
   // Shapes the fused kernel does not take: the two kernels on the arguments already staged.
   if (rope.tokens > 0) {
@@ -252,10 +274,11 @@ absl::Status CudaBackend::RopeAppendAttention(const TensorView& q, const TensorV
                                               const TensorView& out) {
   const std::optional<kernels::PagedAttentionCudaRope> r =
       RopeInAttentionArgs(q, k, v, rope, batch, cache);
-  if (!r.has_value()) {
+  if (!r.has_value()) {  // QkNormRopeAppendKv takes weight_ahead_
     return Backend::RopeAppendAttention(q, k, v, rope, batch, cache, params, gate_logits, head_dim,
                                         out);
   }
+  weight_ahead_ = {};  // the fused kernel does not prefetch
   const TensorView* gate = gate_logits != nullptr && GateInCombine() ? gate_logits : nullptr;
   ASSIGN_OR_RETURN(const bool gated,
                    RunAttention(q, batch, cache, params, out, {gate, head_dim}, &*r));

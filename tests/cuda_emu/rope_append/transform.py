@@ -15,6 +15,14 @@ for path, name in [(os.path.join(root, 'kernels/rope/rope_cuda.cu'), 'rope'),
                    (fused, 'fused')]:
     src = open(path).read()
     src = src.replace('#include "kernels/common/pdl.cuh"\n', '')
+    # The L2 prefetch is a hint with no effect on values: on the host its pieces' bounds only.
+    src = src.replace('#include "kernels/common/l2_prefetch.cuh"\n',
+                      '#include "kernels/common/l2_prefetch.h"\n'
+                      'namespace stepserve::kernels {\n'
+                      'inline void PrefetchSpanL2(const L2Span& s, uint64_t worker, uint64_t workers) {\n'
+                      '  if (s.bytes > 0 && worker >= workers) std::abort();\n'
+                      '}\n'
+                      '}  // namespace stepserve::kernels\n')
     # Each file's anonymous namespace gets a name of its own, so their kWarpsPerBlock / kThreads
     # and helper names do not collide in one translation unit.
     src = src.replace('namespace {\n', 'namespace emu_%s {\n' % name)
