@@ -369,11 +369,11 @@ class Backend {
     }
     return Attention(q, batch, cache, params, out);
   }
-  // A hint, no effect on any result: `w` is read by a Matmul soon after the attention op issued
-  // next (the layer's output projection after RopeAppendAttention), so a backend may start moving
-  // it closer to its compute while that op's kernels run (the CUDA backend, with
-  // STEPSERVE_O_PROJ_AHEAD=1: into L2, during the rope kernel and attention, which move few bytes
-  // at decode). Default: nothing.
+  // A hint, no effect on any result: `w` is read soon after the attention op issued next (the
+  // layer's output projection after RopeAppendAttention, then its FFN's router and shared expert;
+  // hints in the order of those reads), so a backend may start moving it closer to its compute
+  // while that op's kernels run (the CUDA backend, with STEPSERVE_L2_AHEAD: into L2, during the
+  // rope kernel and attention, which move few bytes at decode). Default: nothing.
   virtual void PrefetchWeight(const WeightView& w) { (void)w; }
   // z = clamped SwiGLU(g, u) (spec 4.5); z may equal g or u.
   virtual absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,

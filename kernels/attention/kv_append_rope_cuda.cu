@@ -38,7 +38,7 @@ struct Params {
   bool setup_before_wait;
   // Weights a later kernel reads (the attention's output projection), pulled into L2 by this grid
   // before its wait: the attention after it moves few bytes, so HBM would idle (may be empty).
-  L2Span ahead;
+  L2SpanList ahead;
 };
 
 // On unless STEPSERVE_ROPE_SETUP_BEFORE_WAIT=0 (read once). Why: at batch 1 the rope-and-append
@@ -84,10 +84,10 @@ __device__ __forceinline__ void CacheHead(void* cache, int64_t slot, int64_t kh,
 // of no sequence) skips the caching, as KvAppendCuda does.
 template <KvDtype kDtype>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) QkNormRopeAppendKernel(Params params) {
-  if (params.ahead.bytes > 0) {
+  if (params.ahead.count > 0) {
     const uint64_t block = blockIdx.x + uint64_t{gridDim.x} * blockIdx.y;
-    PrefetchSpanL2(params.ahead, threadIdx.x + block * blockDim.x,
-                   uint64_t{blockDim.x} * gridDim.x * gridDim.y);
+    PrefetchSpansL2(params.ahead, threadIdx.x + block * blockDim.x,
+                    uint64_t{blockDim.x} * gridDim.x * gridDim.y);
   }
   const bool early = params.setup_before_wait;
   if (!early) {
@@ -152,7 +152,7 @@ bool QkNormRopeAppendCudaApplies(const QkNormRopeCudaArgs& rope, const KvAppendA
 }
 
 KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppendArgs& append,
-                                  cudaStream_t stream, L2Span ahead) {
+                                  cudaStream_t stream, const L2SpanList& ahead) {
   if (KernelStatus s = ValidateQkNormRopeCuda(rope); s != KernelStatus::kOk) return s;
   if (KernelStatus s = ValidateKvAppendCuda(append); s != KernelStatus::kOk) return s;
   if (!QkNormRopeAppendCudaApplies(rope, append)) return KernelStatus::kUnsupportedType;

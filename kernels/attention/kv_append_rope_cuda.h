@@ -22,10 +22,10 @@ bool QkNormRopeAppendCudaApplies(const QkNormRopeCudaArgs& rope, const KvAppendA
 
 // Validates both as QkNormRopeCuda and KvAppendCuda do (the slots' values are the caller's to
 // check on the host, as for KvAppendCuda), kUnsupportedType when they do not line up, then
-// enqueues the fused kernel on `stream`. `ahead`: bytes its threads pull into L2 before they wait
-// for the kernel before (weights a later kernel reads; see l2_prefetch.cuh), none by default.
+// enqueues the fused kernel on `stream`. `ahead`: ranges its threads pull into L2 before they wait
+// for the kernel before (weights later kernels read; see l2_prefetch.cuh), none by default.
 KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppendArgs& append,
-                                  cudaStream_t stream, L2Span ahead = {});
+                                  cudaStream_t stream, const L2SpanList& ahead = {});
 
 }  // namespace stepserve::kernels
 

@@ -35,6 +35,12 @@ __device__ __forceinline__ void PrefetchSpanL2(const L2Span& span, uint64_t work
   }
 }
 
+// Every span of the list, each split over all the workers.
+__device__ __forceinline__ void PrefetchSpansL2(const L2SpanList& list, uint64_t worker,
+                                                uint64_t workers) {
+  for (int i = 0; i < list.count; ++i) PrefetchSpanL2(list.spans[i], worker, workers);
+}
+
 }  // namespace stepserve::kernels
 
 #endif  // STEPSERVE_KERNELS_COMMON_L2_PREFETCH_CUH_

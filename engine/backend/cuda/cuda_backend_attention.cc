@@ -171,29 +171,32 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
   return KernelResult(kernels::KvAppendCuda(a, stream()), "AppendKv");
 }
 
-// Pull the next Matmul's weights (the output projection) into L2 from the rope kernel when
-// STEPSERVE_O_PROJ_AHEAD=1 (read once). Why: at decode the rope kernel, the attention and the
-// split-K combine move almost no bytes (~18 us of a batch-1 layer on the H100, session 34's
-// timeline), and the o projection's GEMV then streams 17.8-26.7 MB from HBM; from L2 the same
-// GEMV ran 12-23% faster (bench_gemv --l2, session 30).
+// Pull the weights read after the attention (PrefetchWeight's hints) into L2 from the rope kernel
+// with STEPSERVE_L2_AHEAD (read once): `1` the output projection, `2` also the MoE router and
+// shared expert. Why: at decode the rope kernel, the attention and the split-K combine move almost
+// no bytes (~18 us of a batch-1 layer on the H100, session 34's timeline), and the o projection's
+// GEMV then streams 17.8-26.7 MB from HBM; from L2 the same GEMV ran 12-23% faster (bench_gemv
+// --l2, session 30). The shared expert's 8.4 MB are otherwise read beside the routed experts'.
 namespace {
-bool ProjectionAhead() {
-  static const bool on = kernels::EnvSwitchSet("STEPSERVE_O_PROJ_AHEAD");
-  return on;
+int L2AheadLevel() {
+  static const int level = kernels::EnvSwitchLevel("STEPSERVE_L2_AHEAD", 0);
+  return level;
 }
 }  // namespace
 
 void CudaBackend::PrefetchWeight(const WeightView& w) {
-  if (!ProjectionAhead()) return;
-  weight_ahead_ =
-      kernels::MakeL2Span(w.data, static_cast<uint64_t>(w.row_bytes()) * w.ne[1] * w.ne[2]);
+  const int level = L2AheadLevel();
+  if (level == 0 || (level == 1 && weight_ahead_.count > 0)) return;
+  weight_ahead_.Add(
+      kernels::MakeL2Span(w.data, static_cast<uint64_t>(w.row_bytes()) * w.ne[1] * w.ne[2]),
+      kAheadMaxBytes);
 }
 
 absl::Status CudaBackend::QkNormRopeAppendKv(const TensorView& q, const TensorView& k,
                                              const TensorView& v, const QkNormRopeParams& params,
                                              const AttentionBatch& batch,
                                              const KvCacheView& cache) {
-  const kernels::L2Span ahead = std::exchange(weight_ahead_, {});
+  const kernels::L2SpanList ahead = std::exchange(weight_ahead_, {});
   if (!RopeAppendFused()) return Backend::QkNormRopeAppendKv(q, k, v, params, batch, cache);
   ForgetPrequantized();
   ASSIGN_OR_RETURN(const kernels::QkNormRopeCudaArgs rope,
@@ -202,7 +205,7 @@ absl::Status CudaBackend::QkNormRopeAppendKv(const TensorView& q, const TensorVi
   if (rope.tokens > 0 && kernels::QkNormRopeAppendCudaApplies(rope, append)) {
     return KernelResult(
         kernels::QkNormRopeAppendCuda(rope, append, stream(),
-                                      rope.tokens <= kAheadMaxRows ? ahead : kernels::L2Span{}),
+                                      rope.tokens <= kAheadMaxRows ? ahead : kernels::L2SpanList{}),
         "QkNormRopeAppendKv");
   }
   // Shapes the fused kernel does not take: the two kernels on the arguments already staged.
@@ -274,7 +277,7 @@ absl::Status CudaBackend::RopeAppendAttention(const TensorView& q, const TensorV
                                               const TensorView& out) {
   const std::optional<kernels::PagedAttentionCudaRope> r =
       RopeInAttentionArgs(q, k, v, rope, batch, cache);
-  if (!r.has_value()) {  // QkNormRopeAppendKv takes weight_ahead_
+  if (!r.has_value()) {  // QkNormRopeAppendKv takes weight_ahead_'s spans
     return Backend::RopeAppendAttention(q, k, v, rope, batch, cache, params, gate_logits, head_dim,
                                         out);
   }

@@ -19,8 +19,8 @@ for path, name in [(os.path.join(root, 'kernels/rope/rope_cuda.cu'), 'rope'),
     src = src.replace('#include "kernels/common/l2_prefetch.cuh"\n',
                       '#include "kernels/common/l2_prefetch.h"\n'
                       'namespace stepserve::kernels {\n'
-                      'inline void PrefetchSpanL2(const L2Span& s, uint64_t worker, uint64_t workers) {\n'
-                      '  if (s.bytes > 0 && worker >= workers) std::abort();\n'
+                      'inline void PrefetchSpansL2(const L2SpanList& l, uint64_t worker, uint64_t workers) {\n'
+                      '  if (l.count < 0 || l.count > kMaxL2Spans || (l.count > 0 && worker >= workers)) std::abort();\n'
                       '}\n'
                       '}  // namespace stepserve::kernels\n')
     # Each file's anonymous namespace gets a name of its own, so their kWarpsPerBlock / kThreads
