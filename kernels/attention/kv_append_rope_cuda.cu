@@ -10,7 +10,6 @@
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/env_switch.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope/qk_norm_rope.cuh"
 
@@ -36,9 +35,6 @@ struct Params {
   // step's kernels and the weights are never written, so only the q / k / v rows (the GEMV's
   // output) need the kernel before to finish.
   bool setup_before_wait;
-  // Weights a later kernel reads (the attention's output projection), pulled into L2 by this grid
-  // before its wait: the attention after it moves few bytes, so HBM would idle (may be empty).
-  L2SpanList ahead;
 };
 
 // On unless STEPSERVE_ROPE_SETUP_BEFORE_WAIT=0 (read once). Why: at batch 1 the rope-and-append
@@ -84,11 +80,6 @@ __device__ __forceinline__ void CacheHead(void* cache, int64_t slot, int64_t kh,
 // of no sequence) skips the caching, as KvAppendCuda does.
 template <KvDtype kDtype>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) QkNormRopeAppendKernel(Params params) {
-  if (params.ahead.count > 0) {
-    const uint64_t block = blockIdx.x + uint64_t{gridDim.x} * blockIdx.y;
-    PrefetchSpansL2(params.ahead, threadIdx.x + block * blockDim.x,
-                    uint64_t{blockDim.x} * gridDim.x * gridDim.y);
-  }
   const bool early = params.setup_before_wait;
   if (!early) {
     WaitForPrimaryGrid();
@@ -152,7 +143,7 @@ bool QkNormRopeAppendCudaApplies(const QkNormRopeCudaArgs& rope, const KvAppendA
 }
 
 KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppendArgs& append,
-                                  cudaStream_t stream, const L2SpanList& ahead) {
+                                  cudaStream_t stream) {
   if (KernelStatus s = ValidateQkNormRopeCuda(rope); s != KernelStatus::kOk) return s;
   if (KernelStatus s = ValidateKvAppendCuda(append); s != KernelStatus::kOk) return s;
   if (!QkNormRopeAppendCudaApplies(rope, append)) return KernelStatus::kUnsupportedType;
@@ -167,7 +158,6 @@ KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppend
   params.k_cache = append.kv.k;
   params.v_cache = append.kv.v;
   params.setup_before_wait = SetupBeforeWaitEnabled();
-  params.ahead = ahead;
   constexpr int64_t kMaxGridY = 65535;  // further head chunks are looped over in the kernel
   const int64_t heads = rope.q_heads + 2 * rope.k_heads;
   const int64_t chunks = (heads + kWarpsPerBlock - 1) / kWarpsPerBlock;

@@ -11,7 +11,6 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/common/kernel_status.h"
-#include "kernels/common/l2_prefetch.h"
 #include "kernels/rope/rope_cuda.h"
 
 namespace stepserve::kernels {
@@ -22,10 +21,9 @@ bool QkNormRopeAppendCudaApplies(const QkNormRopeCudaArgs& rope, const KvAppendA
 
 // Validates both as QkNormRopeCuda and KvAppendCuda do (the slots' values are the caller's to
 // check on the host, as for KvAppendCuda), kUnsupportedType when they do not line up, then
-// enqueues the fused kernel on `stream`. `ahead`: ranges its threads pull into L2 before they wait
-// for the kernel before (weights later kernels read; see l2_prefetch.cuh), none by default.
+// enqueues the fused kernel on `stream`.
 KernelStatus QkNormRopeAppendCuda(const QkNormRopeCudaArgs& rope, const KvAppendArgs& append,
-                                  cudaStream_t stream, const L2SpanList& ahead = {});
+                                  cudaStream_t stream);
 
 }  // namespace stepserve::kernels
 

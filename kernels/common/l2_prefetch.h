@@ -9,7 +9,8 @@
 namespace stepserve::kernels {
 
 // data: 16-byte aligned; bytes: a multiple of 16 (MakeL2Span rounds down: a prefetch is a hint,
-// a missing tail of under 16 bytes costs nothing). Empty (bytes 0): nothing to do.
+// a missing tail of under 16 bytes costs nothing; the line-wise prefetch never reads past the
+// span's last 128-byte line, which holds its last byte). Empty (bytes 0): nothing to do.
 struct L2Span {
   const void* data = nullptr;
   uint64_t bytes = 0;

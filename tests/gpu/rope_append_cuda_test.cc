@@ -103,18 +103,7 @@ void CheckCase(const RopeAppendCase& c, KvDtype dtype) {
   ASSERT_TRUE(QkNormRopeAppendCudaApplies(rope_fused, append_fused));
   ASSERT_EQ(QkNormRopeCuda(rope_two, nullptr), KernelStatus::kOk);
   ASSERT_EQ(KvAppendCuda(append_two, nullptr), KernelStatus::kOk);
-  // The fused kernel also pulls an unrelated odd-sized range into L2 (as it does the output
-  // projection's weights with STEPSERVE_L2_AHEAD): a hint that must change no value and read
-  // nothing past the range (a fault would fail the synchronize).
-  const size_t ahead_bytes = (size_t{5} << 20) + 272;
-  DeviceBuffer ahead(ahead_bytes);
-  ASSERT_TRUE(ahead.ptr != nullptr);
-  L2SpanList spans;
-  ASSERT_TRUE(spans.Add(MakeL2Span(ahead.ptr, ahead_bytes - 4096), ahead_bytes));
-  ASSERT_TRUE(
-      spans.Add(MakeL2Span(static_cast<char*>(ahead.ptr) + ahead_bytes - 4096, 4096), ahead_bytes));
-  ASSERT_EQ(spans.bytes(), ahead_bytes);
-  ASSERT_EQ(QkNormRopeAppendCuda(rope_fused, append_fused, nullptr, spans), KernelStatus::kOk);
+  ASSERT_EQ(QkNormRopeAppendCuda(rope_fused, append_fused, nullptr), KernelStatus::kOk);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   const size_t q_bytes = in.q.size() * 4, kv_bytes = in.k.size() * 4;

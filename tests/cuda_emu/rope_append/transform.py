@@ -15,14 +15,6 @@ for path, name in [(os.path.join(root, 'kernels/rope/rope_cuda.cu'), 'rope'),
                    (fused, 'fused')]:
     src = open(path).read()
     src = src.replace('#include "kernels/common/pdl.cuh"\n', '')
-    # The L2 prefetch is a hint with no effect on values: on the host its pieces' bounds only.
-    src = src.replace('#include "kernels/common/l2_prefetch.cuh"\n',
-                      '#include "kernels/common/l2_prefetch.h"\n'
-                      'namespace stepserve::kernels {\n'
-                      'inline void PrefetchSpansL2(const L2SpanList& l, uint64_t worker, uint64_t workers) {\n'
-                      '  if (l.count < 0 || l.count > kMaxL2Spans || (l.count > 0 && worker >= workers)) std::abort();\n'
-                      '}\n'
-                      '}  // namespace stepserve::kernels\n')
     # Each file's anonymous namespace gets a name of its own, so their kWarpsPerBlock / kThreads
     # and helper names do not collide in one translation unit.
     src = src.replace('namespace {\n', 'namespace emu_%s {\n' % name)
