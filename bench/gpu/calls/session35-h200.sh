@@ -20,7 +20,7 @@ call_ab 1,2,4,8,16 ""
 call_ab 1,2,4,8,16 "" $oa=1
 call_ab 1,2,4,8,16 "" $oa=2
 call_ab 1,2,4,8,16 "" $ri=1
-call_ab 1,2 "" $ri=2  # batch 1 only
+call_ab 1,2 "" $ri=2  # batch 1 only (level 2: removed after this call)
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-ahead-rope \
   STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" $ri=2 $oa=2
 call_ab 1,2,4,8,16 "" $oa=2

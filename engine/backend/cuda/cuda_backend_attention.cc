@@ -77,13 +77,12 @@ bool PrefillGateInAttention() {
 // (2.333 / 2.337 against 2.338 / 2.329 ms), 2 / 4 / 8 streams still 5.5 / 2 / 0.8% slower
 // (3.399 / 3.414 against 3.232 / 3.218 at 2), 16 on par; the launch adds 12.6 us to a
 // sliding-window layer where the plain attention and the rope kernel add 9.4 + 2.6. The third
-// form (written after the last device call, not yet run) loads the first chunk's K / V after the
-// wait beside the rows instead of before it. Level 2 takes the fused path for a batch of one row
-// only (where the rope kernel alone sits between the GEMV and the attention), level 1 at every
-// plain-decode batch.
-int RopeInAttentionLevel() {
-  static const int level = kernels::EnvSwitchLevel("STEPSERVE_ROPE_IN_ATTENTION", 0);
-  return level;
+// form (the first chunk's K / V loaded after the wait beside the rows; session 35, two rounds):
+// batch 1 on par (2.334 / 2.354 against 2.335 / 2.336), 2 / 4 streams 4.2-5.8 / 1.4-2.6% slower
+// (3.370 / 3.400 against 3.234 / 3.214 at 2); at batch 1 only it measured 2.361 ms.
+bool RopeInAttention() {
+  static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROPE_IN_ATTENTION");
+  return on;
 }
 
 // Plain decode: every sequence has at most one row in the batch, at its newest position - so the
@@ -237,9 +236,7 @@ std::optional<kernels::PagedAttentionCudaRope> CudaBackend::RopeInAttentionArgs(
     const TensorView& q, const TensorView& k, const TensorView& v, const QkNormRopeParams& rope,
     const AttentionBatch& batch, const KvCacheView& cache) {
   const int64_t tokens = static_cast<int64_t>(batch.positions.size());
-  const int level = RopeInAttentionLevel();
-  if (level == 0 || (level == 2 && tokens != 1) || tokens == 0 || k.data == nullptr ||
-      !OneNewRowPerSequence(batch)) {
+  if (!RopeInAttention() || tokens == 0 || k.data == nullptr || !OneNewRowPerSequence(batch)) {
     return std::nullopt;
   }
   // Anything unusual goes the two-kernel way, whose checks word the errors.
