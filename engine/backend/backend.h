@@ -369,12 +369,6 @@ class Backend {
     }
     return Attention(q, batch, cache, params, out);
   }
-  // A hint, no effect on any result: `w` is read soon after the attention op issued next (the
-  // layer's output projection after RopeAppendAttention, then its FFN's router and shared expert;
-  // hints in the order of those reads), so a backend may start moving it closer to its compute
-  // while that op's kernels run (the CUDA backend, with STEPSERVE_L2_AHEAD: into L2, from the
-  // decode attention, which moves few bytes). Default: nothing.
-  virtual void PrefetchWeight(const WeightView& w) { (void)w; }
   // z = clamped SwiGLU(g, u) (spec 4.5); z may equal g or u.
   virtual absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
                               const TensorView& z) = 0;

@@ -246,7 +246,6 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   TensorView o = rows.Mat(rows.o, int64_t{l.n_head} * l.head_dim_v, n);
   AttentionParams params{.window = l.is_swa ? hparams_.sliding_window : 0,
                          .scale = 1.0f / std::sqrt(static_cast<float>(l.head_dim_k))};
-  HintWeightsAfterAttention(w);
   RETURN_IF_ERROR(ops.RopeAppendAttention(q, k, v, rope, batch, cache, params,
                                           w.attn_gate != nullptr ? &gate : nullptr, l.head_dim_v,
                                           o));
@@ -254,24 +253,6 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   RETURN_IF_ERROR(ops.Matmul(o, placed_[w.attn_output], out));
   rows.pending = out;  // added into h by the FFN's norm
   return absl::OkStatus();
-}
-
-// Backend::PrefetchWeight's hints, in the order of the reads after the attention: the output
-// projection, then a MoE layer's router and shared expert (its fused gate / up where placed so).
-void Step35Model::HintWeightsAfterAttention(const LayerWeights& w) {
-  Backend& ops = *backend_;
-  ops.PrefetchWeight(placed_[w.attn_output]);
-  if (!w.is_moe()) return;
-  ops.PrefetchWeight(placed_[w.ffn_gate_inp]);
-  if (w.ffn_gate_shexp == nullptr) return;
-  if (const FusedWeight* fused = placed_.Fused(w.ffn_gate_shexp);
-      fused != nullptr && fused->OffsetOf(w.ffn_up_shexp) >= 0) {
-    ops.PrefetchWeight(fused->view);
-  } else {
-    ops.PrefetchWeight(placed_[w.ffn_gate_shexp]);
-    ops.PrefetchWeight(placed_[w.ffn_up_shexp]);
-  }
-  ops.PrefetchWeight(placed_[w.ffn_down_shexp]);
 }
 
 absl::Status Step35Model::FeedForward(int il, Rows& rows) {

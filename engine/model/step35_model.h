@@ -139,7 +139,6 @@ class Step35Model {
   absl::Status EnsureRowCapacity(int64_t n, Rows& rows);
   absl::Status RunLayer(int il, Rows& rows, std::span<const BatchSequence> batch, KvStorage& kv);
   absl::Status Attention(int il, Rows& rows, KvStorage& kv);
-  void HintWeightsAfterAttention(const LayerWeights& w);
   // out = RMSNorm(h; weight), first adding the pending residual update into h (one fused op).
   absl::Status NormResidual(Rows& rows, Tensor weight, const TensorView& out);
   // Adds the pending residual update into h (before h is read other than by a layer's norm).

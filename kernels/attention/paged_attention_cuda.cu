@@ -42,7 +42,6 @@
 #include "kernels/common/arrival.cuh"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/env_switch.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/sigmoid.cuh"
 #include "kernels/matmul/q8_quantize.cuh"
@@ -127,12 +126,6 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kHeads >= kWarps && kHeads <= kHeadsPerCta && kHeads % kWarps == 0);
   static_assert(!kRope || (kEarly && kDim > 0 && kDim <= qk_norm_rope::kMaxHeadDim));
   constexpr int kHeadsW = kHeads / kWarps;  // heads a warp scores
-  if (p.ahead.count > 0) {
-    const uint64_t cta =
-        blockIdx.x + uint64_t{gridDim.x} * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
-    PrefetchSpansL2(p.ahead, threadIdx.x + cta * kThreads,
-                    uint64_t{kThreads} * gridDim.x * gridDim.y * gridDim.z);
-  }
   if (!kRope && !p.tables_before_wait) {
     WaitForPrimaryGrid();
     AllowDependentLaunch();
@@ -509,7 +502,6 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   p.scale = a.scale;
   p.splits = static_cast<int>(a.splits);
   p.tables_before_wait = TablesBeforeWaitEnabled();
-  p.ahead = a.ahead;
   const int vec_elems = kv.dtype == KvDtype::kF16 ? 8 : 4;
   // (The Q8_0 loader has its own access pattern and ignores this.)
   p.vector_loads = kv.head_dim % vec_elems == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&

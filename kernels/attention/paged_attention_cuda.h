@@ -32,7 +32,6 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/common/kernel_status.h"
-#include "kernels/common/l2_prefetch.h"
 
 namespace stepserve::kernels {
 
@@ -121,10 +120,6 @@ struct PagedAttentionCudaArgs {
   int64_t q8_rows = 0;
   // Optional (PagedAttentionCudaRopeApplies must hold): the rows' own rope and KV append.
   const PagedAttentionCudaRope* rope = nullptr;
-  // Optional: byte ranges no kernel writes (the weights of the matmuls after the attention) that
-  // the decode kernel's threads pull into L2 before they wait for the kernel before
-  // (kernels/common/l2_prefetch.cuh); the prefill kernel ignores them.
-  L2SpanList ahead;
 };
 
 // Whether PagedAttentionCuda takes `a.rope` (set): the decode kernel's fixed head_dim 128 early

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "kernels/attention/paged_attention_cuda.h"
-#include "kernels/common/l2_prefetch.h"
 
 namespace stepserve::kernels::paged_attention_cuda {
 
@@ -55,9 +54,6 @@ struct KernelParams {
   // programmatic-launch wait (TablesBeforeWaitEnabled): both are staged by a host copy before
   // the step's kernels, never written by the kernel this one may overlap.
   bool tables_before_wait;
-  // Weights the kernels after this one read (PagedAttentionCudaArgs::ahead), pulled into L2 by
-  // every thread of the decode kernel before anything else (may be empty).
-  L2SpanList ahead;
 };
 
 // Q / V rows in shared memory are head_dim rounded up to 4 floats; K rows are padded to an odd

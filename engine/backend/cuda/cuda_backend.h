@@ -34,7 +34,6 @@
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/kernel_status.h"
-#include "kernels/common/l2_prefetch.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
 
@@ -117,13 +116,6 @@ class CudaBackend final : public Backend {
                                    const KvCacheView& cache, const AttentionParams& params,
                                    const TensorView* gate_logits, int64_t head_dim,
                                    const TensorView& out) override;
-  // With STEPSERVE_L2_AHEAD: the next decode attention kernel of at most kAheadMaxRows rows pulls
-  // w into L2 before its wait (kernels/common/l2_prefetch.cuh) - at level 1 the first hint only
-  // (the output projection), at 2 up to kernels::kMaxL2Spans hints of kAheadMaxBytes in all; any
-  // other attention launch drops them.
-  void PrefetchWeight(const WeightView& w) override;
-  static constexpr int64_t kAheadMaxRows = 16;
-  static constexpr uint64_t kAheadMaxBytes = uint64_t{40} << 20;  // of the 50 MB L2 (H100, H200)
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override;
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
@@ -334,8 +326,6 @@ class CudaBackend final : public Backend {
   PrequantizedX prequantized_;
   PrequantizedX main_prequantized_;  // the main line's, kept while a side branch runs
   uint64_t prequantized_uses_ = 0;
-  kernels::L2SpanList
-      weight_ahead_;  // PrefetchWeight's spans, until an attention launch takes them
   std::shared_ptr<PointwiseState> pointwise_;
   std::shared_ptr<AttentionState> attention_;
   std::shared_ptr<MatmulState> matmul_;

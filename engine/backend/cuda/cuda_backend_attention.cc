@@ -21,7 +21,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -170,30 +169,6 @@ absl::Status CudaBackend::AppendKv(const TensorView& k, const TensorView& v,
   return KernelResult(kernels::KvAppendCuda(a, stream()), "AppendKv");
 }
 
-// Pull the weights read after the attention (PrefetchWeight's hints) into L2 from the decode
-// attention kernel with STEPSERVE_L2_AHEAD (read once): `1` the output projection, `2` also the MoE
-// router and shared expert. Why: at decode the rope kernel, the attention and the split-K combine
-// move almost no bytes (~18 us of a batch-1 layer on the H100, session 34's timeline), and the o
-// projection's GEMV then streams 17.8-26.7 MB from HBM; from L2 the same GEMV ran 12-23% faster
-// (bench_gemv --l2, session 30). The shared expert's 8.4 MB are otherwise read beside the routed
-// experts'. The first form (bulk prefetches from the rope kernel's 10-14 CTAs) was much slower
-// (H100, 24 layers, session 35: batch 1 2.669 / 2.693 ms at level 1, 3.584 / 3.588 at 2, against
-// 2.335 / 2.336): l2_prefetch.cuh says why.
-namespace {
-int L2AheadLevel() {
-  static const int level = kernels::EnvSwitchLevel("STEPSERVE_L2_AHEAD", 0);
-  return level;
-}
-}  // namespace
-
-void CudaBackend::PrefetchWeight(const WeightView& w) {
-  const int level = L2AheadLevel();
-  if (level == 0 || (level == 1 && weight_ahead_.count > 0)) return;
-  weight_ahead_.Add(
-      kernels::MakeL2Span(w.data, static_cast<uint64_t>(w.row_bytes()) * w.ne[1] * w.ne[2]),
-      kAheadMaxBytes);
-}
-
 absl::Status CudaBackend::QkNormRopeAppendKv(const TensorView& q, const TensorView& k,
                                              const TensorView& v, const QkNormRopeParams& params,
                                              const AttentionBatch& batch,
@@ -291,8 +266,6 @@ absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const Attent
                                                GateRequest gate,
                                                const kernels::PagedAttentionCudaRope* rope) {
   ForgetPrequantized();
-  // PrefetchWeight's spans: this launch's to pull in at decode, dropped otherwise.
-  const kernels::L2SpanList ahead = std::exchange(weight_ahead_, {});
   if (!attention_) attention_ = std::make_shared<AttentionState>();
   AttentionState& state = *attention_;
   // The host description: Q, out and the pages are device pointers, only checked for null.
@@ -354,7 +327,6 @@ absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const Attent
   a.splits = kernels::PagedAttentionCudaSplits(a.n_rows, a.heads, cache.kv_heads,
                                                state.batch.max_visible, state.sm_count);
   a.sm_count = state.sm_count;
-  if (a.n_rows <= kAheadMaxRows) a.ahead = ahead;
   if (a.splits > 1) {
     a.scratch_bytes =
         kernels::PagedAttentionCudaScratchBytes(a.n_rows, a.heads, cache.head_dim, a.splits);

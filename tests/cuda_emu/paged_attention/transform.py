@@ -22,14 +22,6 @@ src = src.replace('#include "kernels/common/arrival.cuh"\n',
                   '}\n'
                   'inline void AcquireAfterArrivals() {}\n'
                   '}  // namespace stepserve::kernels\n')
-# The L2 prefetch is a hint with no effect on values: on the host its arguments' bounds only.
-src = src.replace('#include "kernels/common/l2_prefetch.cuh"\n',
-                  '#include "kernels/common/l2_prefetch.h"\n'
-                  'namespace stepserve::kernels {\n'
-                  'inline void PrefetchSpansL2(const L2SpanList& l, uint64_t worker, uint64_t workers) {\n'
-                  '  if (l.count < 0 || l.count > kMaxL2Spans || worker >= workers) std::abort();\n'
-                  '}\n'
-                  '}  // namespace stepserve::kernels\n')
 old = '  extern __shared__ float4 smem4[];\n'
 assert src.count(old) == 1
 src = src.replace(old, '  float4* smem4 = reinterpret_cast<float4*>(emu::smem_base);\n')
