@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran in session 35; STEPSERVE_L2_AHEAD was removed after it: docs/cuda-engine.md says why.)
 # Session 35's second call: STEPSERVE_L2_AHEAD's second form - the output projection (level 1;
 # level 2 also the MoE router and shared expert) pulled into L2 by line prefetches from every
 # thread of the decode attention kernel instead of bulk prefetches from the rope kernel (call 1:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran in session 35; STEPSERVE_L2_AHEAD and ROPE_IN_ATTENTION=2 were removed after it: docs say why.)
 # Session 35's first call, for an H200 (needs_h200): the target figures at 45 layers (none since
 # session 26) and Q4_K_M batch 1 and prefill; then two alternating A/B rounds of
 # STEPSERVE_L2_AHEAD=1 / 2 (the rope kernel pulls the output projection / also the FFN's router
