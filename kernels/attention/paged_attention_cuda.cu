@@ -1,9 +1,8 @@
 // CUDA paged attention (paged_attention_cuda.h): the per-(row, KV head) online-softmax kernel, its
 // split-K combine in the kernel's last CTA per (row, KV head), and the entry point. Chunk loaders:
 // paged_attention_cuda_load.cuh; the combine's math: paged_attention_cuda_combine.cuh; the combine
-// kernels of their own: paged_attention_cuda_combine_kernels.cuh; the kernel's own rope and KV
-// append: paged_attention_cuda_rope.cuh; argument checks and launch planning:
-// paged_attention_cuda_plan.cc.
+// kernels of their own: paged_attention_cuda_combine_kernels.cuh; argument checks and launch
+// planning: paged_attention_cuda_plan.cc.
 //
 // Per CTA (kThreads threads, one query row, one KV head g, up to kHeadsPerCta query heads of its
 // GQA group, one key range):
@@ -21,10 +20,6 @@
 //   at its (row, KV head[, pass]) counter: every CTA fences its partials and counts itself in
 //   with an atomic; the one that sees splits - 1 earlier arrivals fences again, combines the
 //   group's heads from all the partials and sets the counter back to 0 for the next launch.
-// With PagedAttentionCudaArgs::rope (kRope; off in the backend, measured no faster) the CTA also
-// normalises and rotates its query heads from the GEMV's raw rows, and the CTAs of the split that
-// holds the row's newest key compute that key and value and append them
-// (paged_attention_cuda_rope.cuh).
 #include <cuda_fp16.h>
 
 #include <atomic>
@@ -38,7 +33,6 @@
 #include "kernels/attention/paged_attention_cuda_combine_kernels.cuh"
 #include "kernels/attention/paged_attention_cuda_load.cuh"
 #include "kernels/attention/paged_attention_cuda_params.cuh"
-#include "kernels/attention/paged_attention_cuda_rope.cuh"
 #include "kernels/common/arrival.cuh"
 #include "kernels/common/cuda_reduce.cuh"
 #include "kernels/common/env_switch.h"
@@ -115,18 +109,12 @@ __device__ __forceinline__ void CombineIfLast(const KernelParams& p, int64_t w, 
 // the programmatic-launch wait, while the kernel before (the rope and KV append) still runs; the
 // query rows and the cache are read after it. At decode, two dependent round trips fewer on the
 // step's critical path per layer.
-//
-// kRope (with kEarly and a fixed head dim; PagedAttentionCudaArgs::rope): the kernel normalises and
-// rotates its own query heads and the row's new key from the GEMV's rows, and appends the key and
-// value itself (paged_attention_cuda_rope.cuh); the first chunk is loaded before the wait.
 template <typename KvT, int kDimsPerThread, int kDim, bool kEarly = false,
-          int kHeads = kHeadsPerCta, bool kRope = false>
-__global__ void __launch_bounds__(kThreads)
-    PagedAttentionKernel(const KernelParams p, const RopeParams r) {
+          int kHeads = kHeadsPerCta>
+__global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelParams p) {
   static_assert(kHeads >= kWarps && kHeads <= kHeadsPerCta && kHeads % kWarps == 0);
-  static_assert(!kRope || (kEarly && kDim > 0 && kDim <= qk_norm_rope::kMaxHeadDim));
   constexpr int kHeadsW = kHeads / kWarps;  // heads a warp scores
-  if (!kRope && !p.tables_before_wait) {
+  if (!p.tables_before_wait) {
     WaitForPrimaryGrid();
     AllowDependentLaunch();
   }
@@ -186,37 +174,7 @@ __global__ void __launch_bounds__(kThreads)
     const int d = idx - i * geo.dims_padded;
     q_s[idx] = d < geo.head_dim ? q_row[static_cast<int64_t>(head0 + i) * geo.head_dim + d] : 0.0f;
   };
-  // kRope: whether the row's own key is in this split's range (then as its last key).
-  const bool holds_new_key = kRope && position < hi;
-  const RopeShared rope_s(reinterpret_cast<float*>(base_s + kChunk), r.n_rot, geo.dims_padded);
-  if constexpr (kRope) {
-    // Before the wait: page offsets (the chunk's and the new key's slot), angles and norm weights
-    // (never written by a kernel). After it, the rows and the first chunk's K / V loaded together
-    // (every key but the row's own was cached by an earlier step): the second form loaded the
-    // chunk before the wait, which measured no faster - the CTAs start only ~1 us before the GEMV
-    // ends, so those round trips were not hidden but came before the rows'.
-    if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
-    const int64_t new_base =
-        holds_new_key ? KeyBase<KvT>(p, geo, table, static_cast<int>(position), g) : -1;
-    qk_norm_rope::BuildAnglesAt(static_cast<int32_t>(position), r.n_rot, r.tau, r.freq_factors,
-                                rope_s.cos, rope_s.sin);
-    constexpr int kDimsPerLane = kDim / 32;
-    float q_weight[kDimsPerLane], k_weight[kDimsPerLane];
-    qk_norm_rope::LoadHeadWeight(r.q_norm, kDim, q_weight);
-    const bool kv_warp = holds_new_key && warp == kWarps - 1;  // the fewest query heads
-    if (kv_warp) qk_norm_rope::LoadHeadWeight(r.k_norm, kDim, k_weight);
-    __syncthreads();
-    WaitForPrimaryGrid();  // the q / k / v rows come from the GEMV before
-    AllowDependentLaunch();
-    const RopeRaw<kDim, kHeadsW> raw =
-        LoadRopeRows<kDim, kHeadsW>(r, q_row, row.q_row, head0, nh, g, kv_warp);
-    if (lo < hi) LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
-    RopeRows<KvT, kDim, kHeadsW>(r, raw, nh, kv_warp, q_weight, k_weight, rope_s.cos, rope_s.sin,
-                                 rope_s.staged + warp * geo.dims_padded, q_s,
-                                 static_cast<KvT*>(const_cast<void*>(p.k_cache)),
-                                 static_cast<KvT*>(const_cast<void*>(p.v_cache)), new_base,
-                                 pass == 0 && new_base >= 0, rope_s.new_k, rope_s.new_v);
-  } else if constexpr (kEarly) {
+  if constexpr (kEarly) {
     if (warp == 0) ChunkBases<KvT>(p, geo, table, lo, hi, g, base_s);
     if (p.tables_before_wait) {
       WaitForPrimaryGrid();  // the query rows (and the cache's newest keys) come from before
@@ -253,16 +211,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t c0 = lo; c0 < hi; c0 += kChunk) {
     const int n = static_cast<int>(min(int64_t{kChunk}, hi - c0));
-    // kRope: the prologue has loaded the first chunk.
-    if (!kRope || c0 != lo) LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
-    if constexpr (kRope) {
-      if (holds_new_key && position < c0 + kChunk) {  // CTA-uniform
-        // The loader's stores of the slot's stale row and the new key and value first.
-        __syncthreads();
-        PutNewKeyValue(static_cast<int>(position - c0), geo.dims_padded, geo.k_stride, rope_s.new_k,
-                       rope_s.new_v, k_s, v_s);
-      }
-    }
+    LoadChunk<KvT>(p, geo, base_s, k_s, v_s);
     __syncthreads();
 
     // Scores of key `lane` against this warp's heads, then the online-softmax update.
@@ -375,16 +324,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename KvT, int kDimsPerThread, int kDim = 0, bool kEarly = false,
-          int kHeads = kHeadsPerCta, bool kRope = false>
-cudaError_t LaunchMain(const KernelParams& p, const RopeParams& r, dim3 grid, size_t smem,
-                       cudaStream_t stream) {
-  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread, kDim, kEarly, kHeads, kRope>;
+          int kHeads = kHeadsPerCta>
+cudaError_t LaunchMain(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  auto* kernel = &PagedAttentionKernel<KvT, kDimsPerThread, kDim, kEarly, kHeads>;
   if (smem > 48 * 1024) {  // beyond the default dynamic shared memory limit: opt in
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  LaunchWithPdl(kernel, grid, kThreads, smem, stream, p, r);
+  LaunchWithPdl(kernel, grid, kThreads, smem, stream, p);
   return cudaGetLastError();
 }
 
@@ -429,54 +377,27 @@ int CompactHeadsLevel() {
   return level;
 }
 
-// `rope`: the kRope forms (the caller has checked RopeApplies).
 template <typename KvT>
-cudaError_t LaunchForDims(const KernelParams& p, const RopeParams* rope, dim3 grid, size_t smem,
-                          cudaStream_t stream) {
-  const RopeParams none{};
+cudaError_t LaunchForDims(const KernelParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
   if (p.head_dim == 128 && FixedDimsEnabled()) {
-    if (!EarlyLoadsEnabled()) return LaunchMain<KvT, 1, 128>(p, none, grid, smem, stream);
+    if (!EarlyLoadsEnabled()) return LaunchMain<KvT, 1, 128>(p, grid, smem, stream);
     const int compact = CompactHeadsLevel();
-    if constexpr (!std::is_same_v<KvT, KvQ8>) {
-      if (rope != nullptr) {
-        if (p.cta_heads <= 4 && compact >= 1) {
-          return LaunchMain<KvT, 1, 128, true, 4, true>(p, *rope, grid, smem, stream);
-        }
-        if (p.cta_heads <= 8 && compact >= 2) {
-          return LaunchMain<KvT, 1, 128, true, 8, true>(p, *rope, grid, smem, stream);
-        }
-        return LaunchMain<KvT, 1, 128, true, kHeadsPerCta, true>(p, *rope, grid, smem, stream);
-      }
-    }
-    if (p.cta_heads <= 4 && compact >= 1) {
-      return LaunchMain<KvT, 1, 128, true, 4>(p, none, grid, smem, stream);
-    }
-    if (p.cta_heads <= 8 && compact >= 2) {
-      return LaunchMain<KvT, 1, 128, true, 8>(p, none, grid, smem, stream);
-    }
-    return LaunchMain<KvT, 1, 128, true>(p, none, grid, smem, stream);
+    if (p.cta_heads <= 4 && compact >= 1)
+      return LaunchMain<KvT, 1, 128, true, 4>(p, grid, smem, stream);
+    if (p.cta_heads <= 8 && compact >= 2)
+      return LaunchMain<KvT, 1, 128, true, 8>(p, grid, smem, stream);
+    return LaunchMain<KvT, 1, 128, true>(p, grid, smem, stream);
   }
-  if (p.dims_padded <= kThreads) return LaunchMain<KvT, 1>(p, none, grid, smem, stream);
-  if (p.dims_padded <= 2 * kThreads) return LaunchMain<KvT, 2>(p, none, grid, smem, stream);
+  if (p.dims_padded <= kThreads) return LaunchMain<KvT, 1>(p, grid, smem, stream);
+  if (p.dims_padded <= 2 * kThreads) return LaunchMain<KvT, 2>(p, grid, smem, stream);
   // head_dim <= kMaxAttentionHeadDim = 512
-  return LaunchMain<KvT, 4>(p, none, grid, smem, stream);
+  return LaunchMain<KvT, 4>(p, grid, smem, stream);
 }
 
 }  // namespace
 
-bool PagedAttentionCudaRopeApplies(const PagedAttentionCudaArgs& a) {
-  const PagedAttentionCudaRope* r = a.rope;
-  const int64_t row = a.kv.kv_heads * a.kv.head_dim;
-  return r != nullptr && a.kv.head_dim == 128 && FixedDimsEnabled() && EarlyLoadsEnabled() &&
-         (a.kv.dtype == KvDtype::kF32 || a.kv.dtype == KvDtype::kF16) && r->k != nullptr &&
-         r->v != nullptr && r->q_norm != nullptr && r->k_norm != nullptr && r->k_stride >= row &&
-         r->v_stride >= row && r->n_rot >= 2 && r->n_rot % 2 == 0 && r->n_rot <= a.kv.head_dim &&
-         r->eps >= 0.0f && r->base > 0.0f;
-}
-
 KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = ValidatePagedAttentionCudaArgs(a); s != KernelStatus::kOk) return s;
-  if (a.rope != nullptr && !PagedAttentionCudaRopeApplies(a)) return KernelStatus::kUnsupportedType;
   if (a.n_rows == 0) return KernelStatus::kOk;
   const PagedKv& kv = a.kv;
   KernelParams p{};
@@ -529,36 +450,21 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
         PagedAttentionCudaCtaHeads(a.n_rows, p.group, p.kv_heads, a.splits, a.sm_count));
     p.passes = (p.group + p.cta_heads - 1) / p.cta_heads;
   }
-  RopeParams rope{};
-  if (a.rope != nullptr) {
-    rope.k = a.rope->k;
-    rope.k_stride = a.rope->k_stride;
-    rope.v = a.rope->v;
-    rope.v_stride = a.rope->v_stride;
-    rope.q_norm = a.rope->q_norm;
-    rope.k_norm = a.rope->k_norm;
-    rope.freq_factors = a.rope->freq_factors;
-    rope.eps = a.rope->eps;
-    rope.n_rot = static_cast<int>(a.rope->n_rot);
-    // As QkNormRopeAppendCuda computes it (float: powf), so the angles are the same bits.
-    rope.tau = std::pow(a.rope->base, -2.0f / static_cast<float>(a.rope->n_rot));
-  }
   const size_t smem_floats = static_cast<size_t>(p.cta_heads) * p.dims_padded + loop_floats +
-                             3 * kHeadsPerCta + 2 * kChunk +  // base_s: kChunk int64
-                             (a.rope != nullptr ? RopeSharedFloats(p.dims_padded) : 0);
+                             3 * kHeadsPerCta + 2 * kChunk;  // base_s: kChunk int64
   const size_t smem = smem_floats * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.n_rows * kv.kv_heads * p.passes),
                   static_cast<unsigned>(a.splits));
   cudaError_t err;
   switch (kv.dtype) {
     case KvDtype::kF16:
-      err = LaunchForDims<__half>(p, a.rope != nullptr ? &rope : nullptr, grid, smem, stream);
+      err = LaunchForDims<__half>(p, grid, smem, stream);
       break;
     case KvDtype::kQ8_0:
-      err = LaunchForDims<KvQ8>(p, nullptr, grid, smem, stream);
+      err = LaunchForDims<KvQ8>(p, grid, smem, stream);
       break;
     default:
-      err = LaunchForDims<float>(p, a.rope != nullptr ? &rope : nullptr, grid, smem, stream);
+      err = LaunchForDims<float>(p, grid, smem, stream);
       break;
   }
   if (err == cudaSuccess && a.splits > 1 && !fused) {

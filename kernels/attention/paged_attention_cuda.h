@@ -58,27 +58,6 @@ struct PagedAttentionCudaBatch {
 KernelStatus FlattenPagedAttentionBatch(const PagedAttentionArgs& host_args,
                                         PagedAttentionCudaBatch* batch);
 
-// The q / k norm + RoPE and the KV append of a decode step's own rows, done by the attention
-// kernel (PagedAttentionCudaArgs::rope): the values and bytes of QkNormRopeAppendCuda (rope_cuda.h
-// semantics: per-head RMSNorm, then the first n_rot dims rotated) on q, k, v followed by the plain
-// launch, in one kernel that also loads the first chunk of older keys before its programmatic-
-// launch wait. The caller guarantees that every record is its sequence's only row in the launch
-// and that its position is the sequence's newest (plain decode): the kernel writes that position's
-// K and V, and no other CTA reads them. q and k are left as they were (not rotated in place).
-// Every pointer is device memory.
-struct PagedAttentionCudaRope {
-  const float* k = nullptr;  // [rows][k_stride]: kv_heads raw heads per query row of `q`
-  int64_t k_stride = 0;
-  const float* v = nullptr;  // [rows][v_stride]
-  int64_t v_stride = 0;
-  const float* q_norm = nullptr;        // [head_dim]
-  const float* k_norm = nullptr;        // [head_dim]
-  const float* freq_factors = nullptr;  // [n_rot / 2] or nullptr
-  float eps = 1e-5f;
-  int64_t n_rot = 0;  // even, 2 .. head_dim
-  float base = 10000.0f;
-};
-
 struct PagedAttentionCudaArgs {
   const float* q = nullptr;  // device, [rows][heads * head_dim]
   int64_t q_stride = 0;
@@ -118,15 +97,7 @@ struct PagedAttentionCudaArgs {
   void* q8_natural = nullptr;
   void* q8_pair = nullptr;
   int64_t q8_rows = 0;
-  // Optional (PagedAttentionCudaRopeApplies must hold): the rows' own rope and KV append.
-  const PagedAttentionCudaRope* rope = nullptr;
 };
-
-// Whether PagedAttentionCuda takes `a.rope` (set): the decode kernel's fixed head_dim 128 early
-// form (STEPSERVE_ATTN_FIXED_DIMS and STEPSERVE_ATTN_EARLY_LOADS on), F32 or F16 pages, and rope
-// arguments that QkNormRopeAppendCuda would accept. PagedAttentionCuda returns kUnsupportedType
-// for a launch with rope set where this is false (the caller then runs the two kernels).
-bool PagedAttentionCudaRopeApplies(const PagedAttentionCudaArgs& a);
 
 // Whether a launch with these arguments can take the head gate into its combine: split-K, whole
 // int8 blocks per head (head_dim % 32 == 0) and 16-byte aligned output rows.

@@ -67,8 +67,7 @@ __device__ __forceinline__ void LoadHeadWeight(const QkNormRopeCudaArgs& a, cons
 // shared memory, the warp's own) holds the normalised head so the rotation can pair dims j and
 // j + half. The arithmetic is spelled out (fused multiply-adds in the sum, in element order -
 // trailing zeros add nothing, so kN does not change the bits -, rounded products elsewhere) so
-// every kernel that inlines this gives the same bits whatever the compiler would contract: the
-// decode attention's own rope (paged_attention_cuda_rope.cuh) must match this kernel's.
+// every kernel that inlines this gives the same bits whatever the compiler would contract.
 template <int kN>
 __device__ __forceinline__ void NormRopeLoaded(const float (&values)[kN], int dh, int half,
                                                float eps, const float (&weight)[kN],

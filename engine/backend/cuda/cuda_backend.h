@@ -111,11 +111,6 @@ class CudaBackend final : public Backend {
                                  const KvCacheView& cache, const AttentionParams& params,
                                  const TensorView& gate_logits, int64_t head_dim,
                                  const TensorView& out) override;
-  absl::Status RopeAppendAttention(const TensorView& q, const TensorView& k, const TensorView& v,
-                                   const QkNormRopeParams& rope, const AttentionBatch& batch,
-                                   const KvCacheView& cache, const AttentionParams& params,
-                                   const TensorView* gate_logits, int64_t head_dim,
-                                   const TensorView& out) override;
   absl::Status HeadGate(const TensorView& o, const TensorView& gate_logits,
                         int64_t head_dim) override;
   absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,
@@ -253,17 +248,9 @@ class CudaBackend final : public Backend {
     const TensorView* gate_logits = nullptr;
     int64_t head_dim = 0;
   };
-  // `rope` (optional): the rows' rope and KV append in the attention kernel
-  // (PagedAttentionCudaArgs::rope; RopeInAttentionArgs has checked it applies).
   absl::StatusOr<bool> RunAttention(const TensorView& q, const AttentionBatch& batch,
                                     const KvCacheView& cache, const AttentionParams& params,
-                                    const TensorView& out, GateRequest gate,
-                                    const kernels::PagedAttentionCudaRope* rope = nullptr);
-  // The attention kernel's rope arguments when RopeAppendAttention may run as one kernel (the
-  // switch on, plain decode rows, shapes the kernel takes), else nullopt.
-  std::optional<kernels::PagedAttentionCudaRope> RopeInAttentionArgs(
-      const TensorView& q, const TensorView& k, const TensorView& v, const QkNormRopeParams& rope,
-      const AttentionBatch& batch, const KvCacheView& cache);
+                                    const TensorView& out, GateRequest gate);
 
   struct PointwiseState;  // cuda_backend_pointwise.cc
   struct AttentionState;  // cuda_backend_attention.cc

@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -59,43 +58,6 @@ bool GateInCombine() {
 bool PrefillGateInAttention() {
   static const bool on = kernels::EnvSwitchOn("STEPSERVE_PREFILL_ATTN_GATE");
   return on;
-}
-
-// RopeAppendAttention as one kernel at decode (PagedAttentionCudaArgs::rope) when
-// STEPSERVE_ROPE_IN_ATTENTION=1 (read once). The same floats and cache bytes as the rope-and-append
-// kernel followed by the attention (attention_rope_cuda_test and model_cuda_test pass with it on
-// the H100), but off: slower as written (H100, 24 layers, session 34, two rounds, ms per step at
-// 1 / 2 / 4 / 8 / 16 streams: 2.442 / 3.419 / 5.143 / 7.796 / 11.254 and 2.420 / 3.404 / 5.138 /
-// 7.791 / 11.231 against 2.398 / 3.238 / 5.033 / 7.783 / 11.217 and 2.373 / 3.207 / 4.998 / 7.768
-// / 11.257). Its attention launch adds 18.1 us to a batch-1 step where the plain one and the rope
-// kernel added 11.6 + 2.6: the CTAs start only ~1 us before the GEMV ends (its CTAs hold the SMs),
-// so the page-table and first-chunk round trips before the wait are not hidden, and after it each
-// warp normalised its 1-4 query heads (and one warp the key and value) one after another, a
-// dependent L2 round trip each (docs/cuda-engine.md, session 34). With all of a warp's rows loaded
-// in one batch and the new key's slot offset before the wait (RopeRows, call 5): batch 1 on par
-// (2.333 / 2.337 against 2.338 / 2.329 ms), 2 / 4 / 8 streams still 5.5 / 2 / 0.8% slower
-// (3.399 / 3.414 against 3.232 / 3.218 at 2), 16 on par; the launch adds 12.6 us to a
-// sliding-window layer where the plain attention and the rope kernel add 9.4 + 2.6. The third
-// form (the first chunk's K / V loaded after the wait beside the rows; session 35, two rounds):
-// batch 1 on par (2.334 / 2.354 against 2.335 / 2.336), 2 / 4 streams 4.2-5.8 / 1.4-2.6% slower
-// (3.370 / 3.400 against 3.234 / 3.214 at 2); at batch 1 only it measured 2.361 ms.
-bool RopeInAttention() {
-  static const bool on = kernels::EnvSwitchSet("STEPSERVE_ROPE_IN_ATTENTION");
-  return on;
-}
-
-// Plain decode: every sequence has at most one row in the batch, at its newest position - so the
-// attention kernel may append each row's K / V itself, no row reading another row's new key.
-bool OneNewRowPerSequence(const AttentionBatch& batch) {
-  for (const SequenceSlice& seq : batch.seqs) {
-    if (seq.q_count == 0) continue;
-    if (seq.q_count != 1 || seq.q_begin < 0 ||
-        seq.q_begin >= static_cast<int64_t>(batch.positions.size()) ||
-        batch.positions[seq.q_begin] != seq.context_len - 1) {
-      return false;
-    }
-  }
-  return true;
 }
 
 }  // namespace
@@ -207,64 +169,10 @@ absl::Status CudaBackend::AttentionHeadGate(const TensorView& q, const Attention
   return HeadGate(out, gate_logits, head_dim);
 }
 
-std::optional<kernels::PagedAttentionCudaRope> CudaBackend::RopeInAttentionArgs(
-    const TensorView& q, const TensorView& k, const TensorView& v, const QkNormRopeParams& rope,
-    const AttentionBatch& batch, const KvCacheView& cache) {
-  const int64_t tokens = static_cast<int64_t>(batch.positions.size());
-  if (!RopeInAttention() || tokens == 0 || k.data == nullptr || !OneNewRowPerSequence(batch)) {
-    return std::nullopt;
-  }
-  // Anything unusual goes the two-kernel way, whose checks word the errors.
-  if (!CheckQkNormRope(q, k, rope, tokens).ok() || !CheckF32(v, "Attention", "v").ok() ||
-      rope.head_dim != cache.head_dim || k.cols() != cache.kv_heads * cache.head_dim ||
-      !CheckShape(v, k.cols(), tokens, "Attention", "v").ok()) {
-    return std::nullopt;
-  }
-  for (const int32_t position : batch.positions) {
-    if (position < 0) return std::nullopt;
-  }
-  kernels::PagedAttentionCudaRope r;
-  r.k = k.f32();
-  r.k_stride = k.stride_floats();
-  r.v = v.f32();
-  r.v_stride = v.stride_floats();
-  r.q_norm = static_cast<const float*>(rope.q_norm.data);
-  r.k_norm = static_cast<const float*>(rope.k_norm.data);
-  r.freq_factors = rope.freq_factors.empty() ? nullptr : rope.freq_factors.data();
-  r.eps = rope.eps;
-  r.n_rot = rope.n_rot;
-  r.base = rope.base;
-  kernels::PagedAttentionCudaArgs check;
-  check.kv = cache;
-  check.rope = &r;
-  if (!kernels::PagedAttentionCudaRopeApplies(check)) return std::nullopt;
-  return r;
-}
-
-absl::Status CudaBackend::RopeAppendAttention(const TensorView& q, const TensorView& k,
-                                              const TensorView& v, const QkNormRopeParams& rope,
-                                              const AttentionBatch& batch, const KvCacheView& cache,
-                                              const AttentionParams& params,
-                                              const TensorView* gate_logits, int64_t head_dim,
-                                              const TensorView& out) {
-  const std::optional<kernels::PagedAttentionCudaRope> r =
-      RopeInAttentionArgs(q, k, v, rope, batch, cache);
-  if (!r.has_value()) {
-    return Backend::RopeAppendAttention(q, k, v, rope, batch, cache, params, gate_logits, head_dim,
-                                        out);
-  }
-  const TensorView* gate = gate_logits != nullptr && GateInCombine() ? gate_logits : nullptr;
-  ASSIGN_OR_RETURN(const bool gated,
-                   RunAttention(q, batch, cache, params, out, {gate, head_dim}, &*r));
-  if (gate_logits == nullptr || gated) return absl::OkStatus();
-  return HeadGate(out, *gate_logits, head_dim);
-}
-
 absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const AttentionBatch& batch,
                                                const KvCacheView& cache,
                                                const AttentionParams& params, const TensorView& out,
-                                               GateRequest gate,
-                                               const kernels::PagedAttentionCudaRope* rope) {
+                                               GateRequest gate) {
   ForgetPrequantized();
   if (!attention_) attention_ = std::make_shared<AttentionState>();
   AttentionState& state = *attention_;
@@ -295,9 +203,8 @@ absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const Attent
   // row), which in a whole model is enough to flip a near-tied MoE routing choice now and then
   // (H200, model_cuda_test at 533 tokens: 2 of 533 logits rows off by 0.17); exact mode promises
   // F32 math, like its F32 activations in the matmuls.
-  a.rope = rope;
-  if (rope == nullptr && !recording_step() && !exact_activations_ &&
-      kernels::PrefillAttentionCudaEnabled() && kernels::PrefillAttentionCudaSupports(cache) &&
+  if (!recording_step() && !exact_activations_ && kernels::PrefillAttentionCudaEnabled() &&
+      kernels::PrefillAttentionCudaSupports(cache) &&
       kernels::BuildPrefillTiles(state.batch, kPrefillMinRows, &state.prefill_tiles) == 0) {
     ASSIGN_OR_RETURN(const void* device_words,
                      StageToDevice(state.batch_upload, state.batch.words.data(),
@@ -355,15 +262,10 @@ absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const Attent
     // partials it sized) must still be the one the next step's contexts call for.
     const int64_t splits = a.splits;
     const int sm_count = state.sm_count;
-    const bool with_rope = rope != nullptr;
-    auto recipe = [q, cache, params, out, list, splits, sm_count, with_rope](
-                      const StepDescription& next, std::vector<uint8_t>* bytes) {
+    auto recipe = [q, cache, params, out, list, splits, sm_count](const StepDescription& next,
+                                                                  std::vector<uint8_t>* bytes) {
       std::vector<kernels::AttentionSeq> seqs;
       const AttentionBatch next_batch{next.positions, next.seq_lists[list]};
-      // The recorded kernel appends each row's K / V itself: only right for plain decode rows.
-      if (with_rope && !OneNewRowPerSequence(next_batch)) {
-        return absl::AbortedError("Attention: the step is not plain decode (rope in attention)");
-      }
       ASSIGN_OR_RETURN(kernels::PagedAttentionArgs host,
                        AttentionOpArgs(q, next_batch, cache, params, out, &seqs));
       kernels::PagedAttentionCudaBatch flat;

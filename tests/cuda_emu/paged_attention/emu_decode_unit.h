@@ -1,8 +1,9 @@
 // What a decode-attention emulation's translation unit needs before it includes the transformed
 // kernel source (kernel_emu.inc): the emulator and its launch side, static shared arrays, the
 // CUDA intrinsics the kernels call beyond emu_cuda.h's, and the shared-memory limit and launch
-// check main() works with. Shared by paged_attention/emu_test.cc and attention_rope/emu_test.cc;
-// include from a test's one unit (it defines emu::CheckLaunch). Verification harness only.
+// check main() works with (paged_attention/emu_test.cc; kept apart so another decode-attention
+// emulation can share it). Include from a test's one unit (it defines emu::CheckLaunch).
+// Verification harness only.
 #pragma once
 
 #include <cmath>
