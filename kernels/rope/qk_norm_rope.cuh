@@ -44,14 +44,13 @@ __device__ __forceinline__ void BuildAngles(const QkNormRopeCudaArgs& a, float t
   BuildAnglesAt(a.positions[t], a.n_rot, tau, a.freq_factors, cos_table, sin_table);
 }
 
-// A head's norm weight as this lane holds it: element lane + 32 m in w[m], 0 past head_dim (kN
-// values a lane: kPerLane for any head_dim, fewer where the caller knows head_dim <= 32 kN). The
+// A head's norm weight as this lane holds it: element lane + 32 m in w[m], 0 past head_dim. The
 // weight is never written by a kernel, so a kernel may load it before its programmatic-launch wait.
-template <int kN = kPerLane>
-__device__ __forceinline__ void LoadHeadWeight(const float* weight, int64_t dh, float (&w)[kN]) {
+__device__ __forceinline__ void LoadHeadWeight(const float* weight, int64_t dh,
+                                               float (&w)[kPerLane]) {
   const int lane = threadIdx.x % cuda_reduce::kWarpSize;
 #pragma unroll
-  for (int m = 0; m < kN; ++m) {
+  for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * cuda_reduce::kWarpSize;
     w[m] = i < dh ? weight[i] : 0.0f;
   }
@@ -61,33 +60,40 @@ __device__ __forceinline__ void LoadHeadWeight(const QkNormRopeCudaArgs& a, cons
   LoadHeadWeight(weight, a.head_dim, w);
 }
 
-// One warp: out = the head whose element lane + 32 m this lane holds in values[m] (0 past dh;
-// head_dim <= 32 kN) <- RMSNorm(values; weight, held the same way), then its first 2 * half dims
-// rotated; out[m] is element lane + 32 m of the result (elements past dh 0). `staged` (dh floats of
-// shared memory, the warp's own) holds the normalised head so the rotation can pair dims j and
-// j + half. The arithmetic is spelled out (fused multiply-adds in the sum, in element order -
-// trailing zeros add nothing, so kN does not change the bits -, rounded products elsewhere) so
-// every kernel that inlines this gives the same bits whatever the compiler would contract.
-template <int kN>
-__device__ __forceinline__ void NormRopeLoaded(const float (&values)[kN], int dh, int half,
-                                               float eps, const float (&weight)[kN],
-                                               const float* cos_table, const float* sin_table,
-                                               float* staged, float (&out)[kN]) {
+// One warp: head x of `a` (head_dim floats) <- RMSNorm(x; weight, given per lane as LoadHeadWeight
+// holds it), then its first n_rot dims rotated, written back to x in place; out[m] is element
+// lane + 32 m of the result (elements past head_dim 0). `staged` (head_dim floats of shared
+// memory, the warp's own) holds the normalised head so the rotation can pair dims j and j + half.
+// The arithmetic is spelled out (fused multiply-adds in the sum, in element order, rounded
+// products elsewhere) so every kernel that inlines this gives the same bits whatever the compiler
+// would contract.
+__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
+                                             const float (&weight)[kPerLane],
+                                             const float* cos_table, const float* sin_table,
+                                             float* staged, float (&out)[kPerLane]) {
   constexpr int kWarp = cuda_reduce::kWarpSize;
+  const int dh = static_cast<int>(a.head_dim);
+  const int half = static_cast<int>(a.n_rot / 2);
   const int lane = threadIdx.x % kWarp;
+  float values[kPerLane];
+#pragma unroll
+  for (int m = 0; m < kPerLane; ++m) {
+    const int i = lane + m * kWarp;
+    values[m] = i < dh ? x[i] : 0.0f;
+  }
   float sum_sq = 0.0f;
 #pragma unroll
-  for (int m = 0; m < kN; ++m) sum_sq = fmaf(values[m], values[m], sum_sq);
+  for (int m = 0; m < kPerLane; ++m) sum_sq = fmaf(values[m], values[m], sum_sq);
   sum_sq = cuda_reduce::WarpSum(sum_sq);
-  const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + eps);
+  const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(dh) + a.eps);
 #pragma unroll
-  for (int m = 0; m < kN; ++m) {
+  for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * kWarp;
     if (i < dh) staged[i] = __fmul_rn(__fmul_rn(values[m], inv), weight[m]);
   }
   __syncwarp();
 #pragma unroll
-  for (int m = 0; m < kN; ++m) {
+  for (int m = 0; m < kPerLane; ++m) {
     const int i = lane + m * kWarp;
     out[m] = 0.0f;
     if (i >= dh) continue;
@@ -101,27 +107,9 @@ __device__ __forceinline__ void NormRopeLoaded(const float (&values)[kN], int dh
     out[m] = r;
   }
   __syncwarp();  // every lane has read `staged` before the warp's next head overwrites it
-}
-
-// NormRopeLoaded of head x of `a` (head_dim floats in memory), the result also written back to x
-// in place.
-__device__ __forceinline__ void NormRopeHead(const QkNormRopeCudaArgs& a, float* x,
-                                             const float (&weight)[kPerLane],
-                                             const float* cos_table, const float* sin_table,
-                                             float* staged, float (&out)[kPerLane]) {
-  const int dh = static_cast<int>(a.head_dim);
-  const int lane = threadIdx.x % cuda_reduce::kWarpSize;
-  float values[kPerLane];
 #pragma unroll
   for (int m = 0; m < kPerLane; ++m) {
-    const int i = lane + m * cuda_reduce::kWarpSize;
-    values[m] = i < dh ? x[i] : 0.0f;
-  }
-  NormRopeLoaded(values, dh, static_cast<int>(a.n_rot / 2), a.eps, weight, cos_table, sin_table,
-                 staged, out);
-#pragma unroll
-  for (int m = 0; m < kPerLane; ++m) {
-    const int i = lane + m * cuda_reduce::kWarpSize;
+    const int i = lane + m * kWarp;
     if (i < dh) x[i] = out[m];
   }
 }

@@ -12,7 +12,38 @@
 #include <vector>
 
 #include "emu_attention_case.h"
-#include "emu_decode_unit.h"
+#include "emu_cuda.h"
+#include "emu_launch.h"
+// Static shared arrays: one instance for all the coroutine threads of a CTA (CTAs run one at a
+// time), as on the device.
+#undef __shared__
+#define __shared__ static
+#include "kernels/attention/paged_attention_cuda.h"
+
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+// The head gate's int8 rows (q8_quantize.cuh) are not emulated: these only make it compile, and
+// the cases leave q8_natural null.
+inline unsigned __shfl_down_sync(unsigned, unsigned v, unsigned, int) {
+  emu::Fail("__shfl_down_sync (the gate's int8 rows) is not emulated");
+  return v;
+}
+inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
+inline unsigned __byte_perm(unsigned, unsigned, unsigned) {
+  emu::Fail("__byte_perm (the gate's int8 rows) is not emulated");
+  return 0;
+}
+constexpr size_t kEmuSmemBytes = 200000;  // the dynamic shared memory main() gives the emulator
+// Up to emu::kMaxThreads threads in whole warps and at most kEmuSmemBytes of dynamic shared
+// memory.
+void emu::CheckLaunch(dim3, dim3 block, size_t smem) {
+  if (block.x > emu::kMaxThreads || block.x % 32 != 0 || smem > kEmuSmemBytes) {
+    emu::Fail("launch shape");
+  }
+}
+
 #include "kernel_emu.inc"
 
 using namespace stepserve;

@@ -11,7 +11,6 @@
 
 #include "emu_cuda.h"
 #include "emu_launch.h"
-#include "emu_rounding.h"
 // Static shared arrays: one instance for all the coroutine threads of a CTA (CTAs run one at a
 // time), as on the device.
 #undef __shared__
@@ -22,6 +21,13 @@
 #include "kernels/rope/rope_cuda.h"
 #include "tests/gpu/rope_append_case.h"
 
+// The explicitly rounded intrinsics the kernels spell their arithmetic with, as plain host
+// arithmetic (rounded to nearest the same way; -std=c++20 does not contract into fused
+// multiply-adds).
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 void emu::CheckLaunch(dim3, dim3, size_t smem) {
   if (smem != 0) emu::Fail("launch shape");  // static shared arrays only
 }
