@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 36's first call, for an H200 (needs_h200): the target figures at 45 layers (none since
+# session 26), Q4_K_M batch 1 and prefill, then the first GPU run of the tests touched by session
+# 35's removals (the rope in the attention, the qk-norm fold), which were only checked by SASS.
+# On an H100 it runs 24 layers (compare with H100 runs only).
+#   (timeout 570 bash bench/gpu/calls/session36-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+cd "$(dirname "$0")/../../.." || exit 1
+source bench/gpu/call-lib-h200.sh
+call_build bench_model model_cuda_test attention_cuda_test rope_append_cuda_test \
+  step_graph_cuda_test stepserve || exit 1
+call_ab 1,4,16,64 2048,4096
+CALL_RECIPE=q4_k_m call_ab 1 2048
+call_test attention_cuda_test attention
+call_test rope_append_cuda_test rope-append
+call_test step_graph_cuda_test step-graph
+CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
+call_ab 1,2,4,8,16 ""
+call_done
