@@ -2,6 +2,7 @@
 # Session 36's first call, for an H200 (needs_h200): the target figures at 45 layers (none since
 # session 26), Q4_K_M batch 1 and prefill, then the first GPU run of the tests touched by session
 # 35's removals (the rope in the attention, the qk-norm fold), which were only checked by SASS.
+# Then the kernel timelines of 4 and 16 streams (none recorded yet).
 # On an H100 it runs 24 layers (compare with H100 runs only).
 #   (timeout 570 bash bench/gpu/calls/session36-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
@@ -15,4 +16,5 @@ call_test rope_append_cuda_test rope-append
 call_test step_graph_cuda_test step-graph
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
 call_ab 1,2,4,8,16 ""
+call_timeline streams "4,16"  # none yet past batch 1 but 64: where 4 / 16 streams spend a step
 call_done
