@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # Session 36's first call, for an H200 (needs_h200): the target figures at 45 layers (none since
 # session 26), Q4_K_M batch 1 and prefill, then the first GPU run of the tests touched by session
-# 35's removals (the rope in the attention, the qk-norm fold), which were only checked by SASS.
-# Then the kernel timelines of 4 and 16 streams (none recorded yet).
+# 35's removals (the rope in the attention, the qk-norm fold), which were only checked by SASS;
+# then STEPSERVE_GROUPED_SHORT_PIPELINE=1 (the grouped down launch's next row block loaded during
+# this one's decode): the MoE GEMV test with it and two alternating A/B rounds at 4-64 streams;
+# last the kernel timelines of 4 and 16 streams (none recorded yet).
 # On an H100 it runs 24 layers (compare with H100 runs only).
 #   (timeout 570 bash bench/gpu/calls/session36-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 call_build bench_model model_cuda_test attention_cuda_test rope_append_cuda_test \
-  step_graph_cuda_test stepserve || exit 1
+  step_graph_cuda_test moe_gemv_cuda_test stepserve || exit 1
 call_ab 1,4,16,64 2048,4096
 CALL_RECIPE=q4_k_m call_ab 1 2048
 call_test attention_cuda_test attention
 call_test rope_append_cuda_test rope-append
 call_test step_graph_cuda_test step-graph
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
-call_ab 1,2,4,8,16 ""
-call_timeline streams "4,16"  # none yet past batch 1 but 64: where 4 / 16 streams spend a step
+sp=STEPSERVE_GROUPED_SHORT_PIPELINE
+call_test moe_gemv_cuda_test moe-pipeline GTEST_FILTER='TypesAndTokens/*' $sp=1
+call_ab 4,16,32,64 ""
+call_ab 4,16,32,64 "" $sp=1
+call_ab 4,16,32,64 "" $sp=1
+call_ab 4,16,32,64 ""
+call_timeline streams "4,16"
 call_done
