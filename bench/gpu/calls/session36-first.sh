@@ -4,7 +4,8 @@
 # 35's removals (the rope in the attention, the qk-norm fold), which were only checked by SASS;
 # then STEPSERVE_GROUPED_SHORT_PIPELINE=1 (the grouped down launch's next row block loaded during
 # this one's decode): the MoE GEMV test with it and two alternating A/B rounds at 4-64 streams;
-# last the kernel timelines of 4 and 16 streams (none recorded yet).
+# then the decode attention's split rule at 16 CTAs per SM (STEPSERVE_ATTN_CTAS_PER_SM=16: 64
+# streams then split 8 ways, a chunk a CTA); last the kernel timelines of 4 and 16 streams (none recorded yet).
 # On an H100 it runs 24 layers (compare with H100 runs only).
 #   (timeout 570 bash bench/gpu/calls/session36-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
@@ -23,5 +24,6 @@ call_ab 4,16,32,64 ""
 call_ab 4,16,32,64 "" $sp=1
 call_ab 4,16,32,64 "" $sp=1
 call_ab 4,16,32,64 ""
+call_ab 16,64 "" STEPSERVE_ATTN_CTAS_PER_SM=16  # 64 streams: 4 chunks a CTA at 8 (2 splits)
 call_timeline streams "4,16"
 call_done
