@@ -5,7 +5,8 @@
 # then STEPSERVE_GROUPED_SHORT_PIPELINE=1 (the grouped down launch's next row block loaded during
 # this one's decode): the MoE GEMV test with it and two alternating A/B rounds at 4-64 streams;
 # then the decode attention's split rule at 16 CTAs per SM (STEPSERVE_ATTN_CTAS_PER_SM=16: 64
-# streams then split 8 ways, a chunk a CTA); last the kernel timelines of 4 and 16 streams (none recorded yet).
+# streams then split 4 ways, 2 chunks a CTA instead of 4); last the kernel timelines of 4 and 16
+# streams (none recorded yet).
 # On an H100 it runs 24 layers (compare with H100 runs only).
 #   (timeout 570 bash bench/gpu/calls/session36-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
