@@ -53,10 +53,10 @@ __device__ __forceinline__ void DequantQ8Eight(const Q8Eight& q, float* out) {
 // The Q8_0 vector size is derived here rather than kept in KernelParams: a field there changes
 // the struct's layout, and with it ptxas' register allocation of the F32 / F16 kernels (one more
 // field cost them 17-39 registers and a spill).
+// KeyBaseInPage: the same from the table entry `page` of `position`, already loaded.
 template <typename KvT, int kDim>
-__device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const Geometry<kDim>& geo,
-                                           const int32_t* table, int position, int g) {
-  const int64_t page = table[position / p.block_size];
+__device__ __forceinline__ int64_t KeyBaseInPage(const KernelParams& p, const Geometry<kDim>& geo,
+                                                 int64_t page, int position, int g) {
   if (page < 0 || page >= p.num_blocks) return -1;
   const int64_t slot = page * p.block_size + position % p.block_size;
   if constexpr (std::is_same_v<KvT, KvQ8>) {
@@ -66,6 +66,12 @@ __device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const Geometry
   }
 }
 
+template <typename KvT, int kDim>
+__device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const Geometry<kDim>& geo,
+                                           const int32_t* table, int position, int g) {
+  return KeyBaseInPage<KvT>(p, geo, table[position / p.block_size], position, g);
+}
+
 // Warp 0: the cache offsets of the chunk's keys [c0, min(c0 + kChunk, hi)), -1 past the end.
 template <typename KvT, int kDim>
 __device__ __forceinline__ void ChunkBases(const KernelParams& p, const Geometry<kDim>& geo,
@@ -73,6 +79,23 @@ __device__ __forceinline__ void ChunkBases(const KernelParams& p, const Geometry
                                            int64_t* base_s) {
   const int lane = threadIdx.x & 31;
   base_s[lane] = c0 + lane < hi ? KeyBase<KvT>(p, geo, table, static_cast<int>(c0 + lane), g) : -1;
+}
+
+// ChunkBases in two halves, so that the table read can overlap other work: ChunkPage loads the
+// lane's table entry of the chunk at c0 (-1 past hi), ChunkBasesFromPage turns it into the offset.
+__device__ __forceinline__ int32_t ChunkPage(const KernelParams& p, const int32_t* table,
+                                             int64_t c0, int64_t hi) {
+  const int64_t position = c0 + (threadIdx.x & 31);
+  return position < hi ? table[static_cast<int>(position) / p.block_size] : -1;
+}
+
+template <typename KvT, int kDim>
+__device__ __forceinline__ void ChunkBasesFromPage(const KernelParams& p, const Geometry<kDim>& geo,
+                                                   int32_t page, int64_t c0, int64_t hi, int g,
+                                                   int64_t* base_s) {
+  const int lane = threadIdx.x & 31;
+  base_s[lane] =
+      c0 + lane < hi ? KeyBaseInPage<KvT>(p, geo, page, static_cast<int>(c0 + lane), g) : -1;
 }
 
 // F32 / F16 pages: 16-byte loads when the rows allow them, else one element at a time.
