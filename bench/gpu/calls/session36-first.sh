@@ -6,7 +6,7 @@
 # this one's decode): the MoE GEMV test with it and two alternating A/B rounds at 4-64 streams;
 # then the decode attention's split rule at 16 CTAs per SM (STEPSERVE_ATTN_CTAS_PER_SM=16: 64
 # streams then split 4 ways, 2 chunks a CTA instead of 4); last the kernel timelines of 4 and 16
-# streams (none recorded yet).
+# streams (none recorded yet); last an A/B build of the attention's next-chunk table read.
 # On an H100 it runs 24 layers (compare with H100 runs only).
 #   (timeout 570 bash bench/gpu/calls/session36-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
@@ -27,4 +27,16 @@ call_ab 4,16,32,64 "" $sp=1
 call_ab 4,16,32,64 ""
 call_ab 16,64 "" STEPSERVE_ATTN_CTAS_PER_SM=16  # 64 streams: 4 chunks a CTA at 8 (2 splits)
 call_timeline streams "4,16"
+# The attention's next-chunk table read (session 36, default) against a build without it
+# (STEPSERVE_ATTN_NEXT_TABLE_EARLY=0): CTAs of several chunks - 64 streams at 256 / 1024 keys, 16
+# streams at 4096 - in alternating rounds.
+CALL_BUILD=build-b CALL_CMAKE_ARGS="-DCMAKE_CUDA_FLAGS=-DSTEPSERVE_ATTN_NEXT_TABLE_EARLY=0" \
+  call_build bench_model || exit 1
+for round in 1 2; do
+  for b in build-h200 build-b; do
+    CALL_BUILD=$b call_ab 64 "" STEPSERVE_ROUND=$round
+    CALL_BUILD=$b CALL_BENCH_ARGS="--context 1024" call_ab 64 ""
+    CALL_BUILD=$b CALL_BENCH_ARGS="--context 4096" call_ab 16 ""
+  done
+done
 call_done
