@@ -12,8 +12,6 @@
 //   (or both in one: ops->QkNormRopeAppendKv(q, k, v, rope_params, batch, cache))
 //   RETURN_IF_ERROR(ops->Attention(q, batch, cache, {.window = W, .scale = kappa}, o));
 //   RETURN_IF_ERROR(ops->HeadGate(o, g, Dh));                      // in place
-//   (the model calls all four as one op, RopeAppendAttention(q, k, v, rope_params, batch, cache,
-//   params, &g, Dh, o), which a backend may fuse at decode)
 //   RETURN_IF_ERROR(ops->Matmul(o, wo, attn_out));
 //   RETURN_IF_ERROR(ops->Add(h, attn_out, h));
 //   MoE: Matmul(f, ffn_gate_inp, logits); RouterTopK(logits, ...); MoeExperts(f, ..., y) adds
@@ -349,25 +347,6 @@ class Backend {
                                          const TensorView& out) {
     if (absl::Status status = Attention(q, batch, cache, params, out); !status.ok()) return status;
     return HeadGate(out, gate_logits, head_dim);
-  }
-  // A decode layer's attention from its q / k / v projections: QkNormRopeAppendKv(q, k, v, rope,
-  // batch, cache), then AttentionHeadGate(q, batch, cache, params, *gate_logits, head_dim, out)
-  // with gate_logits set, else Attention(q, batch, cache, params, out). One op so that a backend
-  // may run all of it in one kernel where each row is its sequence's only new row; q and k are
-  // then left unrotated (their contents afterwards are unspecified). By default the ops in turn.
-  virtual absl::Status RopeAppendAttention(const TensorView& q, const TensorView& k,
-                                           const TensorView& v, const QkNormRopeParams& rope,
-                                           const AttentionBatch& batch, const KvCacheView& cache,
-                                           const AttentionParams& params,
-                                           const TensorView* gate_logits, int64_t head_dim,
-                                           const TensorView& out) {
-    if (absl::Status status = QkNormRopeAppendKv(q, k, v, rope, batch, cache); !status.ok()) {
-      return status;
-    }
-    if (gate_logits != nullptr) {
-      return AttentionHeadGate(q, batch, cache, params, *gate_logits, head_dim, out);
-    }
-    return Attention(q, batch, cache, params, out);
   }
   // z = clamped SwiGLU(g, u) (spec 4.5); z may equal g or u.
   virtual absl::Status SwiGlu(const TensorView& g, const TensorView& u, float limit,

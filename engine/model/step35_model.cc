@@ -246,9 +246,12 @@ absl::Status Step35Model::Attention(int il, Rows& rows, KvStorage& kv) {
   TensorView o = rows.Mat(rows.o, int64_t{l.n_head} * l.head_dim_v, n);
   AttentionParams params{.window = l.is_swa ? hparams_.sliding_window : 0,
                          .scale = 1.0f / std::sqrt(static_cast<float>(l.head_dim_k))};
-  RETURN_IF_ERROR(ops.RopeAppendAttention(q, k, v, rope, batch, cache, params,
-                                          w.attn_gate != nullptr ? &gate : nullptr, l.head_dim_v,
-                                          o));
+  RETURN_IF_ERROR(ops.QkNormRopeAppendKv(q, k, v, rope, batch, cache));
+  if (w.attn_gate != nullptr) {
+    RETURN_IF_ERROR(ops.AttentionHeadGate(q, batch, cache, params, gate, l.head_dim_v, o));
+  } else {
+    RETURN_IF_ERROR(ops.Attention(q, batch, cache, params, o));
+  }
   TensorView out = rows.Mat(rows.tmp, d, n);
   RETURN_IF_ERROR(ops.Matmul(o, placed_[w.attn_output], out));
   rows.pending = out;  // added into h by the FFN's norm
