@@ -48,12 +48,11 @@ __device__ __forceinline__ void DequantQ8Eight(const Q8Eight& q, float* out) {
   }
 }
 
-// Offset (elements; bytes for Q8_0) of (position, KV head g, dim 0) in the cache, or -1 when the
-// table entry is not a real page (never the case after host validation; guards memory safety).
-// The Q8_0 vector size is derived here rather than kept in KernelParams: a field there changes
-// the struct's layout, and with it ptxas' register allocation of the F32 / F16 kernels (one more
-// field cost them 17-39 registers and a spill).
-// KeyBaseInPage: the same from the table entry `page` of `position`, already loaded.
+// Offset (elements; bytes for Q8_0) of (position, KV head g, dim 0) in the cache, given the
+// position's block-table entry `page`, or -1 when that is not a real page (never the case after
+// host validation; guards memory safety). The Q8_0 vector size is derived here rather than kept
+// in KernelParams: a field there changes the struct's layout, and with it ptxas' register
+// allocation of the F32 / F16 kernels (one more field cost them 17-39 registers and a spill).
 template <typename KvT, int kDim>
 __device__ __forceinline__ int64_t KeyBaseInPage(const KernelParams& p, const Geometry<kDim>& geo,
                                                  int64_t page, int position, int g) {
@@ -66,6 +65,7 @@ __device__ __forceinline__ int64_t KeyBaseInPage(const KernelParams& p, const Ge
   }
 }
 
+// The same, reading the entry from the sequence's block table.
 template <typename KvT, int kDim>
 __device__ __forceinline__ int64_t KeyBase(const KernelParams& p, const Geometry<kDim>& geo,
                                            const int32_t* table, int position, int g) {
