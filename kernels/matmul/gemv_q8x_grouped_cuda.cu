@@ -37,66 +37,6 @@ __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w
   DotAndStore<P, RN, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
 }
 
-// The short-row launches' row loop for a slot of n_rows == RN groups (one chunk), with the
-// whole row in the ring (D >= its blocks: the experts' 1280-wide down is 5 IQ4_XS blocks): after
-// block k of the current row block is decoded, its ring slot is refilled with block k of the
-// warp's next row block, so that block's loads are in flight during this one's arithmetic,
-// reduction and store. The loop of GroupChunk restarts the ring per row block instead, and each
-// warp waits on memory once per row block (STEPSERVE_GROUPED_SHORT_PIPELINE). The same floats in
-// the same order as GroupChunk's DotAndStore, so bitwise the same output.
-template <class P, int RN, int D>
-__device__ __forceinline__ void ShortRowsPipelined(const GemvParams& p, const uint8_t* w,
-                                                   int64_t o_first, int64_t stride, int lane,
-                                                   int c0) {
-  using PD = std::conditional_t<RN == 1, OneRowPiece<P>, P>;  // as DotAndStore
-  int x_rows[RN];
-  int64_t y_rows[RN];
-#pragma unroll
-  for (int r = 0; r < RN; ++r) {
-    const int group = p.group_order[c0 + r];
-    x_rows[r] = group / p.x_group_div;
-    y_rows[r] = group;
-  }
-  const int g = lane / P::kLanes, c = lane % P::kLanes;
-  const int nb = static_cast<int>(p.in / P::kElems);  // <= D: checked by the launcher
-  // The lane group's row of row block o0 (rows past `out` re-read the last one).
-  auto row_of = [&](int64_t o0) {
-    const int64_t o = o0 + g;
-    return w + (o < p.out ? o : p.out - 1) * p.w_row_bytes;
-  };
-  const int8_t* xp[RN];  // the lane's activations of block 0, per activation row
-  const float2* dp[RN];
-#pragma unroll
-  for (int r = 0; r < RN; ++r) {
-    xp[r] = p.xq + x_rows[r] * p.in + PD::XAt(c);
-    dp[r] = p.xd + x_rows[r] * (p.in / 32) + PD::DAt(c);
-  }
-  typename PD::Raw ring[D];
-  const uint8_t* wp = row_of(o_first);
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    if (k < nb) ring[k] = PD::LoadRaw(wp + k * P::kBytes, c);
-  }
-  for (int64_t o0 = o_first; o0 < p.out; o0 += stride) {
-    const bool has_next = o0 + stride < p.out;
-    const uint8_t* next = row_of(o0 + stride);
-    float acc[RN] = {};
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      if (k < nb) {
-        const typename PD::W wv = PD::Decode(ring[k], k, c, p);
-        if (has_next) ring[k] = PD::LoadRaw(next + k * P::kBytes, c);
-#pragma unroll
-        for (int r = 0; r < RN; ++r) {
-          acc[r] +=
-              PD::Dot(wv, PD::LoadXAt(xp[r] + k * P::kElems, dp[r] + k * (P::kElems / 32)), c);
-        }
-      }
-    }
-    StoreShortRows<P, RN>(p, acc, lane, o0, y_rows, RN);
-  }
-}
-
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
 // expert, so its matrix is streamed once per R of them instead of once per group. Slot arrays
 // come from the grouping kernel, which may still run when this one starts: read after the wait.
@@ -106,10 +46,8 @@ __device__ __forceinline__ void ShortRowsPipelined(const GemvParams& p, const ui
 // 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.) kMinBlocks: CTAs per SM the register
 // budget must allow (GroupedMinCtasPerSm). kExactRows: each chunk of n groups runs the dot loop
 // compiled for exactly n activation rows (GroupChunk), not R rows with run-time guards.
-// kPipelined (short rows with the whole row in the ring, exact rows): a slot of at most R groups
-// runs ShortRowsPipelined; larger slots the chunk loop.
 template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false, int kMinBlocks = 1,
-          bool kExactRows = false, bool kPipelined = false>
+          bool kExactRows = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
@@ -141,29 +79,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     return;
   }
   const uint8_t* w = p.w + id * p.w_matrix_bytes;
-  if constexpr (kPipelined) {
-    static_assert(kShort && kRowLoop && kExactRows && R == 4, "the whole-row short form");
-    if (end - begin <= R) {
-      const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * kRows;
-      switch (end - begin) {
-        case 0:
-          break;
-        case 1:
-          ShortRowsPipelined<P, 1, D>(p, w, first, stride, lane, begin);
-          break;
-        case 2:
-          ShortRowsPipelined<P, 2, D>(p, w, first, stride, lane, begin);
-          break;
-        case 3:
-          ShortRowsPipelined<P, 3, D>(p, w, first, stride, lane, begin);
-          break;
-        default:
-          ShortRowsPipelined<P, 4, D>(p, w, first, stride, lane, begin);
-          break;
-      }
-      return;
-    }
-  }
   for_each_row_block([&](int64_t o0) {
     for (int c0 = begin; c0 < end; c0 += R) {
       const int n_rows = end - c0 < R ? end - c0 : R;
@@ -335,17 +250,6 @@ int GroupedShortDepth() {
   static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", kShortWholeRowDepth);
   return depth;
 }
-// STEPSERVE_GROUPED_SHORT_PIPELINE=1: the depth-5 short-row launches run the slots of at most 4
-// groups through ShortRowsPipelined (the next row block's loads issued during this one's decode).
-// Why: at 64 streams (H100, 24 layers, session 34's timeline) the down launch took 331 us a layer
-// against the gate / up launches' 271.5 us for the same bytes; each warp's row loop restarts its
-// ring per row block, so it waits on memory once per row block with nothing in flight during its
-// arithmetic, and under uniform routing most slots hold 1-4 groups (64 streams: 1.8 on average).
-// Off until measured on a device (written in session 36; host-emulated).
-bool GroupedShortPipeline() {
-  static const bool on = EnvSwitchSet("STEPSERVE_GROUPED_SHORT_PIPELINE");
-  return on;
-}
 int64_t GroupedShortRowCtas(int64_t fallback) {
   static const int64_t setting = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_SHORT_ROW_CTAS");
@@ -379,12 +283,6 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
       if (short_loops && GroupedExactRows()) {
         const int depth = GroupedShortDepth();
         if (depth == kShortWholeRowDepth && p.in / P::kElems <= kShortWholeRowDepth) {
-          if (GroupedShortPipeline()) {
-            return LaunchWarpRows<kShortRows>(
-                GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true, true, kShortRowMinCtas,
-                                    true, true>,
-                p, slots, overlap_previous, stream, short_blocks);
-          }
           return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true,
                                                                 true, kShortRowMinCtas, true>,
                                             p, slots, overlap_previous, stream, short_blocks);

@@ -30,17 +30,3 @@ m ptr_short_x_not_advanced $r 'xp[r] += D * P::kElems;' ';'
 m ptr_short_scales_stride $r 'dp[r] += D * (P::kElems / 32);' 'dp[r] += D;'
 m ptr_short_refill_offset $r 'ring[k] = P::LoadRaw(wp + (k + D) * P::kBytes, c);' \
   'ring[k] = P::LoadRaw(wp + (k + D - 1) * P::kBytes, c);'
-# ShortRowsPipelined (STEPSERVE_GROUPED_SHORT_PIPELINE=1: the slots of 1-4 groups).
-export STEPSERVE_GROUPED_SHORT_PIPELINE=1
-m pipe_refill_same_row $f 'if (has_next) ring[k] = PD::LoadRaw(next + k * P::kBytes, c);' \
-  'if (has_next) ring[k] = PD::LoadRaw(wp + k * P::kBytes, c);'
-m pipe_no_refill $f 'if (has_next) ring[k] = PD::LoadRaw(next + k * P::kBytes, c);' ';'
-m pipe_exact3_as_2 $f 'ShortRowsPipelined<P, 3, D>(p, w, first, stride, lane, begin);' \
-  'ShortRowsPipelined<P, 2, D>(p, w, first, stride, lane, begin);'
-m pipe_group_div_off $f 'x_rows[r] = group / p.x_group_div;
-    y_rows[r] = group;
-  }
-  const int g' 'x_rows[r] = group;
-    y_rows[r] = group;
-  }
-  const int g'

@@ -39,11 +39,9 @@ for t in $tests; do
   [[ $t == test_gemv_one_row ]] && envs=("STEPSERVE_WEIGHTS_BEFORE_WAIT=0"
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9" "STEPSERVE_WEIGHTS_BEFORE_WAIT=0 STEPSERVE_GEMV_ROW_CTAS=3"
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3")
-  # The grouped GEMV's IQ4_XS short rows with the whole-row ring (the default), also pipelined
-  # across row blocks (STEPSERVE_GROUPED_SHORT_PIPELINE), depth 4 under the same cap and the former
-  # kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1).
+  # The grouped GEMV's IQ4_XS short rows with the whole-row ring (the default), depth 4 under the
+  # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1).
   [[ $t == test_gemv_grouped ]] && envs=("STEPSERVE_GROUPED_SHORT_DEPTH=5"
-    "STEPSERVE_GROUPED_SHORT_DEPTH=5 STEPSERVE_GROUPED_SHORT_PIPELINE=1"
     "STEPSERVE_GROUPED_SHORT_DEPTH=4" "STEPSERVE_GROUPED_SHORT_DEPTH=1")
   # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL).
   [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1")
