@@ -49,11 +49,6 @@ using cuda_reduce::WarpSum;
 
 std::atomic<int64_t> g_combine_launches{0};
 
-#ifndef STEPSERVE_ATTN_NEXT_TABLE_EARLY
-#define STEPSERVE_ATTN_NEXT_TABLE_EARLY 1
-#endif
-constexpr bool kNextTableEarly = STEPSERVE_ATTN_NEXT_TABLE_EARLY != 0;
-
 // Fused split-K combine, after a CTA has written its partials: the CTA that arrives last at the
 // counter of its (row w, KV head[, pass]) combines heads head0 .. head0 + nh - 1 of that row from
 // every split's partials and resets the counter. `area` (the K / V / probability area, free after
@@ -221,13 +216,11 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
     // The next chunk's page-table entries, read now and turned into offsets after the P V sum
     // (base_s is free once the barrier above has passed): the table's round trip overlaps this
     // chunk's math instead of preceding the next chunk's K / V loads. A CTA of one chunk (short
-    // contexts, many splits) skips it. (STEPSERVE_ATTN_NEXT_TABLE_EARLY=0 at compile time: read
-    // after the P V sum, as before session 36 - an A/B build.)
+    // contexts, many splits) skips it. Measured (H100, session 36, against an A/B build reading
+    // the table after the sum): 16 streams at 4096 keys 12.967 / 12.970 against 12.994 / 12.998 ms
+    // per step, 64 streams at 256 keys on par.
     const bool next_chunk = c0 + kChunk < hi;
-    int32_t next_page = -1;
-    if (kNextTableEarly && warp == 0 && next_chunk) {
-      next_page = ChunkPage(p, table, c0 + kChunk, hi);
-    }
+    const int32_t next_page = warp == 0 && next_chunk ? ChunkPage(p, table, c0 + kChunk, hi) : -1;
 
     // Scores of key `lane` against this warp's heads, then the online-softmax update.
     float score[kHeadsW];
@@ -293,7 +286,6 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const KernelPar
       }
     }
     if (warp == 0 && next_chunk) {
-      if (!kNextTableEarly) next_page = ChunkPage(p, table, c0 + kChunk, hi);
       ChunkBasesFromPage<KvT>(p, geo, next_page, c0 + kChunk, hi, g, base_s);
     }
     __syncthreads();  // before the next chunk overwrites K, V and the probabilities
