@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Ran in session 36 on an H100. STEPSERVE_GROUPED_SHORT_PIPELINE and the compile-time
+# STEPSERVE_ATTN_NEXT_TABLE_EARLY switch were removed after it: docs/cuda-engine.md says why.)
 # Session 36's call (H100 or H200; little device time was left after ten failed starts, so the
 # steps run in priority order and a timeout cuts the tail): the first GPU run of the tests touched
 # by session 35's removals (the rope in the attention, the qk-norm fold) and this session's fold of
