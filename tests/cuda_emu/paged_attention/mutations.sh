@@ -18,7 +18,7 @@ mutations=(
   # the compact 4-head kernel leaves its last head's accumulator unset
   '0,/for (int i = 0; i < kHeads; ++i) {/s/for (int i = 0; i < kHeads; ++i) {/for (int i = 0; i < kHeads - (kHeads == 4); ++i) {/'
   # the next chunk's offsets from this chunk's page-table entries
-  's/next_page = ChunkPage(p, table, c0 + kChunk, hi);/next_page = ChunkPage(p, table, c0, hi);/'
+  's/? ChunkPage(p, table, c0 + kChunk, hi) : -1;/? ChunkPage(p, table, c0, hi) : -1;/'
   # the next chunk's offsets never written (the CTA rereads this chunk's keys)
   's/ChunkBasesFromPage<KvT>(p, geo, next_page, c0 + kChunk, hi, g, base_s);/;/'
   # the compact 8-head kernel drops its last head's output
