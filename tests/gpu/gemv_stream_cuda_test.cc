@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -171,6 +172,60 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                                          GgmlType::kQ6_K, GgmlType::kIQ4_XS),
                        ::testing::Values(Shape{33, 4096}, Shape{12289, 8192}, Shape{4095, 1280})));
+
+// Several activation rows of a Q6_K matrix through the streamed kernel
+// (STEPSERVE_GEMV_STREAM_ROWS=1, set before the first several-row GEMV of the process reads it;
+// the always mode takes any size): every row against the CPU and against the warp-per-row kernel.
+TEST(GemvStreamRowsTest, SeveralRowsMatchCpuAndWarpRows) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  setenv("STEPSERVE_GEMV_STREAM_ROWS", "1", /*overwrite=*/1);
+  const GgmlType type = GgmlType::kQ6_K;
+  for (const Shape shape : {Shape{33, 4096}, Shape{12289, 4096}}) {
+    for (const int64_t rows : {2, 5, 8}) {
+      const auto [out, in] = shape;
+      std::random_device rd;
+      const uint64_t seed = (uint64_t{rd()} << 32) | rd();
+      const std::string what = "Q6_K out " + std::to_string(out) + " in " + std::to_string(in) +
+                               " rows " + std::to_string(rows) + " seed " + std::to_string(seed);
+      SCOPED_TRACE(what);
+      const std::vector<uint8_t> w = RandomMatrices(type, 1, out, in, seed);
+      std::mt19937_64 rng(seed);
+      std::normal_distribution<float> normal(0.f, 1.f);
+      std::vector<float> x(rows * in);
+      for (float& v : x) v = normal(rng);
+      std::vector<double> ref;
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::vector<double> row = RefProduct(type, w.data(), out, in, x.data() + r * in);
+        ref.insert(ref.end(), row.begin(), row.end());
+      }
+      const int64_t y_stride = out + 5, scratch_bytes = GemvCudaScratchBytes(in, rows);
+      DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(rows * y_stride * 4), ds(scratch_bytes);
+      ASSERT_TRUE(dw.ptr && dx.ptr && dy.ptr && ds.ptr);
+      ASSERT_EQ(cudaMemcpy(dw.ptr, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dx.ptr, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const GemvCudaArgs args{.type = type,
+                              .w = dw.ptr,
+                              .w_row_bytes = PaddedRowBytes(type, in),
+                              .in = in,
+                              .out = out,
+                              .x = static_cast<float*>(dx.ptr),
+                              .x_stride = in,
+                              .rows = rows,
+                              .y = static_cast<float*>(dy.ptr),
+                              .y_stride = y_stride,
+                              .scratch = ds.ptr,
+                              .scratch_bytes = scratch_bytes};
+      std::vector<double> streamed, warp_rows;
+      ASSERT_NO_FATAL_FAILURE(RunBothKernels([&] { return GemvCuda(args, nullptr); }, dy.ptr, rows,
+                                             out, y_stride, &streamed, &warp_rows));
+      const double vs_f32 = RelError(streamed, ref), vs_warp = RelError(streamed, warp_rows);
+      EXPECT_LE(vs_f32, kMaxRelErrorVsF32);
+      EXPECT_LE(vs_warp, kMaxRelErrorVsWarpRows);
+      std::printf("[ rel ] %s streamed vs f32 %.3g, vs warp-per-row %.3g\n", what.c_str(), vs_f32,
+                  vs_warp);
+    }
+  }
+}
 
 TEST(GemvStreamIndexedTest, MixedIdsMatchCpuAndWarpRows) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
