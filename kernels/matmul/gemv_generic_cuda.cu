@@ -11,6 +11,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/dequant_cuda.cuh"
 #include "kernels/matmul/gemm_cuda.h"
+#include "kernels/matmul/gemv_f32_rows_cuda.h"
 
 namespace stepserve::kernels {
 namespace {
@@ -149,6 +150,8 @@ static_assert(kThreadsPerBlock >= kWarpsPerBlock * kGemvGenericMaxRows,
 KernelStatus GemvGenericCuda(const MatmulCudaArgs& a, cudaStream_t stream) {
   if (KernelStatus s = ValidateMatmulCuda(a); s != KernelStatus::kOk) return s;
   if (a.rows > kGemvGenericMaxRows) return KernelStatus::kInvalidArgument;
+  // 2-16 rows of an F32 matrix (the MoE router): the activation rows read once per K slice.
+  if (GemvF32RowsEnabled() && GemvF32RowsTakes(a)) return GemvF32RowsCuda(a, stream);
   GemvGenericParams p{};
   p.split = SplitFor(a.in);
   const int rows_per_block = kWarpsPerBlock / p.split;
