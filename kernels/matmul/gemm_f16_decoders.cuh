@@ -187,6 +187,44 @@ struct Q4KF16Decoder {
   }
 };
 
+// ---- Q5_K: 176-byte blocks {d, dmin, scales[12], qh[32], qs[128]}, 16-byte aligned in a row. ----
+// Q4_K's header and arithmetic (q * scale - min, one F16 fma) with a fifth bit: element l of
+// sub-block ib has its low 4 bits in nibble ib & 1 of qs[32 (ib >> 1) + l] (qs at byte 48) and bit
+// 4 in bit ib of qh[l] (engine/quant/quant_k.cc DequantQ5_K). Lane t's elements 8t..8t+7 are bytes
+// 8t..8t+7 of both: two 8-byte loads. q <= 31 stays exact in the 0x64XX form. The attention `v`
+// projection of the published IQ4_XS mix (RunDenseGrouped from 9 rows, K split in 8 slices).
+// kStride 176 (no padding): rows 48 bytes apart mod 128, so the 8 rows' 32-byte runs of a
+// fragment load cover every bank exactly twice (the two wavefronts 256 bytes need anyway).
+struct Q5KF16Decoder {
+  static constexpr int kBlockBytes = 176;
+  static constexpr int kStride = 176;
+  static constexpr int kPieceBytes = 16, kPieces = 11, kMaxShift = 0;
+  static constexpr bool kPairOrder = false;
+  using Row = Q4KF16Decoder::Row;
+  using Sub = Q4KF16Decoder::Sub;
+  static __device__ __forceinline__ const uint8_t* CopySource(const uint8_t* p, int) { return p; }
+  static __device__ __forceinline__ int Shift(const uint8_t*) { return 0; }
+  static __device__ __forceinline__ Row Begin(const uint8_t* row, int shift, int t) {
+    return Q4KF16Decoder::Begin(row, shift, t);  // bytes 0-15: the same d, dmin and scales
+  }
+  static __device__ __forceinline__ Sub Decode(const Row& r, int ib, int t,
+                                               const F16DecodeTables& tbl) {
+    const uint2 q = *reinterpret_cast<const uint2*>(r.p + 48 + 32 * (ib >> 1) + 8 * t);
+    const uint2 h = *reinterpret_cast<const uint2*>(r.p + 16 + 8 * t);
+    const int shift = 4 * (ib & 1);
+    const uint2 words =
+        make_uint2(((q.x >> shift) & 0x0F0F0F0Fu) | (((h.x >> ib) & 0x01010101u) << 4),
+                   ((q.y >> shift) & 0x0F0F0F0Fu) | (((h.y >> ib) & 0x01010101u) << 4));
+    const uint32_t s = (ib & 4) ? ((ib & 2) ? r.s[3] : r.s[2]) : ((ib & 2) ? r.s[1] : r.s[0]);
+    const uint32_t nm = (ib & 4) ? ((ib & 2) ? r.nm[3] : r.nm[2]) : ((ib & 2) ? r.nm[1] : r.nm[0]);
+    const uint32_t sel = (ib & 1) ? 0x3232u : 0x1010u;
+    return Sub{words, __byte_perm(s, 0, sel), __byte_perm(nm, 0, sel)};
+  }
+  static __device__ __forceinline__ uint32_t Halves(const Sub& s, uint32_t word, uint32_t sel) {
+    return Q4KF16Decoder::Halves(s, word, sel);
+  }
+};
+
 // ---- Q6_K: 210-byte blocks {ql[128], qh[64], scales[16] (int8), d}, 2-byte aligned in a row. ----
 // Weight = d * sc * (q - 32), q 6-bit (engine/quant/quant_k.cc DequantQ6_K): element
 // 128h + 32qd + l (half h, quarter qd, l < 32) has its low 4 bits in nibble qd >> 1 of

@@ -396,6 +396,16 @@ std::atomic<int>& GroupedGemmF16Setting() {
   return setting;
 }
 
+// STEPSERVE_Q5K_GROUPED_F16=1 (read once): Q5_K through the grouped F16 GEMM too (in modes 2 and
+// 3), so the IQ4_XS mix's Q5_K attention `v` projection takes the dense grouped path from 9 rows
+// (engine/backend/cuda/dense_grouped_matmul.cc) instead of the dp4a GEMV (session 36's 16-stream
+// timeline: 28 us a layer on 128 CTAs, 15 us of it past the q/k/gate GEMV beside it). Off until
+// measured. Narrow tails only (one instantiation: a decode's rows fit one chunk).
+bool Q5kGroupedF16() {
+  static const bool on = EnvSwitchSet("STEPSERVE_Q5K_GROUPED_F16");
+  return on;
+}
+
 bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
   const int setting = GroupedGemmF16Setting().load(std::memory_order_relaxed);
   // Mode 3 also takes the 2-3 bit decoders (gemm_f16_decoders_grid.cuh), which the MoE reaches
@@ -403,6 +413,7 @@ bool GroupedGemmF16Applies(GgmlType type, int64_t in, int64_t slots) {
   const bool low_bit = GemvCudaLowBitType(type);
   const bool type_ok = (setting >= 1 && type == GgmlType::kIQ4_XS) ||
                        (setting >= 2 && type == GgmlType::kQ4_K) ||
+                       (setting >= 2 && type == GgmlType::kQ5_K && Q5kGroupedF16()) ||
                        (setting >= 3 && (type == GgmlType::kQ6_K || low_bit));
   return type_ok && in % 256 == 0 && slots >= 1 && slots <= 65535;
 }
@@ -426,6 +437,9 @@ cudaError_t LaunchGemmF16Grouped(GgmlType type, const GemvParams& p, int64_t slo
   }
   if (type == GgmlType::kQ6_K && !p.x_pair_order) {
     return LaunchGemmF16MaybeNarrow<Q6KF16Decoder>(p, slots, stream);
+  }
+  if (type == GgmlType::kQ5_K && !p.x_pair_order) {
+    return LaunchGemmF16<Q5KF16Decoder, true, 64, 2>(p, slots, stream);  // 4: spills at 128
   }
   if (!p.x_pair_order) {
     switch (type) {

@@ -156,12 +156,14 @@ TEST(MatmulCudaLayoutTest, StridedActivationsAndOddPlainWidths) {
 // X strides); narrower ones with contiguous X split over K (4096 outputs x 2048: 4 parts of 512
 // columns - Q6_K's 420-byte slices are not 16-byte aligned, so it keeps cuBLAS there; 4104 x 8192:
 // 4 parts and a last tile of 8 rows; 1000 x 4096: 8 parts of 512); narrow ones with padded X keep
-// cuBLAS. Under `0` every case takes cuBLAS.
+// cuBLAS. Under `0` every case takes cuBLAS. Q5_K takes the grouped GEMM only under
+// STEPSERVE_Q5K_GROUPED_F16=1 (else the dp4a GEMV to 16 rows, cuBLAS past them); 4096 x 1024 is
+// the attention `v` projection (8 parts of 512).
 TEST(MatmulCudaLayoutTest, DenseGroupedGemmRows9To64) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull();
   if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
   const uint64_t seed = std::random_device{}();
-  for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     for (int64_t rows : {9, 12, 17, 20, 33, 47, 64}) {
       CheckMatmul(*cuda, type, 512, 8264, rows, 4, 1, seed + rows);
       CheckMatmul(*cuda, type, 2048, 4096, rows, 0, 1, seed + 100 + rows);
@@ -170,15 +172,19 @@ TEST(MatmulCudaLayoutTest, DenseGroupedGemmRows9To64) {
     CheckMatmul(*cuda, type, 8192, 4104, 40, 0, 0, seed + 8);
     CheckMatmul(*cuda, type, 4096, 1000, 57, 0, 2, seed + 9);
     CheckMatmul(*cuda, type, 2048, 4096, 50, 4, 0, seed + 10);
+    for (int64_t rows : {9, 16}) CheckMatmul(*cuda, type, 4096, 1024, rows, 0, 0, seed + 11);
   }
 }
 
 // F32 weights with few columns and many rows: the router's shape, which CublasGemm splits over K
 // under STEPSERVE_SGEMM_SPLIT_K=1 (4 parts at 300 rows, 2 at 5000; 1 part without the switch).
+// At 2-16 rows (decode streams) the generic GEMV, or under STEPSERVE_GEMV_F32_ROWS=1 the cluster
+// kernel (gemv_f32_rows_cuda.cu), with padded strides.
 TEST(MatmulCudaLayoutTest, RouterShapedF32) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull();
   if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
   const uint64_t seed = std::random_device{}();
+  for (int64_t rows : {2, 5, 16}) CheckMatmul(*cuda, GgmlType::kF32, 4096, 288, rows, 4, 3, seed);
   CheckMatmul(*cuda, GgmlType::kF32, 4096, 289, 300, 4, 3, seed);
   CheckMatmul(*cuda, GgmlType::kF32, 2048, 288, 5000, 0, 0, seed + 1);
 }

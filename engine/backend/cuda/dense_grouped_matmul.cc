@@ -97,8 +97,10 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
                                      const kernels::MatmulArgs& m, const char* op) {
   // The types measured (the 2-3 bit types' decoders also serve the grouped GEMM, but their dense
   // matmuls keep cuBLAS until measured).
+  // Q5_K only where the grouped F16 GEMM takes it (STEPSERVE_Q5K_GROUPED_F16, off until measured).
   const bool measured_type =
-      m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K;
+      m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K ||
+      (m.type == GgmlType::kQ5_K && kernels::GroupedGemmF16Enabled(GgmlType::kQ5_K));
   if (DenseGroupedF16() == 0 || !measured_type || m.rows > kDenseGroupedMaxRows ||
       m.rows < DenseGroupedMinRows(m.type)) {
     return false;
@@ -197,8 +199,9 @@ int64_t DenseGroupedMinRows(GgmlType type) {
   if (env_rows > 0) return env_rows;
   const int64_t past_gemvs = kernels::GemvCudaMaxRows(type, kernels::GemvCudaActivations::kQ8) + 1;
   if (env_rows == 0) return past_gemvs;
+  if (type == GgmlType::kQ5_K && !kernels::GroupedGemmF16Enabled(type)) return past_gemvs;
   if (type == GgmlType::kIQ4_XS) return 17;
-  if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) return 9;
+  if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) return 9;
   return past_gemvs;
 }
 

@@ -136,6 +136,33 @@ static void DecodeQ4K(const uint8_t* blk, int ib, int j, float* w16, double* wp,
   *wq = int8_t(q);
 }
 
+// The same for Q5_K (d, dmin, scales[12], qh[32], qs[128]): Q4_K's scale, min and rounding with
+// a fifth bit, bit ib of qh[j], and the low nibbles at byte 48.
+static void DecodeQ5K(const uint8_t* blk, int ib, int j, float* w16, double* wp, double* wmag,
+                      int8_t* wq) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk, 2);
+  std::memcpy(&mh, blk + 2, 2);
+  const uint8_t* sc = blk + 4;
+  int scale, min;
+  if (ib < 4) {
+    scale = sc[ib] & 63;
+    min = sc[ib + 4] & 63;
+  } else {
+    scale = (sc[ib + 4] & 0xF) | ((sc[ib - 4] >> 6) << 4);
+    min = (sc[ib + 4] >> 4) | ((sc[ib] >> 6) << 4);
+  }
+  const int q =
+      ((blk[48 + 32 * (ib / 2) + j] >> (4 * (ib % 2))) & 15) | (((blk[16 + j] >> ib) & 1) << 4);
+  const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(scale)));
+  const float m16 = F16ToF32(F32ToF16(F16ToF32(mh) * float(min)));
+  *w16 = F16ToF32(emu::F16Round(double(q) * s16 - double(m16)));
+  const double ds = double(F16ToF32(dh)) * scale * q, dm = double(F16ToF32(mh)) * min;
+  *wp = ds - dm;
+  *wmag = std::fabs(ds) + std::fabs(dm);
+  *wq = int8_t(q);
+}
+
 // The same for Q6_K (ql[128], qh[64], scales[16] int8, d): element 32 ib + j, ib = 4h + qd, has
 // q = (nibble qd / 2 of ql[64h + 32(qd % 2) + j]) | (bits 2qd.. of qh[32h + j]) << 4 and scale
 // scales[8h + 2qd + j / 16]; the kernel's value is (q - 32) times the F16-rounded d * sc, rounded
@@ -175,6 +202,7 @@ static void ForceQ6KExtremes(QuantMatrices& wm, int experts, int64_t out) {
 bool RunCase(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const bool q4k = c.type == GgmlType::kQ4_K, q6k = c.type == GgmlType::kQ6_K;
+  const bool q5k = c.type == GgmlType::kQ5_K;
   const bool q2k = c.type == GgmlType::kQ2_K;
   const bool value_times_scale =
       c.type == GgmlType::kIQ2_XXS || c.type == GgmlType::kIQ2_XS || c.type == GgmlType::kIQ2_S ||
@@ -189,6 +217,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   order_params.x_pair_order = pair_order;
   const bool wgmma = stepserve::kernels::gemv_internal::GemmF16WgmmaOrder(order_params);
   const int64_t block_bytes = q4k                                                         ? 144
+                              : q5k                                                       ? 176
                               : q6k                                                       ? 210
                               : q2k                                                       ? 84
                               : c.type == GgmlType::kIQ2_XXS                              ? 66
@@ -219,7 +248,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   } else {
     wm.SetScales(c.experts, c.out, next_scale);
   }
-  if (q4k) wm.SetScales(c.experts, c.out, next_scale, 2);
+  if (q4k || q5k) wm.SetScales(c.experts, c.out, next_scale, 2);
   // The kernel's F16 weights (reference 1) and the plain dequantized ones (reference 2), per
   // expert, row and logical k; wmag: the magnitude the F16 roundings are relative to (IQ4_XS:
   // |weight|; Q4_K: |d sc q| + |dmin m|, as the min may cancel the scaled value); wq: the integer.
@@ -267,6 +296,12 @@ bool RunCase(const Case& c, uint32_t seed) {
               if (value_times_scale) cpu_bad += std::fabs(double(cpu[32 * ib + j])) != wmag[at];
             } else if (q4k) {
               DecodeQ4K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
+            } else if (q5k) {
+              DecodeQ5K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
+              namespace qi = stepserve::quant::internal;
+              if (ib == 0 && j == 0) qi::DequantQ5_K(blk, cpu, 1);
+              // The unrounded F32 weight must be the CPU dequantizer's (up to its float math).
+              cpu_bad += std::fabs(wp[at] - cpu[32 * ib + j]) > 1e-6 * (wmag[at] + 1e-30);
             } else if (q6k) {
               DecodeQ6K(blk, ib, j, &w16[at], &wp[at], &wmag[at], &wq[at]);
               cpu_bad += float(wp[at]) != cpu[32 * ib + j];
@@ -284,6 +319,10 @@ bool RunCase(const Case& c, uint32_t seed) {
     std::printf("     %s blocks at shift 0..14: ", c.name.substr(0, c.name.find(' ')).c_str());
     for (int64_t n : n_shift) std::printf("%lld ", (long long)n);
     std::printf("| |value * scale| vs the CPU dequantizer: %lld differ\n", (long long)cpu_bad);
+  }
+  if (q5k) {
+    coverage_ok = cpu_bad == 0;
+    std::printf("     Q5_K weights vs DequantQ5_K: %lld differ\n", (long long)cpu_bad);
   }
   if (q6k) {
     coverage_ok = cpu_bad == 0 && n_q0 > 0 && n_q63 > 0 && n_sc_min > 0 && n_sc_max > 0;
@@ -451,6 +490,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   const bool stride_112 = q2k || c.type == GgmlType::kIQ3_XXS || c.type == GgmlType::kIQ2_XS ||
                           c.type == GgmlType::kIQ2_S;
   const int stride = q4k                            ? 160
+                     : q5k                          ? 176
                      : q6k                          ? 224
                      : stride_112                   ? 112
                      : c.type == GgmlType::kIQ2_XXS ? 80
@@ -478,6 +518,7 @@ bool RunCase(const Case& c, uint32_t seed) {
 }
 
 int main(int argc, char** argv) {
+  setenv("STEPSERVE_Q5K_GROUPED_F16", "1", 1);  // before the switch is read (once)
   const auto [seed, only] = SetUpEmulation(argc, argv);
   int fails = !CheckF16Rounding();
   // The three decoders: Q6_K only in mode 3 (STEPSERVE_GROUPED_GEMM_F16=3; the default 2 takes
@@ -490,6 +531,10 @@ int main(int argc, char** argv) {
   setting.store(3);
   if (!mode_ok || !GroupedGemmF16Applies(GgmlType::kQ6_K, 1280, 1)) {
     std::printf("FAIL GroupedGemmF16Applies: Q6_K must take mode 3 (and only that)\n");
+    ++fails;
+  }
+  if (!GroupedGemmF16Applies(GgmlType::kQ5_K, 4096, 8)) {
+    std::printf("FAIL GroupedGemmF16Applies: Q5_K under STEPSERVE_Q5K_GROUPED_F16=1\n");
     ++fails;
   }
   const int E = 5;
@@ -517,6 +562,11 @@ int main(int argc, char** argv) {
       {"Q4_K in 256 out 128 div 1", 256, 128, 1, 3, 0, E, slots, 6, GgmlType::kQ4_K},
       {"Q4_K in 1280 out 200 div 4", 1280, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ4_K},
       {"Q4_K in 768 out 143 div 1", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ4_K},
+      // Q5_K (23 rows per copy pass: 128 = 5 passes + 13; 8 K slices of the attention `v`
+      // projection are 512-wide matrices).
+      {"Q5_K in 256 out 128 div 1", 256, 128, 1, 3, 0, E, slots, 6, GgmlType::kQ5_K},
+      {"Q5_K in 512 out 200 div 4", 512, 200, 4, 5, 4, E, slots, 7, GgmlType::kQ5_K},
+      {"Q5_K in 768 out 143 div 1", 768, 143, 1, 1, 8, E, slots, 2, GgmlType::kQ5_K},
       // Q6_K (18 rows per copy pass: 128 = 7 passes + 2). Block shifts in the staged rows: every
       // even 0..14 across the rows of unpadded 210-byte rows; 0, 2, .. 8 with the device's
       // 16-byte-padded 1056-byte rows (the expert down projection); 2..12 with the matrices 2 bytes
