@@ -132,9 +132,8 @@ cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previ
 // Indexed mode (p.matrix_ids set, p.rows == 1): `groups` groups, see GemvParams.
 cudaError_t LaunchGemvQ8xIndexed(GgmlType type, const GemvParams& p, int64_t groups,
                                  bool overlap_previous, cudaStream_t stream);
-// One activation row (p.rows == 1; plain, or indexed when p.matrix_ids is set, `groups` groups),
-// or with STEPSERVE_GEMV_STREAM_ROWS 2-8 rows of a plain Q6_K GEMV, through the bulk-copy
-// streamed kernel (gemv_stream_cuda.cu). cudaErrorNotSupported, with
+// One activation row (p.rows == 1; plain, or indexed when p.matrix_ids is set, `groups` groups)
+// through the bulk-copy streamed kernel (gemv_stream_cuda.cu). cudaErrorNotSupported, with
 // nothing launched, when it does not apply (switched off, rows too long for two shared-memory
 // stages, unaligned weights, another type): the caller then takes the warp-per-row kernel.
 cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t groups,

@@ -306,13 +306,10 @@ cudaError_t LaunchQuantizeQ8(const GemvParams& p, int8_t* xq, float2* xd, cudaSt
 
 cudaError_t LaunchGemvQ8x(GgmlType type, const GemvParams& p, bool overlap_previous,
                           cudaStream_t stream) {
-  // The streamed kernel takes one row, and with STEPSERVE_GEMV_STREAM_ROWS a few rows of a large
-  // Q6_K matrix (gemv_stream_cuda.cu says which); it declines the rest.
-  if (const cudaError_t err = LaunchGemvQ8xStream(type, p, 1, overlap_previous, stream);
-      err != cudaErrorNotSupported) {
-    return err;
-  }
-  if (p.rows > 1 && p.rows >= GemvMmaMinRows()) {
+  if (p.rows == 1) {
+    const cudaError_t err = LaunchGemvQ8xStream(type, p, 1, overlap_previous, stream);
+    if (err != cudaErrorNotSupported) return err;
+  } else if (p.rows >= GemvMmaMinRows()) {
     const cudaError_t err = LaunchGemvQ8xMma(type, p, overlap_previous, stream);
     if (err != cudaErrorNotSupported) return err;
   }

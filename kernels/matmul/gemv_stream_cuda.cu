@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
@@ -32,8 +31,7 @@ namespace {
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
 #include "kernels/matmul/gemv_q8x_pieces_low_bit.cuh"  // (for Q6KPiece)
 
-constexpr int kRowsPerStage = 8;   // one row per consumer warp of a group
-constexpr int kStreamMaxRows = 8;  // activation rows of the several-row form
+constexpr int kRowsPerStage = 8;  // one row per consumer warp of a group
 // Groups of kRowsPerStage consumer warps take turns on the stages (group g consumes the stages of
 // units g, g + kGroups, ...): more warps in flight to hide the shared-memory and activation load
 // latency (ncu with one group: 2.2 warps per scheduler, 65% of cycles with none eligible).
@@ -129,38 +127,9 @@ __device__ __forceinline__ float DotSharedRow(const GemvParams& p, const uint8_t
   return acc;
 }
 
-// DotSharedRow for activation rows 0 .. rows - 1 (rows <= kR, plain mode): each block is decoded
-// once and dotted with every row; acc[r] ends warp-reduced in every lane.
-template <class P, int kR>
-__device__ __forceinline__ void DotSharedRowMany(const GemvParams& p, const uint8_t* row, int rows,
-                                                 int lane, float (&acc)[kR]) {
-  constexpr int kBlocksPerStep = 32 / P::kLanes;
-  const int g = lane / P::kLanes, c = lane % P::kLanes;
-  const int64_t nb = p.in / P::kElems;
-#pragma unroll
-  for (int r = 0; r < kR; ++r) acc[r] = 0.f;
-#pragma unroll 2
-  for (int64_t b = g; b < nb; b += kBlocksPerStep) {
-    const typename P::Raw raw = P::template LoadRaw<PlainLoad>(row + b * P::kBytes, c);
-    const typename P::W w = P::Decode(raw, b, c, p);
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      if (r < rows) acc[r] += P::Dot(w, P::LoadX(p, r, b, c), c);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], off);
-  }
-}
-
-// kR: the activation rows a launch may carry - 1, or up to kStreamMaxRows (plain mode only:
-// STEPSERVE_GEMV_STREAM_ROWS, LaunchGemvQ8xStream), each stage's rows then dotted with all p.rows.
-template <class P, bool kIndexed, int kR = 1>
+template <class P, bool kIndexed>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     GemvStreamKernel(const __grid_constant__ GemvParams p, const StreamPlan plan) {
-  static_assert(kR == 1 || !kIndexed, "several activation rows in plain mode only");
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
@@ -217,19 +186,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     const int64_t y_row = kIndexed ? group : 0;
     const bool valid = UnitMatrix<kIndexed>(p, group) != nullptr;
     BarrierWait(&full[s], static_cast<uint32_t>((it / plan.stages) & 1));
-    if constexpr (kR > 1) {
-      if (row < p.out) {
-        float acc[kR];
-        DotSharedRowMany<P, kR>(p, ring + s * plan.stage_bytes + row_in_stage * p.w_row_bytes,
-                                p.rows, lane, acc);
-        if (lane == 0) {
-#pragma unroll
-          for (int r = 0; r < kR; ++r) {
-            if (r < p.rows) p.y[r * p.y_stride + row] = acc[r];
-          }
-        }
-      }
-    } else if (row < p.out) {
+    if (row < p.out) {
       const float v =
           valid ? DotSharedRow<P>(p, ring + s * plan.stage_bytes + row_in_stage * p.w_row_bytes,
                                   x_row, lane)
@@ -277,7 +234,7 @@ cudaError_t GetLimits(DeviceLimits* limits) {
   return cudaSuccess;
 }
 
-template <class P, bool kIndexed, int kR = 1>
+template <class P, bool kIndexed>
 cudaError_t LaunchStream(const GemvParams& p, int64_t groups, bool overlap_previous,
                          cudaStream_t stream) {
   DeviceLimits limits;
@@ -300,15 +257,15 @@ cudaError_t LaunchStream(const GemvParams& p, int64_t groups, bool overlap_previ
   static std::atomic<uint64_t> attribute_set{0};
   const uint64_t bit = uint64_t{1} << limits.device;
   if ((attribute_set.load(std::memory_order_acquire) & bit) == 0) {
-    err = cudaFuncSetAttribute(GemvStreamKernel<P, kIndexed, kR>,
+    err = cudaFuncSetAttribute(GemvStreamKernel<P, kIndexed>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(kBarrierBytes + budget));
     if (err != cudaSuccess) return err;
     attribute_set.fetch_or(bit, std::memory_order_release);
   }
   const dim3 grid(static_cast<unsigned>(plan.units < limits.sms ? plan.units : limits.sms));
-  return LaunchOverlapping(overlap_previous || PdlEnabled(), GemvStreamKernel<P, kIndexed, kR>,
-                           grid, dim3(kStreamThreads), static_cast<size_t>(smem), stream, p, plan);
+  return LaunchOverlapping(overlap_previous || PdlEnabled(), GemvStreamKernel<P, kIndexed>, grid,
+                           dim3(kStreamThreads), static_cast<size_t>(smem), stream, p, plan);
 }
 
 template <bool kIndexed>
@@ -330,25 +287,6 @@ cudaError_t LaunchStreamTyped(GgmlType type, const GemvParams& p, int64_t groups
   }
 }
 
-// Several activation rows: Q6_K only (the LM head of the published files; the 4-bit types are
-// issue-bound on the decode in this kernel too, see above).
-cudaError_t LaunchStreamRows(GgmlType type, const GemvParams& p, bool overlap_previous,
-                             cudaStream_t stream) {
-  if (type != GgmlType::kQ6_K) return cudaErrorNotSupported;
-  return LaunchStream<Q6KPiece, false, kStreamMaxRows>(p, 1, overlap_previous, stream);
-}
-
-// STEPSERVE_GEMV_STREAM_ROWS=1: plain GEMVs of 2..kStreamMaxRows activation rows over a Q6_K
-// matrix of at least kGemvStreamAutoBytes (the LM head at 2-8 streams) also take the streamed
-// kernel in the auto mode (the always mode takes it for any Q6_K size). Why: the 4-stream kernel
-// timeline (H100, session 36) had the LM head's warp-per-row GEMV at 314 us where batch 1's
-// streamed kernel reads the same 433 MB in 152-156 us. Off until measured (written in session 36
-// after the device time ran out: compiled, not yet run).
-bool StreamRowsSwitch() {
-  static const bool on = EnvSwitchSet("STEPSERVE_GEMV_STREAM_ROWS");
-  return on;
-}
-
 }  // namespace
 
 std::atomic<int>& GemvStreamModeSetting() {
@@ -358,9 +296,7 @@ std::atomic<int>& GemvStreamModeSetting() {
 
 cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t groups,
                                 bool overlap_previous, cudaStream_t stream) {
-  const bool many_rows = p.rows > 1 && p.rows <= kStreamMaxRows && p.matrix_ids == nullptr &&
-                         groups == 1 && StreamRowsSwitch();
-  if ((p.rows != 1 && !many_rows) || groups < 1 || reinterpret_cast<uintptr_t>(p.w) % 16 != 0 ||
+  if (p.rows != 1 || groups < 1 || reinterpret_cast<uintptr_t>(p.w) % 16 != 0 ||
       p.w_row_bytes % 16 != 0 || (p.matrix_ids != nullptr && p.w_matrix_bytes % 16 != 0)) {
     return cudaErrorNotSupported;
   }
@@ -374,13 +310,6 @@ cudaError_t LaunchGemvQ8xStream(GgmlType type, const GemvParams& p, int64_t grou
   if (mode == static_cast<int>(GemvStreamMode::kAuto) && type != GgmlType::kQ6_K &&
       p.out * p.w_row_bytes * groups < kGemvStreamAutoBytes) {
     return cudaErrorNotSupported;
-  }
-  if (many_rows) {
-    if (mode == static_cast<int>(GemvStreamMode::kAuto) &&
-        p.out * p.w_row_bytes < kGemvStreamAutoBytes) {
-      return cudaErrorNotSupported;
-    }
-    return LaunchStreamRows(type, p, overlap_previous, stream);
   }
   return p.matrix_ids != nullptr
              ? LaunchStreamTyped<true>(type, p, groups, overlap_previous, stream)

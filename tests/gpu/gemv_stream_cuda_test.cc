@@ -1,17 +1,16 @@
-// The streamed GEMV (bulk copies through shared memory, kernels/matmul/gemv_stream_cuda.cu) - one
-// activation row, and 2-8 rows of Q6_K (STEPSERVE_GEMV_STREAM_ROWS) - on fresh random blocks:
-// against the CPU (DequantizeRow + double dot with the F32 activations, bounded by the int8
-// activation rounding) and against the warp-per-row kernel it replaces (SetGemvCudaStreamMode),
-// which computes the same per-lane sums (in another order on short rows). Shapes make each CTA
-// take more units than its ring has stages (the barrier phases wrap) and end in a partial stage;
-// the indexed (MoE) mode mixes valid and out-of-range matrix ids.
+// The streamed one-row GEMV (bulk copies through shared memory, kernels/matmul/gemv_stream_cuda.cu)
+// on fresh random blocks: against the CPU (DequantizeRow + double dot with the F32 activations,
+// bounded by the int8 activation rounding) and against the warp-per-row kernel it replaces
+// (SetGemvCudaStreamMode), which computes the same per-lane sums (in another order on short
+// rows). Shapes
+// make each CTA take more units than its ring has stages (the barrier phases wrap) and end in a
+// partial stage; the indexed (MoE) mode mixes valid and out-of-range matrix ids.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -122,26 +121,22 @@ struct Shape {
 
 class GemvStreamTest : public ::testing::TestWithParam<std::tuple<GgmlType, Shape>> {};
 
-// `rows` activation rows of fresh random data through GemvCuda (plain mode), streamed and with the
-// warp-per-row kernel: every row against the CPU and the two kernels against each other.
-void CheckPlainGemv(GgmlType type, int64_t out, int64_t in, int64_t rows) {
+TEST_P(GemvStreamTest, OneRowMatchesCpuAndWarpRows) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const auto [type, shape] = GetParam();
+  const auto [out, in] = shape;
   std::random_device rd;
   const uint64_t seed = (uint64_t{rd()} << 32) | rd();
-  const std::string what = std::string(GgmlTypeName(type)) + " out " + std::to_string(out) +
-                           " in " + std::to_string(in) + " rows " + std::to_string(rows);
-  SCOPED_TRACE(what + " seed " + std::to_string(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<uint8_t> w = RandomMatrices(type, 1, out, in, seed);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> x(rows * in);
+  std::vector<float> x(in);
   for (float& v : x) v = normal(rng);
-  std::vector<double> ref;
-  for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<double> row = RefProduct(type, w.data(), out, in, x.data() + r * in);
-    ref.insert(ref.end(), row.begin(), row.end());
-  }
-  const int64_t y_stride = out + 5, scratch_bytes = GemvCudaScratchBytes(in, rows);
-  DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(rows * y_stride * 4), ds(scratch_bytes);
+  const std::vector<double> ref = RefProduct(type, w.data(), out, in, x.data());
+
+  const int64_t y_stride = out + 5, scratch_bytes = GemvCudaScratchBytes(in, 1);
+  DeviceBuffer dw(w.size()), dx(x.size() * 4), dy(y_stride * 4), ds(scratch_bytes);
   ASSERT_TRUE(dw.ptr && dx.ptr && dy.ptr && ds.ptr);
   ASSERT_EQ(cudaMemcpy(dw.ptr, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(dx.ptr, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
@@ -152,25 +147,21 @@ void CheckPlainGemv(GgmlType type, int64_t out, int64_t in, int64_t rows) {
                           .out = out,
                           .x = static_cast<float*>(dx.ptr),
                           .x_stride = in,
-                          .rows = rows,
+                          .rows = 1,
                           .y = static_cast<float*>(dy.ptr),
                           .y_stride = y_stride,
                           .scratch = ds.ptr,
                           .scratch_bytes = scratch_bytes};
   std::vector<double> streamed, warp_rows;
-  ASSERT_NO_FATAL_FAILURE(RunBothKernels([&] { return GemvCuda(args, nullptr); }, dy.ptr, rows, out,
+  ASSERT_NO_FATAL_FAILURE(RunBothKernels([&] { return GemvCuda(args, nullptr); }, dy.ptr, 1, out,
                                          y_stride, &streamed, &warp_rows));
+  const std::string what =
+      std::string(GgmlTypeName(type)) + " out " + std::to_string(out) + " in " + std::to_string(in);
   const double vs_f32 = RelError(streamed, ref), vs_warp = RelError(streamed, warp_rows);
   EXPECT_LE(vs_f32, kMaxRelErrorVsF32) << what;
   EXPECT_LE(vs_warp, kMaxRelErrorVsWarpRows) << what;
   std::printf("[ rel ] %s streamed vs f32 %.3g, vs warp-per-row %.3g\n", what.c_str(), vs_f32,
               vs_warp);
-}
-
-TEST_P(GemvStreamTest, OneRowMatchesCpuAndWarpRows) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  const auto [type, shape] = GetParam();
-  CheckPlainGemv(type, shape.out, shape.in, 1);
 }
 
 // {33, 4096}: one partial stage; {12289, 8192}: ~12 units per CTA through a ring of 2-5 stages
@@ -180,19 +171,6 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
                                          GgmlType::kQ6_K, GgmlType::kIQ4_XS),
                        ::testing::Values(Shape{33, 4096}, Shape{12289, 8192}, Shape{4095, 1280})));
-
-// Several activation rows of a Q6_K matrix through the streamed kernel
-// (STEPSERVE_GEMV_STREAM_ROWS=1, set before the first several-row GEMV of the process reads it;
-// the always mode takes any size): every row against the CPU and against the warp-per-row kernel.
-TEST(GemvStreamRowsTest, SeveralRowsMatchCpuAndWarpRows) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  setenv("STEPSERVE_GEMV_STREAM_ROWS", "1", /*overwrite=*/1);
-  for (const Shape shape : {Shape{33, 4096}, Shape{12289, 4096}}) {
-    for (const int64_t rows : {2, 5, 8}) {
-      CheckPlainGemv(GgmlType::kQ6_K, shape.out, shape.in, rows);
-    }
-  }
-}
 
 TEST(GemvStreamIndexedTest, MixedIdsMatchCpuAndWarpRows) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
