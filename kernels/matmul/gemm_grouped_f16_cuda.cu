@@ -396,13 +396,16 @@ std::atomic<int>& GroupedGemmF16Setting() {
   return setting;
 }
 
-// STEPSERVE_Q5K_GROUPED_F16=1 (read once): Q5_K through the grouped F16 GEMM too (in modes 2 and
-// 3), so the IQ4_XS mix's Q5_K attention `v` projection takes the dense grouped path from 9 rows
-// (engine/backend/cuda/dense_grouped_matmul.cc) instead of the dp4a GEMV (session 36's 16-stream
-// timeline: 28 us a layer on 128 CTAs, 15 us of it past the q/k/gate GEMV beside it). Off until
-// measured. Narrow tails only (one instantiation: a decode's rows fit one chunk).
+// Q5_K through the grouped F16 GEMM too (in modes 2 and 3) unless STEPSERVE_Q5K_GROUPED_F16=0
+// (read once), so the IQ4_XS mix's Q5_K attention `v` projection takes the dense grouped path from
+// 9 rows (engine/backend/cuda/dense_grouped_matmul.cc) instead of the dp4a GEMV (session 36's
+// 16-stream timeline: 28 us a layer on 128 CTAs, 15 us of it past the q/k/gate GEMV beside it).
+// Narrow tails only (one instantiation: a decode's rows fit one chunk). Measured on the H100
+// (session 37, 24 layers IQ4_XS, two alternating rounds): 12 / 16 streams 9.452 / 11.181 and
+// 9.491 / 11.252 -> 9.457 / 11.043 and 9.425 / 11.051 ms per step (on par / -1.5%); the
+// projection then adds 6.8 us a layer at 16 streams instead of 15.
 bool Q5kGroupedF16() {
-  static const bool on = EnvSwitchSet("STEPSERVE_Q5K_GROUPED_F16");
+  static const bool on = EnvSwitchOn("STEPSERVE_Q5K_GROUPED_F16");
   return on;
 }
 

@@ -4,7 +4,10 @@
 //
 // Why: GemvGenericKernel gives each output row a CTA whose eight warps split K, so every CTA reads
 // all activation rows: at 16 rows 288 CTAs x 256 KB = 75 MB of L2 reads for a 4.7 MB matrix (27.7
-// us a MoE layer at 16 streams on the H100, session 36's timeline; 8.6 us at 4).
+// us a MoE layer at 16 streams on the H100, session 36's timeline; 8.6 us at 4). Measured on the
+// H100 (session 37, 24 layers IQ4_XS, two alternating rounds, ms per step at 4 / 8 / 16 streams):
+// 4.976 / 7.784 / 11.181 and 4.986 / 7.829 / 11.252 -> 4.914 / 7.610 / 10.727 and 4.908 / 7.618 /
+// 10.763 (-1.4% / -2.5% / -4.2%); at 16 streams the router adds 6.5 us a MoE layer, not 27.7.
 //
 // Here a cluster of C CTAs (sm_90 thread-block cluster, C = 1..8) shares 16 output rows and splits
 // K in C slices. Each CTA stages its K slice of the activation rows in shared memory once (at 16
@@ -191,7 +194,7 @@ cudaError_t LaunchRows(const GemvF32RowsParams& p, int cluster_size, int64_t row
 }  // namespace
 
 bool GemvF32RowsEnabled() {
-  static const bool on = EnvSwitchSet("STEPSERVE_GEMV_F32_ROWS");
+  static const bool on = EnvSwitchOn("STEPSERVE_GEMV_F32_ROWS");
   return on;
 }
 

@@ -13,8 +13,8 @@
 
 namespace stepserve::kernels {
 
-// STEPSERVE_GEMV_F32_ROWS=1 (read once): GemvGenericCuda sends the calls GemvF32RowsTakes accepts
-// here. Off by default until measured (docs/cuda-engine.md's switch table).
+// On unless STEPSERVE_GEMV_F32_ROWS=0 (read once): GemvGenericCuda sends the calls
+// GemvF32RowsTakes accepts here (docs/cuda-engine.md's switch table).
 bool GemvF32RowsEnabled();
 
 // F32 weights, 2..16 rows, `in` a multiple of 4, weight rows and activation rows 16-byte aligned.

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -75,6 +76,9 @@ void RunPoisoned(Launch launch, float* dy, int64_t rows, int64_t out, int64_t y_
 
 TEST_P(GemvF32RowsTest, MatchesDoubleAndGeneric) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  // GemvGenericCuda's own warp-split kernel is the second reference: the switch (read once, at
+  // GemvGenericCuda's first call) off for this process.
+  setenv("STEPSERVE_GEMV_F32_ROWS", "0", /*overwrite=*/1);
   const Case c = GetParam();
   // Padded strides (as the backend's views may have): weight rows, x rows and y rows.
   const int64_t w_row_floats = c.in + 4;

@@ -156,8 +156,8 @@ TEST(MatmulCudaLayoutTest, StridedActivationsAndOddPlainWidths) {
 // X strides); narrower ones with contiguous X split over K (4096 outputs x 2048: 4 parts of 512
 // columns - Q6_K's 420-byte slices are not 16-byte aligned, so it keeps cuBLAS there; 4104 x 8192:
 // 4 parts and a last tile of 8 rows; 1000 x 4096: 8 parts of 512); narrow ones with padded X keep
-// cuBLAS. Under `0` every case takes cuBLAS. Q5_K takes the grouped GEMM only under
-// STEPSERVE_Q5K_GROUPED_F16=1 (else the dp4a GEMV to 16 rows, cuBLAS past them); 4096 x 1024 is
+// cuBLAS. Under `0` every case takes cuBLAS. Q5_K takes the grouped GEMM unless
+// STEPSERVE_Q5K_GROUPED_F16=0 (then the dp4a GEMV to 16 rows, cuBLAS past them); 4096 x 1024 is
 // the attention `v` projection (8 parts of 512).
 TEST(MatmulCudaLayoutTest, DenseGroupedGemmRows9To64) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull();
@@ -178,8 +178,8 @@ TEST(MatmulCudaLayoutTest, DenseGroupedGemmRows9To64) {
 
 // F32 weights with few columns and many rows: the router's shape, which CublasGemm splits over K
 // under STEPSERVE_SGEMM_SPLIT_K=1 (4 parts at 300 rows, 2 at 5000; 1 part without the switch).
-// At 2-16 rows (decode streams) the generic GEMV, or under STEPSERVE_GEMV_F32_ROWS=1 the cluster
-// kernel (gemv_f32_rows_cuda.cu), with padded strides.
+// At 2-16 rows (decode streams) the cluster kernel (gemv_f32_rows_cuda.cu; the generic GEMV under
+// STEPSERVE_GEMV_F32_ROWS=0), with padded strides.
 TEST(MatmulCudaLayoutTest, RouterShapedF32) {
   std::unique_ptr<Backend> cuda = CudaBackendOrNull();
   if (!cuda) GTEST_SKIP() << kNoDeviceMessage;

@@ -97,7 +97,7 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
                                      const kernels::MatmulArgs& m, const char* op) {
   // The types measured (the 2-3 bit types' decoders also serve the grouped GEMM, but their dense
   // matmuls keep cuBLAS until measured).
-  // Q5_K only where the grouped F16 GEMM takes it (STEPSERVE_Q5K_GROUPED_F16, off until measured).
+  // Q5_K where the grouped F16 GEMM takes it (unless STEPSERVE_Q5K_GROUPED_F16=0; session 37).
   const bool measured_type =
       m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K ||
       (m.type == GgmlType::kQ5_K && kernels::GroupedGemmF16Enabled(GgmlType::kQ5_K));
