@@ -227,8 +227,9 @@ KernelStatus LaunchGroupedF16(const GemvIndexedCudaArgs& a, gemv_internal::GemvP
 bool ManyGroupsPerMatrix(const GemvIndexedCudaArgs& a) {
   const int64_t matrices = a.slots < a.n_matrices ? a.slots : a.n_matrices;
   const int grouped_gemm = gemv_internal::GroupedGemmSetting().load(std::memory_order_relaxed);
-  return a.slot_matrix != nullptr && (grouped_gemm == static_cast<int>(GroupedGemmMode::kAlways) ||
-                                      a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices);
+  return a.slot_matrix != nullptr &&
+         (grouped_gemm == static_cast<int>(GroupedGemmMode::kAlways) || a.grouped_f16_any_rows ||
+          a.groups >= gemv_internal::kGroupedMmaMinPairs * matrices);
 }
 
 }  // namespace

@@ -183,6 +183,9 @@ struct GemvIndexedCudaArgs {
   const int32_t* slot_begin = nullptr;   // [slots + 1]
   const int32_t* group_order = nullptr;  // [groups]
   int64_t slots = 0;
+  // With a grouping: the grouped F16 GEMM (where its type applies) however few groups a matrix
+  // has - a dense matmul of a few rows as one slot (the LM head, STEPSERVE_DENSE_GROUPED_HEAD).
+  bool grouped_f16_any_rows = false;
 };
 
 KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& args);

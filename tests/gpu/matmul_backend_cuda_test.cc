@@ -176,6 +176,17 @@ TEST(MatmulCudaLayoutTest, DenseGroupedGemmRows9To64) {
   }
 }
 
+// A Q6_K matrix over 64 MB (the LM head's class: 20483 x 4096, a last tile of 3 rows) at 2-8 rows:
+// the warp-per-row GEMV, or under STEPSERVE_DENSE_GROUPED_HEAD=1 the grouped F16 GEMM as one slot.
+TEST(MatmulCudaLayoutTest, HeadShapedQ6KFewRows) {
+  std::unique_ptr<Backend> cuda = CudaBackendOrNull();
+  if (!cuda) GTEST_SKIP() << kNoDeviceMessage;
+  const uint64_t seed = std::random_device{}();
+  for (int64_t rows : {2, 5, 8}) {
+    CheckMatmul(*cuda, GgmlType::kQ6_K, 4096, 20483, rows, 0, 1, seed + rows);
+  }
+}
+
 // F32 weights with few columns and many rows: the router's shape, which CublasGemm splits over K
 // under STEPSERVE_SGEMM_SPLIT_K=1 (4 parts at 300 rows, 2 at 5000; 1 part without the switch).
 // At 2-16 rows (decode streams) the cluster kernel (gemv_f32_rows_cuda.cu; the generic GEMV under

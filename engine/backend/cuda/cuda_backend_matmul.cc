@@ -104,10 +104,10 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   if (m.rows == 0) return absl::OkStatus();
   const auto activations =
       exact_activations ? kernels::GemvCudaActivations::kF32 : kernels::GemvCudaActivations::kQ8;
-  // From DenseGroupedMinRows (IQ4_XS 17, Q4_K / Q6_K 9 rows) the dense grouped GEMM is tried
-  // ahead of the GEMVs; below it (other types: past the GEMVs) after them, further down - once
-  // either way.
-  const bool dense_first = !exact_activations && m.rows >= DenseGroupedMinRows(m.type);
+  // From DenseGroupedMinRows (IQ4_XS 17, the K-quants 9 rows; DenseGroupedTakesRows) the dense
+  // grouped GEMM is tried ahead of the GEMVs; below it (other types: past the GEMVs) after them,
+  // further down - once either way.
+  const bool dense_first = !exact_activations && DenseGroupedTakesRows(m);
   if (dense_first) {
     ASSIGN_OR_RETURN(
         const bool done,
@@ -215,7 +215,7 @@ absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
     // Only one-launch GEMVs run side by side: the other paths share scratch areas (the dense
     // grouped GEMM's groupings, cuBLAS's F16 tiles) that two streams must not write at once.
     if (m.rows < 1 || !kernels::GemvCudaSupports(m.type) ||
-        m.rows > kernels::GemvCudaMaxRows(m.type, q8) || m.rows >= DenseGroupedMinRows(m.type)) {
+        m.rows > kernels::GemvCudaMaxRows(m.type, q8) || DenseGroupedTakesRows(m)) {
       return Backend::ConcurrentMatmuls(jobs);
     }
     gemv[i] = GemvArgsOf(m, q8);

@@ -102,7 +102,7 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
       m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K ||
       (m.type == GgmlType::kQ5_K && kernels::GroupedGemmF16Enabled(GgmlType::kQ5_K));
   if (DenseGroupedF16() == 0 || !measured_type || m.rows > kDenseGroupedMaxRows ||
-      m.rows < DenseGroupedMinRows(m.type)) {
+      !DenseGroupedTakesRows(m)) {
     return false;
   }
   const int parts = DenseKParts(m);
@@ -148,6 +148,7 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
   g.slot_begin = index + table.bounds_at[li][m.rows];
   g.group_order = index + table.order_at[li][m.rows];
   g.slots = parts;
+  g.grouped_f16_any_rows = true;  // rows below kGroupedMmaMinPairs: only the head switch's
   g.scratch = scratch.x.data;
   g.scratch_bytes = static_cast<int64_t>(scratch.x.bytes);
   const int64_t need = kernels::GemvIndexedCudaScratchBytes(g.in, g.x_rows);
@@ -203,6 +204,15 @@ int64_t DenseGroupedMinRows(GgmlType type) {
   if (type == GgmlType::kIQ4_XS) return 17;
   if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) return 9;
   return past_gemvs;
+}
+
+bool DenseGroupedTakesRows(const kernels::MatmulArgs& m) {
+  static const bool head = kernels::EnvSwitchSet("STEPSERVE_DENSE_GROUPED_HEAD");
+  constexpr int64_t kHeadMinBytes = int64_t{64} << 20;
+  if (head && m.type == GgmlType::kQ6_K && m.rows >= 2 && m.out * m.w_row_bytes >= kHeadMinBytes) {
+    return true;
+  }
+  return m.rows >= DenseGroupedMinRows(m.type);
 }
 
 }  // namespace stepserve

@@ -36,9 +36,16 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
                                      const kernels::MatmulArgs& m, const char* op);
 
 // From how many rows RunDenseGrouped takes a matrix of `type` (then tried ahead of the GEMVs):
-// IQ4_XS 17, Q4_K and Q6_K 9 (measured: dense_grouped_matmul.cc); STEPSERVE_DENSE_GROUPED_MIN_ROWS
-// (read once) N for every type, or 0 for past the GEMVs' row limits.
+// IQ4_XS 17, Q4_K, Q5_K and Q6_K 9 (measured: dense_grouped_matmul.cc);
+// STEPSERVE_DENSE_GROUPED_MIN_ROWS (read once) N for every type, or 0 for past the GEMVs' row
+// limits.
 int64_t DenseGroupedMinRows(GgmlType type);
+
+// Whether RunDenseGrouped takes `m`'s row count ahead of the GEMVs: from DenseGroupedMinRows, or,
+// under STEPSERVE_DENSE_GROUPED_HEAD=1 (read once; off until measured), a Q6_K matrix of at least
+// 64 MB (the LM head) from 2 rows - the warp-per-row GEMV took 314 us for it at 4 streams (H100,
+// session 36) where the grouped GEMM took 244 us at 16.
+bool DenseGroupedTakesRows(const kernels::MatmulArgs& m);
 
 }  // namespace stepserve
 
