@@ -3,7 +3,8 @@
 # GPU tests the new defaults touch (the cluster router GEMV and Q5_K's grouped F16 GEMM: matmul,
 # MoE, step graph, whole model); the figures on the new defaults; the LM head at 2-8 rows through
 # the dense grouped F16 GEMM (STEPSERVE_DENSE_GROUPED_HEAD=1, off: its matmul case, then two
-# alternating A/B rounds at 2 / 4 / 8 streams); Q4_K_M; the decode attention under ncu at 16 and
+# alternating A/B rounds at 2 / 4 / 8 streams); Q4_K_M; the KV cache in F16 against F32 at 16 / 64
+# streams; the decode attention under ncu at 16 and
 # 64 streams (stall reasons and the speed-of-light / memory sections: what bounds it, for its
 # rewrite); the 4- and 64-stream timelines. Priority order: a timeout cuts the tail.
 #   (timeout 560 bash bench/gpu/calls/session37-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
@@ -24,6 +25,11 @@ for round in 1 2; do
   call_ab 2,4,8 "" STEPSERVE_ROUND=$round
 done
 CALL_RECIPE=q4_k_m call_ab 1,4 2048
+# The KV cache in F16 (half the attention's bytes; F32 is bench_model's default) at 16 / 64 streams.
+for round in 1 2; do
+  CALL_BENCH_ARGS="--kv-dtype f16" call_ab 16,64 "" STEPSERVE_ROUND=$round
+  call_ab 16,64 "" STEPSERVE_ROUND=$round
+done
 call_ncu_stalls attn16 PagedAttentionKernel 2 "--batches 16 --decode-steps 1 --repeats 1"
 call_ncu attn64 PagedAttentionKernel 2 "--batches 64 --decode-steps 1 --repeats 1"
 call_timeline streams "4,64"
