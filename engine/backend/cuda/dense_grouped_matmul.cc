@@ -96,8 +96,8 @@ const DenseIndex& DenseIndexTable() {
 absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch scratch,
                                      const kernels::MatmulArgs& m, const char* op) {
   // The types measured (the 2-3 bit types' decoders also serve the grouped GEMM, but their dense
-  // matmuls keep cuBLAS until measured).
-  // Q5_K where the grouped F16 GEMM takes it (unless STEPSERVE_Q5K_GROUPED_F16=0; session 37).
+  // matmuls keep cuBLAS until measured); Q5_K while the grouped F16 GEMM takes it (unless
+  // STEPSERVE_Q5K_GROUPED_F16=0; session 37).
   const bool measured_type =
       m.type == GgmlType::kIQ4_XS || m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ6_K ||
       (m.type == GgmlType::kQ5_K && kernels::GroupedGemmF16Enabled(GgmlType::kQ5_K));
@@ -148,7 +148,9 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
   g.slot_begin = index + table.bounds_at[li][m.rows];
   g.group_order = index + table.order_at[li][m.rows];
   g.slots = parts;
-  g.grouped_f16_any_rows = true;  // rows below kGroupedMmaMinPairs: only the head switch's
+  // One slot per K part: with fewer than kGroupedMmaMinPairs rows (the head switch's 2-8) the
+  // grouped GEMM must still take it.
+  g.grouped_f16_any_rows = true;
   g.scratch = scratch.x.data;
   g.scratch_bytes = static_cast<int64_t>(scratch.x.bytes);
   const int64_t need = kernels::GemvIndexedCudaScratchBytes(g.in, g.x_rows);
