@@ -37,8 +37,11 @@ struct Job {
   GgmlType type;
   int64_t out;
 };
-// q/k/gate fused (IQ4_XS), attn_v (Q5_K), one more natural-order type; odd output counts.
-constexpr Job kJobs[] = {{GgmlType::kIQ4_XS, 1031}, {GgmlType::kQ5_K, 257}, {GgmlType::kQ8_0, 129}};
+// q/k/gate fused (IQ4_XS), attn_v (Q5_K), one more natural-order type; odd output counts. Q5_K's
+// 1025 outputs (9 tiles of 128) take the dense grouped GEMM in 8 K slices at 9-16 rows: on the side
+// stream under STEPSERVE_SIDE_DENSE_MATMULS=1, else the jobs run in order.
+constexpr Job kJobs[] = {
+    {GgmlType::kIQ4_XS, 1031}, {GgmlType::kQ5_K, 1025}, {GgmlType::kQ8_0, 129}};
 
 bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

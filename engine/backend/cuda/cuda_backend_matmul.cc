@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -22,6 +23,7 @@
 #include "engine/backend/op_checks.h"
 #include "engine/base/status_macros.h"
 #include "engine/quant/ggml_type.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/elementwise/elementwise_cuda.h"
 #include "kernels/embed/embed_cuda.h"
 #include "kernels/matmul/cublas_loader.h"
@@ -49,6 +51,10 @@ struct CudaBackend::MatmulState {
   Scratch moe_counters;        // MoeGemvCuda's arrival counters: zeroed when allocated
   Scratch dense_index;         // RunDenseGrouped's groupings (dense_grouped_matmul.cc)
   Scratch dense_parts;         // RunDenseGrouped's partial products of a K-split
+  // A side stream's dense grouped GEMM (ConcurrentMatmuls' side jobs): its own partial products
+  // and F16 copy of X, so that the main line's survive (the groupings are read only).
+  Scratch dense_parts_side;
+  Scratch gemm_side;
 };
 
 namespace {
@@ -96,6 +102,13 @@ absl::Status SetGemvActivations(CudaBackend& backend, kernels::GemvCudaArgs& g, 
   return absl::OkStatus();
 }
 
+// RunDenseGrouped's areas: the side stream's own parts and X copy between BeginSide / EndSide.
+DenseGroupedScratch DenseScratchOf(CudaBackend& backend, MatmulState& state) {
+  return backend.in_side()
+             ? DenseGroupedScratch{state.dense_index, state.dense_parts_side, state.gemm_side}
+             : DenseGroupedScratch{state.dense_index, state.dense_parts, state.gemm};
+}
+
 // y = x W^T with every pointer of `m` in device memory. `exact_activations`: small batches use
 // exact F32 activations instead of the fast GEMV's int8 ones (see MoeExperts). `x_q8`: x's int8
 // activations in the weight type's order, already written (fused quantization), or nullptr.
@@ -109,9 +122,8 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
   // further down - once either way.
   const bool dense_first = !exact_activations && DenseGroupedTakesRows(m);
   if (dense_first) {
-    ASSIGN_OR_RETURN(
-        const bool done,
-        RunDenseGrouped(backend, {state.dense_index, state.dense_parts, state.gemm}, m, op));
+    ASSIGN_OR_RETURN(const bool done,
+                     RunDenseGrouped(backend, DenseScratchOf(backend, state), m, op));
     if (done) return absl::OkStatus();
   }
   if (m.rows <= kernels::GemvCudaMaxRows(m.type, activations) &&
@@ -132,9 +144,8 @@ absl::Status RunMatmul(CudaBackend& backend, MatmulState& state, const kernels::
     return backend.KernelResult(kernels::GemvGenericCuda(a, backend.stream()), op);
   }
   if (!exact_activations && !dense_first) {
-    ASSIGN_OR_RETURN(
-        const bool done,
-        RunDenseGrouped(backend, {state.dense_index, state.dense_parts, state.gemm}, m, op));
+    ASSIGN_OR_RETURN(const bool done,
+                     RunDenseGrouped(backend, DenseScratchOf(backend, state), m, op));
     if (done) return absl::OkStatus();
   }
   a.exact = exact_activations;
@@ -195,6 +206,20 @@ absl::Status CudaBackend::Matmul(const TensorView& x, const WeightView& w, const
   return RunMatmul(*this, *matmul_, m, exact_activations_, "Matmul", x_q8);
 }
 
+namespace {
+
+// STEPSERVE_SIDE_DENSE_MATMULS=1 (read once; off until measured): ConcurrentMatmuls runs a side
+// job that takes the dense grouped GEMM (the Q5_K attention `v` projection at 9-16 rows) on the
+// side stream instead of running every job in order. Why: at 16 streams (H100, session 37
+// timeline) that projection's F16 conversion, GEMM and sum of parts add ~9.8 us a layer after the
+// q / k / gate GEMV.
+bool SideDenseMatmuls() {
+  static const bool on = kernels::EnvSwitchSet("STEPSERVE_SIDE_DENSE_MATMULS");
+  return on;
+}
+
+}  // namespace
+
 absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
   constexpr size_t kMaxJobs = 8;
   if (!concurrent_matmuls_ || exact_activations_ || in_side_ || side_pending_ || jobs.size() < 2 ||
@@ -207,16 +232,26 @@ absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
   // form can be dropped before any input's is looked up (Matmul does both per call).
   for (const MatmulJob& job : jobs) ForgetPrequantizedIfWritten(job.y);
   kernels::GemvCudaArgs gemv[kMaxJobs];
+  kernels::MatmulArgs dense[kMaxJobs];
+  bool dense_side[kMaxJobs] = {};
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatmulJob& job = jobs[i];
     ASSIGN_OR_RETURN(const kernels::MatmulArgs m, MatmulOpArgs(job.x, job.w, job.y));
     RETURN_IF_ERROR(CheckDeviceWeight(job.w, "Matmul", "weight"));
     const auto q8 = kernels::GemvCudaActivations::kQ8;
-    // Only one-launch GEMVs run side by side: the other paths share scratch areas (the dense
-    // grouped GEMM's groupings, cuBLAS's F16 tiles) that two streams must not write at once.
+    // One-launch GEMVs run side by side; with STEPSERVE_SIDE_DENSE_MATMULS a side job may also
+    // take the dense grouped GEMM, on the side's own scratch (DenseScratchOf), if a GEMV could
+    // take it too (its fallback while a step is recorded). Other paths share scratch areas
+    // (cuBLAS's F16 tiles) that two streams must not write at once.
     if (m.rows < 1 || !kernels::GemvCudaSupports(m.type) ||
-        m.rows > kernels::GemvCudaMaxRows(m.type, q8) || DenseGroupedTakesRows(m)) {
+        m.rows > kernels::GemvCudaMaxRows(m.type, q8)) {
       return Backend::ConcurrentMatmuls(jobs);
+    }
+    if (DenseGroupedTakesRows(m)) {
+      if (i == 0 || !SideDenseMatmuls()) return Backend::ConcurrentMatmuls(jobs);
+      dense[i] = m;
+      dense_side[i] = true;
+      continue;
     }
     gemv[i] = GemvArgsOf(m, q8);
     // Job 0 quantizes where Matmul does; the side jobs (one after another on the side stream)
@@ -228,7 +263,8 @@ absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
       return Backend::ConcurrentMatmuls(jobs);  // a layout only the generic path takes
     }
   }
-  for (size_t i = 0; i < jobs.size(); ++i) prequantized_uses_ += gemv[i].x_prequantized;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    prequantized_uses_ += !dense_side[i] && gemv[i].x_prequantized;
   RETURN_IF_ERROR(EnsureSideStream());
   // Fork: the side stream starts after everything enqueued so far (in a recorded step it joins
   // the capture through the event).
@@ -237,7 +273,23 @@ absl::Status CudaBackend::ConcurrentMatmuls(std::span<const MatmulJob> jobs) {
       CudaResult(cudaStreamWaitEvent(side_stream_, side_fork_, 0), "ConcurrentMatmuls: fork"));
   absl::Status side = absl::OkStatus();
   for (size_t i = 1; i < jobs.size() && side.ok(); ++i) {
-    side = KernelResult(kernels::GemvCuda(gemv[i], side_stream_), "Matmul (side stream)");
+    if (dense_side[i]) {
+      // The backend's side mode for the one call: its launches go to the side stream and it
+      // picks the side's scratch areas.
+      // As Matmul: the norm's int8 activations where it wrote them (read only here), for a GEMV
+      // fallback.
+      const void* x_q8 =
+          PrequantizedFor(jobs[i].x, kernels::Q8ScratchPosition(dense[i].type, 1) != 1);
+      prequantized_uses_ += x_q8 != nullptr;
+      std::swap(stream_, side_stream_);
+      in_side_ = true;
+      side = RunMatmul(*this, state, dense[i], /*exact_activations=*/false, "Matmul (side stream)",
+                       x_q8);
+      in_side_ = false;
+      std::swap(stream_, side_stream_);
+    } else {
+      side = KernelResult(kernels::GemvCuda(gemv[i], side_stream_), "Matmul (side stream)");
+    }
   }
   // Join whatever happened, so that the stream (and a capture) never leaves the side work behind.
   absl::Status join = CudaResult(cudaEventRecord(side_join_, side_stream_), "ConcurrentMatmuls");
