@@ -20,11 +20,13 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/matmul/gemm_cuda.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/gpu/poisoned_output.h"
 
 namespace stepserve::kernels {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::RunPoisonedRows;
 
 // F32 products over K <= 8192 of values ~1/sqrt(K): each F32 add rounds at 6e-8 relative, so the
 // error against the double sum stays near 1e-6; a dropped slice or a wrong row is order 1.
@@ -46,33 +48,6 @@ struct Case {
 };
 
 class GemvF32RowsTest : public ::testing::TestWithParam<Case> {};
-
-// Runs `launch` into y poisoned with NaN bits and returns rows x out values; fails if an output
-// is left unwritten or anything past `out` in a row is written.
-template <class Launch>
-void RunPoisoned(Launch launch, float* dy, int64_t rows, int64_t out, int64_t y_stride,
-                 std::vector<float>* result) {
-  ASSERT_EQ(cudaMemset(dy, 0xFF, rows * y_stride * 4), cudaSuccess);
-  ASSERT_EQ(launch(), KernelStatus::kOk);
-  const cudaError_t err = cudaDeviceSynchronize();
-  ASSERT_EQ(err, cudaSuccess) << CudaErrorText("F32 rows GEMV", err);
-  std::vector<float> raw(rows * y_stride);
-  ASSERT_EQ(cudaMemcpy(raw.data(), dy, raw.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  result->assign(rows * out, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t o = 0; o < y_stride; ++o) {
-      const float v = raw[r * y_stride + o];
-      if (o < out) {
-        ASSERT_TRUE(std::isfinite(v)) << "y[" << r << "][" << o << "] not written";
-        (*result)[r * out + o] = v;
-      } else {
-        uint32_t bits;
-        std::memcpy(&bits, &v, 4);
-        ASSERT_EQ(bits, 0xFFFFFFFFu) << "write past out in row " << r;
-      }
-    }
-  }
-}
 
 TEST_P(GemvF32RowsTest, MatchesDoubleAndGeneric) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
@@ -118,13 +93,18 @@ TEST_P(GemvF32RowsTest, MatchesDoubleAndGeneric) {
   ASSERT_TRUE(GemvF32RowsTakes(a));
   float* y = static_cast<float*>(dy.ptr);
   std::vector<float> rows_out, rows_again, generic_out;
-  RunPoisoned([&] { return GemvF32RowsCuda(a, nullptr); }, y, c.rows, c.out, y_stride, &rows_out);
+  RunPoisonedRows(
+      "F32 rows GEMV", [&] { return GemvF32RowsCuda(a, nullptr); }, y, c.rows, c.out, y_stride,
+      &rows_out);
   if (HasFatalFailure()) return;
-  RunPoisoned([&] { return GemvF32RowsCuda(a, nullptr); }, y, c.rows, c.out, y_stride, &rows_again);
+  RunPoisonedRows(
+      "F32 rows GEMV", [&] { return GemvF32RowsCuda(a, nullptr); }, y, c.rows, c.out, y_stride,
+      &rows_again);
   if (HasFatalFailure()) return;
   ASSERT_FALSE(GemvF32RowsEnabled()) << "the generic kernel must run its own path here";
-  RunPoisoned([&] { return GemvGenericCuda(a, nullptr); }, y, c.rows, c.out, y_stride,
-              &generic_out);
+  RunPoisonedRows(
+      "generic GEMV", [&] { return GemvGenericCuda(a, nullptr); }, y, c.rows, c.out, y_stride,
+      &generic_out);
   if (HasFatalFailure()) return;
   EXPECT_LT(RelError(rows_out, ref), kMaxRelErrorVsDouble);
   std::vector<double> generic_ref(generic_out.begin(), generic_out.end());

@@ -22,6 +22,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/matmul/matmul_cuda.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/gpu/poisoned_output.h"
 
 namespace stepserve::kernels {
 namespace {
@@ -38,6 +39,7 @@ constexpr double kMaxRelErrorVsWarpRows = 1e-5;
 
 using testing::DeviceBuffer;
 using testing::PaddedRowBytes;
+using testing::RunPoisonedRows;
 
 double RelError(const std::vector<double>& a, const std::vector<double>& b) {
   double diff2 = 0, ref2 = 0;
@@ -77,41 +79,16 @@ std::vector<double> RefProduct(GgmlType type, const uint8_t* w, int64_t out, int
   return y;
 }
 
-// Runs `launch` into a NaN-poisoned y of rows x y_stride floats and returns rows x out values,
-// checking that every output was written and nothing past `out` in a row.
-template <class Launch>
-void RunPoisoned(Launch launch, void* dy, int64_t rows, int64_t out, int64_t y_stride,
-                 std::vector<double>* result) {
-  ASSERT_EQ(cudaMemset(dy, 0xFF, rows * y_stride * 4), cudaSuccess);
-  ASSERT_EQ(launch(), KernelStatus::kOk);
-  const cudaError_t err = cudaDeviceSynchronize();
-  ASSERT_EQ(err, cudaSuccess) << CudaErrorText("streamed GEMV", err);
-  std::vector<float> raw(rows * y_stride);
-  ASSERT_EQ(cudaMemcpy(raw.data(), dy, raw.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  result->assign(rows * out, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t o = 0; o < y_stride; ++o) {
-      const float v = raw[r * y_stride + o];
-      if (o < out) {
-        ASSERT_TRUE(std::isfinite(v)) << "y[" << r << "][" << o << "] not written";
-        (*result)[r * out + o] = v;
-      } else {
-        uint32_t bits;
-        std::memcpy(&bits, &v, 4);
-        ASSERT_EQ(bits, 0xFFFFFFFFu) << "write past out in row " << r;
-      }
-    }
-  }
-}
-
 // Runs `launch` streamed (kAlways) and with the warp-per-row kernel (kNever); restores the mode.
 template <class Launch>
 void RunBothKernels(Launch launch, void* dy, int64_t rows, int64_t out, int64_t y_stride,
                     std::vector<double>* streamed, std::vector<double>* warp_rows) {
   const GemvStreamMode was = SetGemvCudaStreamMode(GemvStreamMode::kAlways);
-  RunPoisoned(launch, dy, rows, out, y_stride, streamed);
+  RunPoisonedRows("streamed GEMV", launch, dy, rows, out, y_stride, streamed);
   SetGemvCudaStreamMode(GemvStreamMode::kNever);
-  if (!::testing::Test::HasFatalFailure()) RunPoisoned(launch, dy, rows, out, y_stride, warp_rows);
+  if (!::testing::Test::HasFatalFailure()) {
+    RunPoisonedRows("warp-per-row GEMV", launch, dy, rows, out, y_stride, warp_rows);
+  }
   SetGemvCudaStreamMode(was);
 }
 

@@ -108,12 +108,13 @@ static void DecodeIq4Xs(const uint8_t* blk, int ib, int j, float* w16, double* w
   *wq = v;
 }
 
-// The same for Q4_K (d, dmin, scales[12], qs[128]; ggml's get_scale_min_k4 for the 6-bit scale
-// and min): the kernel's value is q * s16 - m16 rounded to F16 once (an F16 fma), with s16 and
-// m16 the F16-rounded d * sc and dmin * m. The fma's exact value is rounded with the emulator's
-// F16Round (checked against float16.h's rounding by CheckF16Rounding).
-static void DecodeQ4K(const uint8_t* blk, int ib, int j, float* w16, double* wp, double* wmag,
-                      int8_t* wq) {
+// Weight q of sub-block ib of a Q4_K / Q5_K block (d, dmin, scales[12], ...; ggml's
+// get_scale_min_k4 for the 6-bit scale and min): the kernel's value is q * s16 - m16 rounded to
+// F16 once (an F16 fma), with s16 and m16 the F16-rounded d * sc and dmin * m. The fma's exact
+// value is rounded with the emulator's F16Round (checked against float16.h's rounding by
+// CheckF16Rounding).
+static void DecodeScaleMinK(const uint8_t* blk, int ib, int q, float* w16, double* wp, double* wmag,
+                            int8_t* wq) {
   uint16_t dh, mh;
   std::memcpy(&dh, blk, 2);
   std::memcpy(&mh, blk + 2, 2);
@@ -126,7 +127,6 @@ static void DecodeQ4K(const uint8_t* blk, int ib, int j, float* w16, double* wp,
     scale = (sc[ib + 4] & 0xF) | ((sc[ib - 4] >> 6) << 4);
     min = (sc[ib + 4] >> 4) | ((sc[ib] >> 6) << 4);
   }
-  const int q = (blk[16 + 32 * (ib / 2) + j] >> (4 * (ib % 2))) & 15;
   const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(scale)));
   const float m16 = F16ToF32(F32ToF16(F16ToF32(mh) * float(min)));
   *w16 = F16ToF32(emu::F16Round(double(q) * s16 - double(m16)));
@@ -136,31 +136,20 @@ static void DecodeQ4K(const uint8_t* blk, int ib, int j, float* w16, double* wp,
   *wq = int8_t(q);
 }
 
-// The same for Q5_K (d, dmin, scales[12], qh[32], qs[128]): Q4_K's scale, min and rounding with
-// a fifth bit, bit ib of qh[j], and the low nibbles at byte 48.
+// Q4_K: element j of sub-block ib is nibble ib % 2 of qs[32 (ib / 2) + j] (qs at byte 16).
+static void DecodeQ4K(const uint8_t* blk, int ib, int j, float* w16, double* wp, double* wmag,
+                      int8_t* wq) {
+  const int q = (blk[16 + 32 * (ib / 2) + j] >> (4 * (ib % 2))) & 15;
+  DecodeScaleMinK(blk, ib, q, w16, wp, wmag, wq);
+}
+
+// Q5_K (d, dmin, scales[12], qh[32], qs[128]): Q4_K's nibble with qs at byte 48, and bit 4 from
+// bit ib of qh[j].
 static void DecodeQ5K(const uint8_t* blk, int ib, int j, float* w16, double* wp, double* wmag,
                       int8_t* wq) {
-  uint16_t dh, mh;
-  std::memcpy(&dh, blk, 2);
-  std::memcpy(&mh, blk + 2, 2);
-  const uint8_t* sc = blk + 4;
-  int scale, min;
-  if (ib < 4) {
-    scale = sc[ib] & 63;
-    min = sc[ib + 4] & 63;
-  } else {
-    scale = (sc[ib + 4] & 0xF) | ((sc[ib - 4] >> 6) << 4);
-    min = (sc[ib + 4] >> 4) | ((sc[ib] >> 6) << 4);
-  }
   const int q =
       ((blk[48 + 32 * (ib / 2) + j] >> (4 * (ib % 2))) & 15) | (((blk[16 + j] >> ib) & 1) << 4);
-  const float s16 = F16ToF32(F32ToF16(F16ToF32(dh) * float(scale)));
-  const float m16 = F16ToF32(F32ToF16(F16ToF32(mh) * float(min)));
-  *w16 = F16ToF32(emu::F16Round(double(q) * s16 - double(m16)));
-  const double ds = double(F16ToF32(dh)) * scale * q, dm = double(F16ToF32(mh)) * min;
-  *wp = ds - dm;
-  *wmag = std::fabs(ds) + std::fabs(dm);
-  *wq = int8_t(q);
+  DecodeScaleMinK(blk, ib, q, w16, wp, wmag, wq);
 }
 
 // The same for Q6_K (ql[128], qh[64], scales[16] int8, d): element 32 ib + j, ib = 4h + qd, has
