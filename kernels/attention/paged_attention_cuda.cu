@@ -32,6 +32,7 @@
 #include "kernels/attention/paged_attention_cuda_combine.cuh"
 #include "kernels/attention/paged_attention_cuda_combine_kernels.cuh"
 #include "kernels/attention/paged_attention_cuda_load.cuh"
+#include "kernels/attention/paged_attention_cuda_mma.cuh"
 #include "kernels/attention/paged_attention_cuda_params.cuh"
 #include "kernels/common/arrival.cuh"
 #include "kernels/common/cuda_reduce.cuh"
@@ -48,6 +49,7 @@ using cuda_reduce::WarpMax;
 using cuda_reduce::WarpSum;
 
 std::atomic<int64_t> g_combine_launches{0};
+std::atomic<int64_t> g_mma_launches{0};
 
 // Fused split-K combine, after a CTA has written its partials: the CTA that arrives last at the
 // counter of its (row w, KV head[, pass]) combines heads head0 .. head0 + nh - 1 of that row from
@@ -403,6 +405,28 @@ cudaError_t LaunchForDims(const KernelParams& p, dim3 grid, size_t smem, cudaStr
   return LaunchMain<KvT, 4>(p, grid, smem, stream);
 }
 
+template <typename KvT, int kDim>
+cudaError_t LaunchMmaForGroup(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  if (p.group <= 8) {
+    LaunchWithPdl(DecodeAttentionMmaKernel<KvT, kDim, 1>, grid, kThreads, 0, stream, p);
+  } else {
+    LaunchWithPdl(DecodeAttentionMmaKernel<KvT, kDim, 2>, grid, kThreads, 0, stream, p);
+  }
+  return cudaGetLastError();
+}
+
+// The tensor-core decode kernel (PagedAttentionCudaMmaSupports holds: F32 / F16 pages, head_dim
+// 128 or 192, groups up to 16): one CTA per (row, KV head, split).
+cudaError_t LaunchMma(const KernelParams& p, KvDtype dtype, dim3 grid, cudaStream_t stream) {
+  const bool f16 = dtype == KvDtype::kF16;
+  if (p.head_dim == 128) {
+    return f16 ? LaunchMmaForGroup<__half, 128>(p, grid, stream)
+               : LaunchMmaForGroup<float, 128>(p, grid, stream);
+  }
+  return f16 ? LaunchMmaForGroup<__half, 192>(p, grid, stream)
+             : LaunchMmaForGroup<float, 192>(p, grid, stream);
+}
+
 }  // namespace
 
 KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t stream) {
@@ -452,8 +476,12 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   const bool fused = a.splits > 1 && a.split_arrivals != nullptr && a.gate == nullptr &&
                      PagedAttentionCudaFusedCombine() &&
                      3 * static_cast<size_t>(p.cta_heads) * a.splits <= loop_floats;
+  const bool mma = !fused && PagedAttentionCudaMmaDecode() && PagedAttentionCudaMmaSupports(a);
   if (fused) {
     p.arrivals = a.split_arrivals;  // one counter per pass of up to kHeadsPerCta heads
+  } else if (mma) {
+    p.cta_heads = p.group;  // the whole group as the MMA's rows: one pass
+    p.passes = 1;
   } else {
     p.cta_heads = static_cast<int>(
         PagedAttentionCudaCtaHeads(a.n_rows, p.group, p.kv_heads, a.splits, a.sm_count));
@@ -465,16 +493,21 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   const dim3 grid(static_cast<unsigned>(a.n_rows * kv.kv_heads * p.passes),
                   static_cast<unsigned>(a.splits));
   cudaError_t err;
-  switch (kv.dtype) {
-    case KvDtype::kF16:
-      err = LaunchForDims<__half>(p, grid, smem, stream);
-      break;
-    case KvDtype::kQ8_0:
-      err = LaunchForDims<KvQ8>(p, grid, smem, stream);
-      break;
-    default:
-      err = LaunchForDims<float>(p, grid, smem, stream);
-      break;
+  if (mma) {
+    err = LaunchMma(p, kv.dtype, grid, stream);
+    if (err == cudaSuccess) g_mma_launches.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    switch (kv.dtype) {
+      case KvDtype::kF16:
+        err = LaunchForDims<__half>(p, grid, smem, stream);
+        break;
+      case KvDtype::kQ8_0:
+        err = LaunchForDims<KvQ8>(p, grid, smem, stream);
+        break;
+      default:
+        err = LaunchForDims<float>(p, grid, smem, stream);
+        break;
+    }
   }
   if (err == cudaSuccess && a.splits > 1 && !fused) {
     g_combine_launches.fetch_add(1, std::memory_order_relaxed);
@@ -504,5 +537,7 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
 int64_t PagedAttentionCudaCombineLaunches() {
   return g_combine_launches.load(std::memory_order_relaxed);
 }
+
+int64_t PagedAttentionCudaMmaLaunches() { return g_mma_launches.load(std::memory_order_relaxed); }
 
 }  // namespace stepserve::kernels

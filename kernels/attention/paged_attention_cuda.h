@@ -141,6 +141,22 @@ int SetPagedAttentionCudaCtaHeads(int heads);
 // Combine-kernel launches PagedAttentionCuda has enqueued in this process (tests check the path).
 int64_t PagedAttentionCudaCombineLaunches();
 
+// The decode attention on tensor cores (paged_attention_cuda_mma.cuh: the group's query heads as
+// the rows of mma.m16n8k16, K and V read from the cache straight into registers, the warps
+// splitting the head dims): the same key ranges, split-K partials and combine as the scalar
+// kernel, with Q, K, P and V rounded to F16 (relative output errors of order 1e-3, as the prefill
+// kernel). Taken where PagedAttentionCudaMmaSupports holds and the split-K combine is not fused;
+// off by default until measured: STEPSERVE_ATTN_MMA_DECODE=1 in the environment (read at the
+// first use) turns it on, SetPagedAttentionCudaMmaDecode overrides it for every later launch and
+// returns the previous setting.
+bool PagedAttentionCudaMmaDecode();
+bool SetPagedAttentionCudaMmaDecode(bool enabled);
+// F32 or F16 pages 16-byte aligned, head_dim 128 or 192, at most 16 query heads per KV head, Q
+// rows 16-byte aligned (q and q_stride) and output rows 8-byte aligned.
+bool PagedAttentionCudaMmaSupports(const PagedAttentionCudaArgs& a);
+// Launches of the tensor-core decode kernel in this process (tests check the path).
+int64_t PagedAttentionCudaMmaLaunches();
+
 // The cache checks every kernel here starts with: pointers, an F32 / F16 / Q8_0 element type
 // (kUnsupportedType otherwise), positive geometry.
 KernelStatus ValidatePagedKvCuda(const PagedKv& kv);

@@ -43,6 +43,11 @@ std::atomic<bool>& FusedCombineSetting() {
   return setting;
 }
 
+std::atomic<bool>& MmaDecodeSetting() {
+  static std::atomic<bool> setting{EnvSwitchSet("STEPSERVE_ATTN_MMA_DECODE")};
+  return setting;
+}
+
 std::atomic<int>& CtaHeadsSetting() {
   static std::atomic<int> setting{[] {
     const char* v = std::getenv("STEPSERVE_ATTN_CTA_HEADS");
@@ -82,6 +87,20 @@ bool PagedAttentionCudaFusedCombine() {
 
 bool SetPagedAttentionCudaFusedCombine(bool enabled) {
   return FusedCombineSetting().exchange(enabled);
+}
+
+bool PagedAttentionCudaMmaDecode() { return MmaDecodeSetting().load(std::memory_order_relaxed); }
+
+bool SetPagedAttentionCudaMmaDecode(bool enabled) { return MmaDecodeSetting().exchange(enabled); }
+
+bool PagedAttentionCudaMmaSupports(const PagedAttentionCudaArgs& a) {
+  const PagedKv& kv = a.kv;
+  if (kv.dtype != KvDtype::kF32 && kv.dtype != KvDtype::kF16) return false;
+  if (kv.head_dim != 128 && kv.head_dim != 192) return false;
+  if (kv.kv_heads <= 0 || a.heads % kv.kv_heads != 0 || a.heads / kv.kv_heads > 16) return false;
+  const auto address = [](const void* x) { return reinterpret_cast<uintptr_t>(x); };
+  return address(kv.k) % 16 == 0 && address(kv.v) % 16 == 0 && address(a.q) % 16 == 0 &&
+         a.q_stride % 4 == 0 && address(a.out) % 8 == 0 && a.out_stride % 2 == 0;
 }
 
 KernelStatus ValidatePagedKvCuda(const PagedKv& kv) {

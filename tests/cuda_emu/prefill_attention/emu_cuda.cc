@@ -16,7 +16,7 @@ bool shuffle_ctas = false;
 int64_t ctas = 0;
 
 namespace {
-enum class Op { kNone, kShfl, kMin, kMax, kLdm, kLdmT, kMma, kWarpSync, kBar, kDone };
+enum class Op { kNone, kShfl, kShflIdx, kMin, kMax, kLdm, kLdmT, kMma, kWarpSync, kBar, kDone };
 struct Lane {
   ucontext_t ctx;
   std::vector<char> stack;
@@ -73,6 +73,12 @@ void RunWarpOp(int w) {
       float v[32];
       for (int t = 0; t < 32; ++t) v[t] = L[t].f;
       for (int t = 0; t < 32; ++t) L[t].f = v[t ^ L[t].i];
+      break;
+    }
+    case Op::kShflIdx: {
+      float v[32];
+      for (int t = 0; t < 32; ++t) v[t] = L[t].f;
+      for (int t = 0; t < 32; ++t) L[t].f = v[L[t].i & 31];
       break;
     }
     case Op::kMin:
@@ -198,6 +204,12 @@ float ShflXor(float v, int mask) {
   lanes[cur].f = v;
   lanes[cur].i = mask;
   Block(Op::kShfl);
+  return lanes[cur].f;
+}
+float ShflIdx(float v, int src) {
+  lanes[cur].f = v;
+  lanes[cur].i = src;
+  Block(Op::kShflIdx);
   return lanes[cur].f;
 }
 int ReduceMin(int v) {

@@ -44,6 +44,7 @@ void WaitButOne();
 void LdMatrix(uint32_t addr, uint32_t (&r)[4], bool trans);
 void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 float ShflXor(float v, int mask);
+float ShflIdx(float v, int src_lane);
 int ReduceMin(int v);
 int ReduceMax(int v);
 void SyncThreads();
@@ -60,6 +61,7 @@ void RunGrid(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ke
 }  // namespace emu
 
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu::ShflXor(v, m); }
+inline float __shfl_sync(unsigned, float v, int src) { return emu::ShflIdx(v, src); }
 inline int __reduce_min_sync(unsigned, int v) { return emu::ReduceMin(v); }
 inline int __reduce_max_sync(unsigned, int v) { return emu::ReduceMax(v); }
 inline void __syncthreads() { emu::SyncThreads(); }
