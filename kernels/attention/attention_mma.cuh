@@ -1,7 +1,8 @@
-// The warp-level tensor-core operations of the decode attention's MMA kernel
-// (paged_attention_cuda_mma.cuh; include from .cu files only): F16 packing and
-// mma.sync.m16n8k16 with F32 accumulators. Kept apart so the host emulation
-// (tests/cuda_emu/paged_attention) can swap exactly these inline-asm wrappers for emulated ones.
+// The warp-level tensor-core operations of the attention kernels (the prefill kernel,
+// prefill_attention_cuda.cu, and the decode one, paged_attention_cuda_mma.cuh; include from .cu
+// files only): F16 packing, ldmatrix and mma.sync.m16n8k16 with F32 accumulators. Kept apart so
+// the host emulations (tests/cuda_emu/prefill_attention, paged_attention) swap exactly these
+// inline-asm wrappers for emulated ones (emu_mma_wrappers.py).
 #ifndef STEPSERVE_KERNELS_ATTENTION_ATTENTION_MMA_CUH_
 #define STEPSERVE_KERNELS_ATTENTION_ATTENTION_MMA_CUH_
 
@@ -18,6 +19,20 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   uint32_t r;
   memcpy(&r, &h, sizeof(r));
   return r;
+}
+
+// ldmatrix m8n8 x4 (b16): lanes 8i..8i+7 give the shared-memory row addresses of matrix i; the
+// lane gets, of matrix i, row gid, elements 2tig and 2tig+1 (.trans: rows 2tig and 2tig+1 of
+// column gid) in r[i].
+__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 // c += A B: A 16 x 16 F16 (row-major fragments a), B 16 x 8 F16 ("col": b0, b1), F32 c.

@@ -37,6 +37,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/attention/attention_mma.cuh"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dynamic_smem.h"
@@ -85,32 +86,10 @@ struct PrefillParams {
 
 struct KvQ8 {};  // element tag of Q8_0 pages (addressed in bytes, 2-byte aligned)
 
-__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);  // .x (lo) in the low 16 bits
-  uint32_t r;
-  memcpy(&r, &h, sizeof(r));
-  return r;
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c += A B (16 x 16 F16 by 16 x 8 F16, F32 accumulators).
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using attention_mma::LdMatrixX4;
+using attention_mma::LdMatrixX4Trans;
+using attention_mma::MmaF16;
+using attention_mma::PackHalf2;
 
 // Offset (elements; bytes for Q8_0) of (position, KV head g, dim 0) in the cache, or -1 for a
 // position past the tile's last query (its slot may be unwritten) or a table entry that is not a
@@ -281,8 +260,8 @@ __device__ __forceinline__ void AttendKeyTile(uint32_t k_addr, uint32_t v_addr, 
     for (int nt = 0; nt < kKeys / 8; ++nt) {
       uint32_t b[4];
       LdMatrixX4(k_addr + nt * 8 * kStrideBytes + kp * 64, b);
-      Mma(s[nt], qa[2 * kp], b[0], b[1]);
-      Mma(s[nt], qa[2 * kp + 1], b[2], b[3]);
+      MmaF16(s[nt], qa[2 * kp], b[0], b[1]);
+      MmaF16(s[nt], qa[2 * kp + 1], b[2], b[3]);
     }
   }
   if (masked) {
@@ -334,8 +313,8 @@ __device__ __forceinline__ void AttendKeyTile(uint32_t k_addr, uint32_t v_addr, 
     for (int dp = 0; dp < kDim / 16; ++dp) {
       uint32_t b[4];
       LdMatrixX4Trans(v_addr + j * 16 * kStrideBytes + dp * 32, b);
-      Mma(o[2 * dp], pa, b[0], b[1]);
-      Mma(o[2 * dp + 1], pa, b[2], b[3]);
+      MmaF16(o[2 * dp], pa, b[0], b[1]);
+      MmaF16(o[2 * dp + 1], pa, b[2], b[3]);
     }
   }
 }

@@ -33,3 +33,22 @@ combine_mutations=(
 bash "$root/tests/cuda_emu/run_mutations.sh" \
   "$root/kernels/attention/paged_attention_cuda_combine_kernels.cuh" "$here/combine_mutant.sh" \
   "${1:-$root/build}" "${combine_mutations[@]}"
+# The tensor-core decode kernel's header (inlined by transform.py from EMU_MMA_SOURCE).
+mma_mutations=(
+  # V's key slots 2tig + 8, 2tig + 9 read as 2tig + 1, 2tig + 2
+  's/8 \* ((s >> 1) \& 1)/8 * (s \& 1)/'
+  # the rescale of O's odd head columns taken from the even ones
+  's/alpha\[u\], 8 \* tig + 4)/alpha[u], 8 * tig)/'
+  # each warp keeps its own dims' S instead of the sum of the four
+  's/s_part\[buf\]\[0\]\[nt\]\[lane\]/s_part[buf][warp][nt][lane]/'
+  # the output dims of head_dim 192 laid out as 128's
+  's/const int d_lane = dim0 + 2 \* kSteps \* gid;/const int d_lane = dim0 + 4 * gid;/'
+  # the last key of a partial chunk masked
+  's/s\[nt\]\[1\] = key + 1 < n ? sum.y : -INFINITY;/s[nt][1] = key + 2 < n ? sum.y : -INFINITY;/'
+  # the second head tile's Q rows left zero
+  's/const float4 b = kHeadTiles == 2 \&\& gid + 8 < nh/const float4 b = kHeadTiles == 3 \&\& gid + 8 < nh/'
+  # the next chunk's offsets from this chunk's page-table entries
+  's/next ? ChunkPage(p, table, c0 + kChunk, hi) : -1;/next ? ChunkPage(p, table, c0, hi) : -1;/'
+)
+bash "$root/tests/cuda_emu/run_mutations.sh" "$root/kernels/attention/paged_attention_cuda_mma.cuh" \
+  "$here/mma_mutant.sh" "${1:-$root/build}" "${mma_mutations[@]}"

@@ -33,3 +33,5 @@ STEPSERVE_ATTN_CTA_HEADS=4 "$work/emu_test" 0
 STEPSERVE_ATTN_CTA_HEADS=8 "$work/emu_test" 0
 STEPSERVE_ATTN_COMPACT_HEADS=1 "$work/emu_test" 0
 STEPSERVE_ATTN_COMPACT_HEADS=0 "$work/emu_test" 0
+# The tensor-core decode kernel (PagedAttentionCudaMmaDecode on; head dims 128 / 192, groups 5-16).
+"$work/emu_test" 0 mma

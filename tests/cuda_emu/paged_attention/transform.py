@@ -34,22 +34,14 @@ combine = os.environ.get('EMU_COMBINE_SOURCE') or os.path.join(
     root, 'kernels/attention/paged_attention_cuda_combine_kernels.cuh')
 src = src.replace(combine_include, open(combine).read())
 # The tensor-core decode kernel's header is inlined too (EMU_MMA_SOURCE: a mutated copy), with
-# its inline-asm wrappers (attention_mma.cuh) replaced by the emulator's mma and a host F16 pack.
+# its inline-asm wrappers (attention_mma.cuh) replaced by emulated ones (emu_mma_wrappers.py).
 mma_include = '#include "kernels/attention/paged_attention_cuda_mma.cuh"\n'
 assert src.count(mma_include) == 1
 mma = open(os.environ.get('EMU_MMA_SOURCE') or os.path.join(
     root, 'kernels/attention/paged_attention_cuda_mma.cuh')).read()
-wrappers = '#include "kernels/attention/attention_mma.cuh"\n'
-assert mma.count(wrappers) == 1
-mma = mma.replace(wrappers,
-                  'namespace stepserve::kernels::attention_mma {\n'
-                  'inline uint32_t PackHalf2(float lo, float hi) {\n'
-                  '  return uint32_t(stepserve::F32ToF16(lo)) | (uint32_t(stepserve::F32ToF16(hi)) << 16);\n'
-                  '}\n'
-                  'inline void MmaF16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {\n'
-                  '  emu::Mma(c, a, b0, b1);\n'
-                  '}\n'
-                  '}  // namespace stepserve::kernels::attention_mma\n')
+sys.path.insert(0, os.path.join(here, '..', 'prefill_attention'))
+import emu_mma_wrappers  # noqa: E402  (the tensor-core wrappers' emulated definitions)
+mma = emu_mma_wrappers.emulated(mma)
 mma = mma.replace('#include "kernels/common/pdl.cuh"\n', '').replace('#include <cuda_fp16.h>\n', '')
 assert 'asm(' not in mma and 'asm volatile' not in mma
 src = src.replace(mma_include, mma)
