@@ -454,44 +454,17 @@ TEST(PagedAttentionCudaKernelTest, ForcedSplitsMatchReference) {
     SCOPED_TRACE(absl::StrFormat("group %d", group));
     std::mt19937 rng(7 + group);
     const int64_t dh = 64, kv_heads = 2, heads = kv_heads * group, block = 16;
-    const std::vector<int64_t> contexts = {1, 31, 33, 700, 1500};
-    int64_t num_blocks = 0;
-    for (int64_t c : contexts) num_blocks += (c + block - 1) / block;
-    std::vector<int32_t> table_words(num_blocks);
-    std::iota(table_words.begin(), table_words.end(), 0);
-    std::shuffle(table_words.begin(), table_words.end(), rng);
-    std::vector<kernels::AttentionSeq> seqs;
-    std::vector<int32_t> positions;
-    int64_t at = 0;
-    for (int64_t c : contexts) {
-      kernels::AttentionSeq s;
-      s.q_begin = static_cast<int64_t>(positions.size());
-      s.q_count = c > 600 ? 2 : 1;
-      s.context_len = c;
-      s.block_table = table_words.data() + at;
-      s.block_table_len = (c + block - 1) / block;
-      at += s.block_table_len;
-      for (int64_t p = c - s.q_count; p < c; ++p) positions.push_back(static_cast<int32_t>(p));
-      seqs.push_back(s);
-    }
-    const int64_t rows = static_cast<int64_t>(positions.size());
+    const gpu_testing::DecodeSeqs batch_seqs({1, 31, 33, 700, 1500}, block, 0, rng);
+    const int64_t num_blocks = batch_seqs.num_blocks;
+    const int64_t rows = batch_seqs.rows();
     const size_t cache_floats = static_cast<size_t>(num_blocks * block * kv_heads * dh);
     std::vector<float> k = RandomVector(cache_floats, 1.0f, rng);
     std::vector<float> v = RandomVector(cache_floats, 1.0f, rng);
     std::vector<float> q = RandomVector(rows * heads * dh, 3.0f, rng);
     std::vector<float> want(rows * heads * dh);
-    kernels::PagedAttentionArgs host;
-    host.q = q.data();
-    host.q_stride = heads * dh;
-    host.out = want.data();
-    host.out_stride = heads * dh;
-    host.positions = positions.data();
-    host.seqs = seqs.data();
-    host.n_seqs = static_cast<int64_t>(seqs.size());
-    host.heads = heads;
-    host.window = 0;
-    host.scale = 0.125f;
-    host.kv = {k.data(), v.data(), KvDtype::kF32, num_blocks, block, kv_heads, dh};
+    const kernels::PagedAttentionArgs host =
+        gpu_testing::RefArgs(batch_seqs, q.data(), want.data(), heads * dh, heads, 0, 0.125f,
+                             {k.data(), v.data(), KvDtype::kF32, num_blocks, block, kv_heads, dh});
     ASSERT_EQ(kernels::PagedAttentionRef(host), KernelStatus::kOk);
     kernels::PagedAttentionCudaBatch batch;
     ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);

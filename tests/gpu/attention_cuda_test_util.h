@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <utility>
 #include <vector>
@@ -36,6 +37,59 @@ inline double RelError(const std::vector<float>& got, const std::vector<float>& 
     norm += double(want[i]) * want[i];
   }
   return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+// Decode-shaped sequences for the kernel tests: one query row at the end of each context (two
+// from 601 keys: speculative verification), their pages shuffled over `num_blocks` (`spare` pages
+// no sequence owns), the block tables in `table_words`.
+struct DecodeSeqs {
+  std::vector<int32_t> table_words;
+  std::vector<kernels::AttentionSeq> seqs;
+  std::vector<int32_t> positions;
+  int64_t num_blocks = 0;
+
+  DecodeSeqs(const std::vector<int64_t>& contexts, int64_t block, int64_t spare,
+             std::mt19937& rng) {
+    for (int64_t c : contexts) num_blocks += (c + block - 1) / block;
+    num_blocks += spare;
+    table_words.resize(static_cast<size_t>(num_blocks));
+    std::iota(table_words.begin(), table_words.end(), 0);
+    std::shuffle(table_words.begin(), table_words.end(), rng);
+    int64_t at = 0;
+    for (int64_t c : contexts) {
+      kernels::AttentionSeq s;
+      s.q_begin = static_cast<int64_t>(positions.size());
+      s.q_count = c > 600 ? 2 : 1;
+      s.context_len = c;
+      s.block_table = table_words.data() + at;
+      s.block_table_len = (c + block - 1) / block;
+      at += s.block_table_len;
+      for (int64_t p = c - s.q_count; p < c; ++p) positions.push_back(static_cast<int32_t>(p));
+      seqs.push_back(s);
+    }
+  }
+  int64_t rows() const { return static_cast<int64_t>(positions.size()); }
+  DecodeSeqs(const DecodeSeqs&) = delete;  // seqs point into table_words
+  DecodeSeqs& operator=(const DecodeSeqs&) = delete;
+};
+
+// PagedAttentionRef's arguments over `batch`: Q and out rows of `stride` floats on the host.
+inline kernels::PagedAttentionArgs RefArgs(const DecodeSeqs& batch, const float* q, float* out,
+                                           int64_t stride, int64_t heads, int64_t window,
+                                           float scale, const kernels::PagedKv& kv) {
+  kernels::PagedAttentionArgs host;
+  host.q = q;
+  host.q_stride = stride;
+  host.out = out;
+  host.out_stride = stride;
+  host.positions = batch.positions.data();
+  host.seqs = batch.seqs.data();
+  host.n_seqs = static_cast<int64_t>(batch.seqs.size());
+  host.heads = heads;
+  host.window = window;
+  host.scale = scale;
+  host.kv = kv;
+  return host;
 }
 
 // Sets the process-wide combine path for its lifetime (restored even when an assertion returns).

@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -70,28 +69,9 @@ bool HaveDevice() {
 void RunShape(KvDtype dtype, int64_t dh, int64_t group, int64_t window, uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t kv_heads = 2, heads = kv_heads * group, block = 16, pad = 4;
-  const std::vector<int64_t> contexts = {1, 31, 33, 256, 700};
-  int64_t num_blocks = 0;
-  for (int64_t c : contexts) num_blocks += (c + block - 1) / block;
-  num_blocks += 2;  // pages no sequence owns
-  std::vector<int32_t> table_words(num_blocks);
-  std::iota(table_words.begin(), table_words.end(), 0);
-  std::shuffle(table_words.begin(), table_words.end(), rng);
-  std::vector<kernels::AttentionSeq> seqs;
-  std::vector<int32_t> positions;
-  int64_t at = 0;
-  for (int64_t c : contexts) {
-    kernels::AttentionSeq s;
-    s.q_begin = static_cast<int64_t>(positions.size());
-    s.q_count = c > 600 ? 2 : 1;
-    s.context_len = c;
-    s.block_table = table_words.data() + at;
-    s.block_table_len = (c + block - 1) / block;
-    at += s.block_table_len;
-    for (int64_t p = c - s.q_count; p < c; ++p) positions.push_back(static_cast<int32_t>(p));
-    seqs.push_back(s);
-  }
-  const int64_t rows = static_cast<int64_t>(positions.size());
+  const gpu_testing::DecodeSeqs batch_seqs({1, 31, 33, 256, 700}, block, 2, rng);
+  const int64_t num_blocks = batch_seqs.num_blocks;
+  const int64_t rows = batch_seqs.rows();
   const int64_t width = heads * dh, stride = width + pad;
   const size_t cache_values = static_cast<size_t>(num_blocks * block * kv_heads * dh);
   std::vector<float> k = RandomVector(cache_values, 1.0f, rng);
@@ -110,19 +90,11 @@ void RunShape(KvDtype dtype, int64_t dh, int64_t group, int64_t window, uint32_t
     cache_bytes = cache_values * sizeof(uint16_t);
   }
   std::vector<float> want(static_cast<size_t>(rows * stride), 0.0f);
-  kernels::PagedAttentionArgs host;
-  host.q = q.data();
-  host.q_stride = stride;
-  host.out = want.data();
-  host.out_stride = stride;
-  host.positions = positions.data();
-  host.seqs = seqs.data();
-  host.n_seqs = static_cast<int64_t>(seqs.size());
-  host.heads = heads;
-  host.window = window;
-  host.scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  host.kv = {
-      const_cast<void*>(host_k), const_cast<void*>(host_v), dtype, num_blocks, block, kv_heads, dh};
+  const kernels::PagedAttentionArgs host =
+      gpu_testing::RefArgs(batch_seqs, q.data(), want.data(), stride, heads, window,
+                           1.0f / std::sqrt(static_cast<float>(dh)),
+                           {const_cast<void*>(host_k), const_cast<void*>(host_v), dtype, num_blocks,
+                            block, kv_heads, dh});
   ASSERT_EQ(kernels::PagedAttentionRef(host), KernelStatus::kOk);
   kernels::PagedAttentionCudaBatch batch;
   ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);
