@@ -2,7 +2,8 @@
 // split-K combine in the kernel's last CTA per (row, KV head), and the entry point. Chunk loaders:
 // paged_attention_cuda_load.cuh; the combine's math: paged_attention_cuda_combine.cuh; the combine
 // kernels of their own: paged_attention_cuda_combine_kernels.cuh; argument checks and launch
-// planning: paged_attention_cuda_plan.cc.
+// planning: paged_attention_cuda_plan.cc; the tensor-core form (STEPSERVE_ATTN_MMA_DECODE):
+// paged_attention_cuda_mma.cuh.
 //
 // Per CTA (kThreads threads, one query row, one KV head g, up to kHeadsPerCta query heads of its
 // GQA group, one key range):
