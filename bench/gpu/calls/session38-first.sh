@@ -27,6 +27,8 @@ for round in 1 2; do
 done
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-mma \
   STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" $mma=1
+# Fewer, longer splits for the MMA form (its chunks pipeline their loads): 4 CTAs a multiprocessor.
+call_ab 16,64 "" $mma=1 STEPSERVE_ATTN_CTAS_PER_SM=4
 call_test matmul_backend_cuda_test matmul-head GTEST_FILTER='MatmulCudaLayoutTest.*' $head=1
 call_test concurrent_matmul_cuda_test concurrent-side $side=1
 for round in 1 2; do
