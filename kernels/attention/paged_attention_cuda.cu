@@ -477,7 +477,8 @@ KernelStatus PagedAttentionCuda(const PagedAttentionCudaArgs& a, cudaStream_t st
   const bool fused = a.splits > 1 && a.split_arrivals != nullptr && a.gate == nullptr &&
                      PagedAttentionCudaFusedCombine() &&
                      3 * static_cast<size_t>(p.cta_heads) * a.splits <= loop_floats;
-  const bool mma = !fused && PagedAttentionCudaMmaDecode() && PagedAttentionCudaMmaSupports(a);
+  const bool mma = !fused && !a.f32_math_only && PagedAttentionCudaMmaDecode() &&
+                   PagedAttentionCudaMmaSupports(a);
   if (fused) {
     p.arrivals = a.split_arrivals;  // one counter per pass of up to kHeadsPerCta heads
   } else if (mma) {

@@ -97,6 +97,10 @@ struct PagedAttentionCudaArgs {
   void* q8_natural = nullptr;
   void* q8_pair = nullptr;
   int64_t q8_rows = 0;
+  // F32 math only (the backend's exact mode): never the tensor-core form, whose F16 rounding of
+  // Q, K, P and V can flip a near-tied MoE routing choice in a whole model (model_cuda_test at 533
+  // tokens: 2 of 533 logits rows off by 0.17 with STEPSERVE_ATTN_MMA_DECODE=1, session 38).
+  bool f32_math_only = false;
 };
 
 // Whether a launch with these arguments can take the head gate into its combine: split-K, whole

@@ -208,7 +208,9 @@ void RunScenario(Backend& cuda, Backend& cpu, const Scenario& sc, uint32_t seed)
     got.insert(got.end(), got_padded.begin() + r * stride, got_padded.begin() + r * stride + width);
     ref.insert(ref.end(), want.begin() + r * stride, want.begin() + r * stride + width);
   }
-  const double bound = sc.dtype == KvDtype::kF16    ? kMaxRelErrorF16Cache
+  const double bound = gpu_testing::MmaDecodeTakes(sc.dtype, sc.head_dim, sc.group)
+                           ? gpu_testing::kMaxRelErrorMmaDecode
+                       : sc.dtype == KvDtype::kF16  ? kMaxRelErrorF16Cache
                        : sc.dtype == KvDtype::kQ8_0 ? kMaxRelErrorQ8Cache
                                                     : kMaxRelErrorF32Cache;
   EXPECT_LE(RelError(got, ref), bound);
@@ -361,6 +363,9 @@ TEST_F(AttentionCudaTest, LongContextSplitKMatchesCpu) {
 // 1 to 20 (two head passes), odd key counts: the fused combine, the same step fused again, and
 // the combine kernel (SetPagedAttentionCudaFusedCombine) agree bit for bit, and match the CPU.
 TEST_F(AttentionCudaTest, SplitKFusedCombineEqualsCombineKernel) {
+  // The fused combine runs only with the scalar kernel: compare it with the scalar kernel's
+  // combine-kernel path (the tensor-core form has its own test, attention_mma_cuda_test.cc).
+  gpu_testing::MmaDecodeScope scalar(false);
   uint32_t seed = 400;
   for (KvDtype dtype : kCacheDtypes) {
     for (int64_t group : {1, 3, 12, 20}) {

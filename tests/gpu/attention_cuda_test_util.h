@@ -105,6 +105,30 @@ class FusedCombineScope {
   bool previous_;
 };
 
+// Sets the tensor-core decode attention (STEPSERVE_ATTN_MMA_DECODE) for its lifetime, then
+// restores the previous setting.
+class MmaDecodeScope {
+ public:
+  explicit MmaDecodeScope(bool on) : previous_(kernels::SetPagedAttentionCudaMmaDecode(on)) {}
+  ~MmaDecodeScope() { kernels::SetPagedAttentionCudaMmaDecode(previous_); }
+  MmaDecodeScope(const MmaDecodeScope&) = delete;
+  MmaDecodeScope& operator=(const MmaDecodeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Whether a decode launch of this cache type, head dim and GQA group takes the tensor-core form
+// (its switch on and the shape one it supports; the tests' rows are aligned): its Q, K, P and V
+// rounded to F16 put the relative output error near 1e-3 instead of F32 rounding's 1e-6, so the
+// tests' bounds on that path are kMaxRelErrorMmaDecode.
+inline bool MmaDecodeTakes(kernels::KvDtype dtype, int64_t head_dim, int64_t group) {
+  return kernels::PagedAttentionCudaMmaDecode() &&
+         (dtype == kernels::KvDtype::kF32 || dtype == kernels::KvDtype::kF16) &&
+         (head_dim == 128 || head_dim == 192) && group <= 16;
+}
+inline constexpr double kMaxRelErrorMmaDecode = 4e-3;
+
 // Fixes the decode kernel's query heads per CTA for its lifetime (0: the rule), then restores it.
 class CtaHeadsScope {
  public:

@@ -33,7 +33,7 @@ using gpu_testing::RandomVector;
 using kernels::KernelStatus;
 using kernels::KvDtype;
 
-constexpr double kMaxRelError = 4e-3;
+constexpr double kMaxRelError = gpu_testing::kMaxRelErrorMmaDecode;
 
 // Device memory freed at scope exit.
 struct DeviceBytes {
@@ -47,18 +47,6 @@ struct DeviceBytes {
   ~DeviceBytes() { cudaFree(ptr); }
   DeviceBytes(const DeviceBytes&) = delete;
   DeviceBytes& operator=(const DeviceBytes&) = delete;
-};
-
-// Turns the tensor-core path on for its lifetime, then restores the previous setting.
-class MmaDecodeScope {
- public:
-  MmaDecodeScope() : previous_(kernels::SetPagedAttentionCudaMmaDecode(true)) {}
-  ~MmaDecodeScope() { kernels::SetPagedAttentionCudaMmaDecode(previous_); }
-  MmaDecodeScope(const MmaDecodeScope&) = delete;
-  MmaDecodeScope& operator=(const MmaDecodeScope&) = delete;
-
- private:
-  bool previous_;
 };
 
 bool HaveDevice() {
@@ -128,7 +116,7 @@ void RunShape(KvDtype dtype, int64_t dh, int64_t group, int64_t window, uint32_t
     ASSERT_EQ(cudaMemset(a.scratch, 0xFF, static_cast<size_t>(a.scratch_bytes)), cudaSuccess);
     const int64_t launches = kernels::PagedAttentionCudaMmaLaunches();
     {
-      MmaDecodeScope mma;
+      gpu_testing::MmaDecodeScope mma(true);
       ASSERT_EQ(kernels::PagedAttentionCuda(a, nullptr), KernelStatus::kOk);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -231,6 +231,7 @@ absl::StatusOr<bool> CudaBackend::RunAttention(const TensorView& q, const Attent
         "Attention"));
     return gated;
   }
+  a.f32_math_only = exact_activations_;  // exact mode: no F16 tensor-core attention either
   a.splits = kernels::PagedAttentionCudaSplits(a.n_rows, a.heads, cache.kv_heads,
                                                state.batch.max_visible, state.sm_count);
   a.sm_count = state.sm_count;
