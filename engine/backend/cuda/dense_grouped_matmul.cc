@@ -209,9 +209,14 @@ int64_t DenseGroupedMinRows(GgmlType type) {
 }
 
 bool DenseGroupedTakesRows(const kernels::MatmulArgs& m) {
-  static const bool head = kernels::EnvSwitchSet("STEPSERVE_DENSE_GROUPED_HEAD");
+  static const bool head = kernels::EnvSwitchOn("STEPSERVE_DENSE_GROUPED_HEAD");
   constexpr int64_t kHeadMinBytes = int64_t{64} << 20;
-  if (head && m.type == GgmlType::kQ6_K && m.rows >= 2 && m.out * m.w_row_bytes >= kHeadMinBytes) {
+  // From 4 rows (H100, 24 layers, session 38, two alternating rounds against the GEMV: 4 / 8
+  // streams 4.930 / 4.872 and 7.454 / 7.411 ms against 4.944 / 4.947 and 7.755 / 7.619); at 2
+  // rows it lost (3.220 / 3.194 against 3.176 / 3.175).
+  constexpr int64_t kHeadMinRows = 4;
+  if (head && m.type == GgmlType::kQ6_K && m.rows >= kHeadMinRows &&
+      m.out * m.w_row_bytes >= kHeadMinBytes) {
     return true;
   }
   return m.rows >= DenseGroupedMinRows(m.type);

@@ -41,10 +41,11 @@ absl::StatusOr<bool> RunDenseGrouped(CudaBackend& backend, DenseGroupedScratch s
 // limits.
 int64_t DenseGroupedMinRows(GgmlType type);
 
-// Whether RunDenseGrouped takes `m`'s row count ahead of the GEMVs: from DenseGroupedMinRows, or,
-// under STEPSERVE_DENSE_GROUPED_HEAD=1 (read once; off until measured), a Q6_K matrix of at least
-// 64 MB (the LM head) from 2 rows - the warp-per-row GEMV took 314 us for it at 4 streams (H100,
-// session 36) where the grouped GEMM took 244 us at 16.
+// Whether RunDenseGrouped takes `m`'s row count ahead of the GEMVs: from DenseGroupedMinRows, or
+// a Q6_K matrix of at least 64 MB (the LM head) from 4 rows - the warp-per-row GEMV took 314 us
+// for it at 4 streams (H100, session 36) where the grouped GEMM took 244 us at 16; measured 0.9%
+// / 3.3% faster a step at 4 / 8 streams (session 38). STEPSERVE_DENSE_GROUPED_HEAD=0 (read once)
+// keeps the head on the GEMV below DenseGroupedMinRows.
 bool DenseGroupedTakesRows(const kernels::MatmulArgs& m);
 
 }  // namespace stepserve
