@@ -149,10 +149,12 @@ int64_t PagedAttentionCudaCombineLaunches();
 // the rows of mma.m16n8k16, K and V read from the cache straight into registers, the warps
 // splitting the head dims): the same key ranges, split-K partials and combine as the scalar
 // kernel, with Q, K, P and V rounded to F16 (relative output errors of order 1e-3, as the prefill
-// kernel). Taken where PagedAttentionCudaMmaSupports holds and the split-K combine is not fused;
-// off by default until measured: STEPSERVE_ATTN_MMA_DECODE=1 in the environment (read at the
-// first use) turns it on, SetPagedAttentionCudaMmaDecode overrides it for every later launch and
-// returns the previous setting.
+// kernel). Taken where PagedAttentionCudaMmaSupports holds, the split-K combine is not fused and
+// the launch allows F16 math (!f32_math_only). Measured 2.6-4.5% faster a decode step at 1-64
+// streams (H100, session 38; docs/cuda-engine.md), off by default until the other GPU tests have
+// run with it on: STEPSERVE_ATTN_MMA_DECODE=1 in the environment (read at the first use) turns it
+// on, SetPagedAttentionCudaMmaDecode overrides it for every later launch and returns the previous
+// setting.
 bool PagedAttentionCudaMmaDecode();
 bool SetPagedAttentionCudaMmaDecode(bool enabled);
 // F32 or F16 pages 16-byte aligned, head_dim 128 or 192, at most 16 query heads per KV head, Q
