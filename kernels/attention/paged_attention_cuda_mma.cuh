@@ -113,7 +113,7 @@ __device__ __forceinline__ void ByDim(uint32_t key0, uint32_t key1, uint32_t& fi
 // kDim: 128 or 192 (a multiple of 64: 16 dims per k-step and per warp quarter); kHeadTiles: 1
 // when the group has at most 8 heads (O^T's head columns 0-7), 2 up to 16. The host launches it
 // only for F32 / F16 pages with vector loads, groups up to 16, 16-byte aligned Q rows and
-// 8-byte aligned output rows (DecodeMmaSupports).
+// 8-byte aligned output rows (PagedAttentionCudaMmaSupports).
 template <typename KvT, int kDim, int kHeadTiles>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionMmaKernel(const KernelParams p) {
   using attention_mma::MmaF16;
