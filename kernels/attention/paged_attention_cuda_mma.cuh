@@ -114,8 +114,14 @@ __device__ __forceinline__ void ByDim(uint32_t key0, uint32_t key1, uint32_t& fi
 // when the group has at most 8 heads (O^T's head columns 0-7), 2 up to 16. The host launches it
 // only for F32 / F16 pages with vector loads, groups up to 16, 16-byte aligned Q rows and
 // 8-byte aligned output rows (PagedAttentionCudaMmaSupports).
+//
+// Registers bound occupancy here (ncu, H100, session 38: 136 / 182 registers, 3 / 2 CTAs a
+// multiprocessor, 18% / 12% achieved occupancy, DRAM at 39-44%): head_dim 128 is held to 168 (3
+// CTAs; no spill with the next chunk's V loads issued after the scores - 182 without the bound),
+// 192 (F32: ~240 registers) to 2 CTAs, which its F32 form needs to stay spill-free.
 template <typename KvT, int kDim, int kHeadTiles>
-__global__ void __launch_bounds__(kThreads) DecodeAttentionMmaKernel(const KernelParams p) {
+__global__ void __launch_bounds__(kThreads, kDim == 128 ? 3 : 2)
+    DecodeAttentionMmaKernel(const KernelParams p) {
   using attention_mma::MmaF16;
   using attention_mma::PackHalf2;
   using Pair = typename MmaPair<KvT>::Type;
@@ -189,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionMmaKernel(const Kerne
   // 16 ks + {2tig, 2tig + 1, 2tig + 8, 2tig + 9} (slot 4 ks + j; kSteps pairs each).
   Pair k_raw[kKeyTiles][kSteps][2];
   Pair v_raw[8][kSteps];
-  auto load_chunk = [&]() {
+  auto load_k = [&]() {
 #pragma unroll
     for (int nt = 0; nt < kKeyTiles; ++nt) {
       const int64_t base = bases[8 * nt + gid];
@@ -198,6 +204,8 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionMmaKernel(const Kerne
         LoadPairs<KvT, 2>(p.k_cache, base, dim0 + 16 * kk + 4 * tig, k_raw[nt][kk]);
       }
     }
+  };
+  auto load_v = [&]() {
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
       const int key = 16 * (s >> 2) + 2 * tig + (s & 1) + 8 * ((s >> 1) & 1);
@@ -217,7 +225,8 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionMmaKernel(const Kerne
   if (lo < hi) {
     ChunkBasesFromPage<KvT>(p, geo, page0, lo, hi, g, bases);
     __syncwarp();
-    load_chunk();
+    load_k();
+    load_v();
   }
   int buf = 0;
 #pragma unroll 1
@@ -243,11 +252,14 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionMmaKernel(const Kerne
         ByDim(v_raw[4 * ks + 2][t], v_raw[4 * ks + 3][t], va[t][ks][2], va[t][ks][3]);
       }
     }
-    if (next) {      // the next chunk's loads fly during this chunk's math
+    // The next chunk's loads fly during this chunk's math: K's now, V's once this chunk's K
+    // fragments are dead (after the scores), so the raw values of both are never live beside
+    // both packed sets (F32 pages: 64 raw registers).
+    if (next) {
       __syncwarp();  // every lane has read this chunk's offsets
       ChunkBasesFromPage<KvT>(p, geo, next_page, c0 + kChunk, hi, g, bases);
       __syncwarp();
-      load_chunk();
+      load_k();
     }
 
     // This warp's dims of S, then the sum of the four warps' parts (the same order everywhere).
@@ -280,6 +292,7 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionMmaKernel(const Kerne
       s[nt][3] = key + 1 < n ? sum.w : -INFINITY;
     }
     buf ^= 1;
+    if (next) load_v();
 
     // Online softmax of rows gid (r = 0) and gid + 8 (r = 1); the quad holds a row's 32 scores.
     float alpha[2];
