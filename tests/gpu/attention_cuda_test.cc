@@ -483,19 +483,8 @@ TEST(PagedAttentionCudaKernelTest, ForcedSplitsMatchReference) {
     ASSERT_TRUE(cuda->Synchronize().ok());
     for (int64_t splits : {1, 2, 7, 64}) {
       SCOPED_TRACE(splits);
-      kernels::PagedAttentionCudaArgs a;
-      a.q = static_cast<const float*>(dq.data());
-      a.q_stride = heads * dh;
-      a.out = static_cast<float*>(dout.data());
-      a.out_stride = heads * dh;
-      a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.data());
-      a.n_rows = batch.n_rows;
-      a.block_tables = static_cast<const int32_t*>(dwords.data()) + batch.tables_offset;
-      a.heads = heads;
-      a.scale = host.scale;
-      a.kv = host.kv;
-      a.kv.k = dk.data();
-      a.kv.v = dv.data();
+      kernels::PagedAttentionCudaArgs a = gpu_testing::DeviceAttentionArgs(
+          host, batch, dq.data(), dout.data(), dwords.data(), dk.data(), dv.data());
       a.splits = splits;
       a.scratch_bytes = kernels::PagedAttentionCudaScratchBytes(rows, heads, dh, splits);
       absl::StatusOr<BackendBuffer> scratch = cuda->Allocate(std::max<int64_t>(a.scratch_bytes, 1));

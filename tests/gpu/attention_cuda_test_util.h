@@ -1,7 +1,9 @@
 // Helpers shared by the paged-attention kernel tests (attention_cuda_test.cc,
-// attention_q8_cuda_test.cc, attention_gate_cuda_test.cc): random data, the relative error, and
-// the split-K checks - the fused combine (the last CTA per (row, KV head) combines) run twice in a
-// row and the two-kernel path must give the same bytes.
+// attention_q8_cuda_test.cc, attention_gate_cuda_test.cc, attention_mma_cuda_test.cc,
+// prefill_attention_cuda_test.cc): random data, the relative error, decode-shaped batches and the
+// reference's / the kernel's arguments over them, the switches' scopes, and the split-K checks -
+// the fused combine (the last CTA per (row, KV head) combines) run twice in a row and the
+// two-kernel path must give the same bytes.
 #ifndef STEPSERVE_TESTS_GPU_ATTENTION_CUDA_TEST_UTIL_H_
 #define STEPSERVE_TESTS_GPU_ATTENTION_CUDA_TEST_UTIL_H_
 
@@ -92,31 +94,48 @@ inline kernels::PagedAttentionArgs RefArgs(const DecodeSeqs& batch, const float*
   return host;
 }
 
-// Sets the process-wide combine path for its lifetime (restored even when an assertion returns).
-class FusedCombineScope {
+// PagedAttentionCuda's arguments for the reference batch `host` flattened into `batch`, with Q,
+// out, the flattened words and the K / V pages in device memory (splits, scratch and the head gate
+// left for the caller).
+inline kernels::PagedAttentionCudaArgs DeviceAttentionArgs(
+    const kernels::PagedAttentionArgs& host, const kernels::PagedAttentionCudaBatch& batch,
+    const void* q, void* out, const void* words, void* k, void* v) {
+  kernels::PagedAttentionCudaArgs a;
+  a.q = static_cast<const float*>(q);
+  a.q_stride = host.q_stride;
+  a.out = static_cast<float*>(out);
+  a.out_stride = host.out_stride;
+  a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(words);
+  a.n_rows = batch.n_rows;
+  a.block_tables = static_cast<const int32_t*>(words) + batch.tables_offset;
+  a.heads = host.heads;
+  a.window = host.window;
+  a.scale = host.scale;
+  a.kv = host.kv;
+  a.kv.k = k;
+  a.kv.v = v;
+  return a;
+}
+
+// Sets one of the decode attention's process-wide switches for its lifetime through its setter
+// (which returns the previous value), then restores it, even when an assertion returns early.
+template <typename T, T (*kSet)(T)>
+class SettingScope {
  public:
-  explicit FusedCombineScope(bool fused)
-      : previous_(kernels::SetPagedAttentionCudaFusedCombine(fused)) {}
-  ~FusedCombineScope() { kernels::SetPagedAttentionCudaFusedCombine(previous_); }
-  FusedCombineScope(const FusedCombineScope&) = delete;
-  FusedCombineScope& operator=(const FusedCombineScope&) = delete;
+  explicit SettingScope(T value) : previous_(kSet(value)) {}
+  ~SettingScope() { kSet(previous_); }
+  SettingScope(const SettingScope&) = delete;
+  SettingScope& operator=(const SettingScope&) = delete;
 
  private:
-  bool previous_;
+  T previous_;
 };
-
-// Sets the tensor-core decode attention (STEPSERVE_ATTN_MMA_DECODE) for its lifetime, then
-// restores the previous setting.
-class MmaDecodeScope {
- public:
-  explicit MmaDecodeScope(bool on) : previous_(kernels::SetPagedAttentionCudaMmaDecode(on)) {}
-  ~MmaDecodeScope() { kernels::SetPagedAttentionCudaMmaDecode(previous_); }
-  MmaDecodeScope(const MmaDecodeScope&) = delete;
-  MmaDecodeScope& operator=(const MmaDecodeScope&) = delete;
-
- private:
-  bool previous_;
-};
+// The combine path (fused in the last CTA or the combine kernel).
+using FusedCombineScope = SettingScope<bool, kernels::SetPagedAttentionCudaFusedCombine>;
+// The tensor-core decode attention (STEPSERVE_ATTN_MMA_DECODE).
+using MmaDecodeScope = SettingScope<bool, kernels::SetPagedAttentionCudaMmaDecode>;
+// The decode kernel's query heads per CTA (0: the rule).
+using CtaHeadsScope = SettingScope<int, kernels::SetPagedAttentionCudaCtaHeads>;
 
 // Whether a decode launch of this cache type, head dim and GQA group takes the tensor-core form
 // (its switch on and the shape one it supports; the tests' rows are aligned): its Q, K, P and V
@@ -128,18 +147,6 @@ inline bool MmaDecodeTakes(kernels::KvDtype dtype, int64_t head_dim, int64_t gro
          (head_dim == 128 || head_dim == 192) && group <= 16;
 }
 inline constexpr double kMaxRelErrorMmaDecode = 4e-3;
-
-// Fixes the decode kernel's query heads per CTA for its lifetime (0: the rule), then restores it.
-class CtaHeadsScope {
- public:
-  explicit CtaHeadsScope(int heads) : previous_(kernels::SetPagedAttentionCudaCtaHeads(heads)) {}
-  ~CtaHeadsScope() { kernels::SetPagedAttentionCudaCtaHeads(previous_); }
-  CtaHeadsScope(const CtaHeadsScope&) = delete;
-  CtaHeadsScope& operator=(const CtaHeadsScope&) = delete;
-
- private:
-  int previous_;
-};
 
 // Runs PagedAttentionCuda(`a`) on the legacy default stream three times - fused combine, fused
 // again on the same counters (they must have been left at zero), the combine kernel - each with

@@ -25,6 +25,8 @@
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "tests/gpu/attention_cuda_test_util.h"
+#include "tests/gpu/backend_test_util.h"
+#include "tests/gpu/cuda_test_util.h"
 
 namespace stepserve {
 namespace {
@@ -32,27 +34,11 @@ namespace {
 using gpu_testing::RandomVector;
 using kernels::KernelStatus;
 using kernels::KvDtype;
+using kernels::testing::CopyToDevice;
+using kernels::testing::DeviceBuffer;
+using kernels::testing::HaveCudaDevice;
 
 constexpr double kMaxRelError = gpu_testing::kMaxRelErrorMmaDecode;
-
-// Device memory freed at scope exit.
-struct DeviceBytes {
-  void* ptr = nullptr;
-  explicit DeviceBytes(size_t bytes) { EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess); }
-  DeviceBytes(const void* host, size_t bytes) : DeviceBytes(bytes) {
-    if (ptr != nullptr) {
-      EXPECT_EQ(cudaMemcpy(ptr, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    }
-  }
-  ~DeviceBytes() { cudaFree(ptr); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-};
-
-bool HaveDevice() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 void RunShape(KvDtype dtype, int64_t dh, int64_t group, int64_t window, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -87,29 +73,21 @@ void RunShape(KvDtype dtype, int64_t dh, int64_t group, int64_t window, uint32_t
   kernels::PagedAttentionCudaBatch batch;
   ASSERT_EQ(kernels::FlattenPagedAttentionBatch(host, &batch), KernelStatus::kOk);
 
-  DeviceBytes dk(host_k, cache_bytes), dv(host_v, cache_bytes);
-  DeviceBytes dq(q.data(), q.size() * sizeof(float));
-  DeviceBytes dout(q.size() * sizeof(float));
-  DeviceBytes dwords(batch.words.data(), batch.words.size() * sizeof(int32_t));
+  DeviceBuffer dk(cache_bytes), dv(cache_bytes), dq(q.size() * sizeof(float));
+  DeviceBuffer dout(q.size() * sizeof(float)), dwords(batch.words.size() * sizeof(int32_t));
+  ASSERT_TRUE(dk.ptr && dv.ptr && dq.ptr && dout.ptr && dwords.ptr);
+  ASSERT_TRUE(CopyToDevice(dk.ptr, host_k, cache_bytes));
+  ASSERT_TRUE(CopyToDevice(dv.ptr, host_v, cache_bytes));
+  ASSERT_TRUE(CopyToDevice(dq.ptr, q.data(), q.size() * sizeof(float)));
+  ASSERT_TRUE(CopyToDevice(dwords.ptr, batch.words.data(), batch.words.size() * sizeof(int32_t)));
   for (int64_t splits : {1, 2, 7, 8, 64}) {
     SCOPED_TRACE(absl::StrFormat("splits %d", splits));
-    kernels::PagedAttentionCudaArgs a;
-    a.q = static_cast<const float*>(dq.ptr);
-    a.q_stride = stride;
-    a.out = static_cast<float*>(dout.ptr);
-    a.out_stride = stride;
-    a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.ptr);
-    a.n_rows = batch.n_rows;
-    a.block_tables = static_cast<const int32_t*>(dwords.ptr) + batch.tables_offset;
-    a.heads = heads;
-    a.window = window;
-    a.scale = host.scale;
-    a.kv = host.kv;
-    a.kv.k = dk.ptr;
-    a.kv.v = dv.ptr;
+    kernels::PagedAttentionCudaArgs a =
+        gpu_testing::DeviceAttentionArgs(host, batch, dq.ptr, dout.ptr, dwords.ptr, dk.ptr, dv.ptr);
     a.splits = splits;
     a.scratch_bytes = kernels::PagedAttentionCudaScratchBytes(rows, heads, dh, splits);
-    DeviceBytes scratch(static_cast<size_t>(std::max<int64_t>(a.scratch_bytes, 16)));
+    DeviceBuffer scratch(static_cast<size_t>(std::max<int64_t>(a.scratch_bytes, 16)));
+    ASSERT_NE(scratch.ptr, nullptr);
     a.scratch = scratch.ptr;
     ASSERT_TRUE(kernels::PagedAttentionCudaMmaSupports(a));
     ASSERT_EQ(cudaMemset(a.out, 0xFF, q.size() * sizeof(float)), cudaSuccess);  // NaN
@@ -143,7 +121,7 @@ void RunShape(KvDtype dtype, int64_t dh, int64_t group, int64_t window, uint32_t
 }
 
 TEST(AttentionMmaCudaTest, MatchesReference) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  if (!HaveCudaDevice()) GTEST_SKIP() << gpu_testing::kNoDeviceMessage;
   uint32_t seed = 11;
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
     for (int64_t dh : {128, 192}) {

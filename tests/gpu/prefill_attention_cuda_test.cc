@@ -36,6 +36,7 @@
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_cuda.h"
 #include "kernels/common/cuda_check.h"
+#include "tests/gpu/attention_cuda_test_util.h"
 #include "tests/gpu/backend_test_util.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -45,7 +46,9 @@ namespace {
 using gpu_testing::kNoDeviceMessage;
 using kernels::KernelStatus;
 using kernels::PrefillTileCuda;
+using kernels::testing::CopyToDevice;
 using kernels::testing::DeviceBuffer;
+using kernels::testing::HaveCudaDevice;
 
 constexpr double kMaxRelError = 5e-3;
 constexpr int64_t kMinRows = 16;  // as the backend
@@ -77,10 +80,6 @@ struct Case {
   float q_scale = 3.0f;  // Q uniform in [-q_scale, q_scale], K and V in [-1, 1]
   bool gated = false;    // with the head gate (logits uniform in [-4, 4], stride heads + 3)
 };
-
-bool CopyToDevice(void* dst, const void* src, size_t bytes) {
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
-}
 
 void RunCase(const Case& c, uint32_t seed) {
   SCOPED_TRACE(c.name);
@@ -200,20 +199,8 @@ void RunCase(const Case& c, uint32_t seed) {
   ASSERT_TRUE(CopyToDevice(dtiles.ptr, tiles.data(), tiles.size() * sizeof(PrefillTileCuda)));
   ASSERT_EQ(cudaMemset(dout.ptr, 0xFF, q.size() * 4), cudaSuccess);  // NaN
 
-  kernels::PagedAttentionCudaArgs a;
-  a.q = static_cast<const float*>(dq.ptr);
-  a.q_stride = stride;
-  a.out = static_cast<float*>(dout.ptr);
-  a.out_stride = stride;
-  a.rows = static_cast<const kernels::PagedAttentionCudaRow*>(dwords.ptr);
-  a.n_rows = batch.n_rows;
-  a.block_tables = static_cast<const int32_t*>(dwords.ptr) + batch.tables_offset;
-  a.heads = heads;
-  a.window = c.window;
-  a.scale = host.scale;
-  a.kv = host_kv;
-  a.kv.k = dk.ptr;
-  a.kv.v = dv.ptr;
+  kernels::PagedAttentionCudaArgs a =
+      gpu_testing::DeviceAttentionArgs(host, batch, dq.ptr, dout.ptr, dwords.ptr, dk.ptr, dv.ptr);
   if (c.gated) {
     a.gate = static_cast<const float*>(dgate.ptr);
     a.gate_stride = gate_stride;
@@ -251,15 +238,13 @@ void RunCase(const Case& c, uint32_t seed) {
   EXPECT_LE(rel, kMaxRelError);
 }
 
-bool HaveDevice() { return kernels::CudaDeviceCount() > 0; }
-
 const char* DtypeName(KvDtype dtype) {
   return dtype == KvDtype::kF16 ? "f16" : dtype == KvDtype::kQ8_0 ? "q8_0" : "f32";
 }
 
 // Every dtype x head_dim x window, groups and block sizes alternating, three batch shapes.
 TEST(PrefillAttentionCudaTest, MatchesReferenceAcrossShapes) {
-  if (!HaveDevice()) GTEST_SKIP() << kNoDeviceMessage;
+  if (!HaveCudaDevice()) GTEST_SKIP() << kNoDeviceMessage;
   // Fresh prompts at the tile boundaries plus a decode row (left out); two chunks that start
   // after cached context (200 and 64); one strided 200-row prompt.
   const std::vector<std::vector<SeqSpec>> batches = {
@@ -293,7 +278,7 @@ TEST(PrefillAttentionCudaTest, MatchesReferenceAcrossShapes) {
 // Long prompts (window 512 actually cutting), a chunk after 700 cached tokens, the Step-5 shape
 // (head_dim 192, group 16), sharper softmax.
 TEST(PrefillAttentionCudaTest, LongPromptsMatchReference) {
-  if (!HaveDevice()) GTEST_SKIP() << kNoDeviceMessage;
+  if (!HaveCudaDevice()) GTEST_SKIP() << kNoDeviceMessage;
   struct Long {
     KvDtype dtype;
     int64_t head_dim, group, window, block_size;
@@ -326,7 +311,7 @@ TEST(PrefillAttentionCudaTest, LongPromptsMatchReference) {
 // pairs the heads of a CTA only for even groups, so these keep one head per CTA in either setting
 // (the cases above, all even groups, take the paired kernel when it is on).
 TEST(PrefillAttentionCudaTest, OddGroupsMatchReference) {
-  if (!HaveDevice()) GTEST_SKIP() << kNoDeviceMessage;
+  if (!HaveCudaDevice()) GTEST_SKIP() << kNoDeviceMessage;
   int i = 0;
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
     for (int64_t group : {1, 3}) {
