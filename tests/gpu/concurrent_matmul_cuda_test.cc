@@ -126,8 +126,9 @@ TEST_F(SideStreamCudaTest, ConcurrentMatmulsAreBitwiseTheMatmulsInOrder) {
 // BeginSide / EndSide / JoinSide (set_side_shared_expert): a shared-expert-shaped FFN on the side
 // (gate / up GEMVs on the norm's int8 activations, SwiGLU writing its own int8 form, down GEMV)
 // while the main line runs a GEMV on the norm's output - which must still find the norm's int8
-// activations, not the side SwiGLU's. Bitwise the ops in order, 1 / 3 / 8 rows; at 9 rows
-// BeginSide declines (false) and the ops run in order.
+// activations, not the side SwiGLU's. Bitwise the ops in order, 1 / 3 / 8 / 9 / 16 rows; past
+// SideBranchMaxRows (8 unless STEPSERVE_SIDE_SHARED_MAX_ROWS) BeginSide declines (false) and the
+// ops run in order.
 TEST_F(SideStreamCudaTest, SharedExpertShapedSideBranchIsBitwiseTheOpsInOrder) {
   Backend* backend = backend_.get();
   CudaBackend* cuda = cuda_;
@@ -138,7 +139,7 @@ TEST_F(SideStreamCudaTest, SharedExpertShapedSideBranchIsBitwiseTheOpsInOrder) {
   const WeightView down = Place(GgmlType::kIQ4_XS, kFf, kEmbd);
   const WeightView main_w = Place(GgmlType::kQ8_0, kEmbd, 257);
   const WeightView norm_w = NormWeight();
-  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}}) {
+  for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}, int64_t{16}}) {
     SCOPED_TRACE("rows " + std::to_string(rows));
     const std::vector<float> x0 = RandomNormal(static_cast<size_t>(kEmbd * rows), rng);
     std::vector<float> side_out[2], main_out[2];
@@ -153,7 +154,7 @@ TEST_F(SideStreamCudaTest, SharedExpertShapedSideBranchIsBitwiseTheOpsInOrder) {
       ASSERT_TRUE(backend->RmsNorm(x.view, norm_w, 1e-5f, f.view).ok());
       absl::StatusOr<bool> side = backend->BeginSide(rows);
       ASSERT_TRUE(side.ok()) << side.status();
-      EXPECT_EQ(*side, branch && rows <= CudaBackend::kSideBranchMaxRows);
+      EXPECT_EQ(*side, branch && rows <= CudaBackend::SideBranchMaxRows());
       ASSERT_TRUE(backend->Matmul(f.view, gate, g.view).ok());
       ASSERT_TRUE(backend->Matmul(f.view, up, u.view).ok());
       ASSERT_TRUE(backend->SwiGlu(g.view, u.view, 7.0f, g.view).ok());

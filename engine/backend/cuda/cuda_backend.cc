@@ -242,8 +242,19 @@ absl::Status CudaBackend::EnsureSideStream() {
   return CudaResult(cudaEventCreateWithFlags(&side_join_, cudaEventDisableTiming), "join event");
 }
 
+int64_t CudaBackend::SideBranchMaxRows() {
+  static const int64_t rows = [] {
+    constexpr int64_t kDefault = 8, kMax = 16;
+    const char* v = std::getenv("STEPSERVE_SIDE_SHARED_MAX_ROWS");
+    if (v == nullptr || v[0] == '\0') return kDefault;
+    const int64_t n = std::atoll(v);
+    return n >= 1 && n <= kMax ? n : kDefault;
+  }();
+  return rows;
+}
+
 absl::StatusOr<bool> CudaBackend::BeginSide(int64_t rows) {
-  if (!side_shared_expert_ || exact_activations_ || rows < 1 || rows > kSideBranchMaxRows ||
+  if (!side_shared_expert_ || exact_activations_ || rows < 1 || rows > SideBranchMaxRows() ||
       in_side_ || side_pending_) {
     return false;
   }

@@ -85,7 +85,7 @@ class CudaBackend final : public Backend {
   // on a side stream forked from it and joined back before the next op (in a recorded step, a
   // parallel branch of the graph). Otherwise, or with it off, the Matmuls in order.
   absl::Status ConcurrentMatmuls(std::span<const MatmulJob> jobs) override;
-  // With side_shared_expert() and 1..kSideBranchMaxRows rows, not in exact mode: the side's ops go
+  // With side_shared_expert() and 1..SideBranchMaxRows() rows, not in exact mode: the side's ops go
   // to the side stream, forked from the stream by an event (in a recorded step, a parallel branch
   // of the graph), with their own fused int8 activations and GEMV scratch (the main line's stay
   // as they were: its next ops may still read them); JoinSide makes the stream wait for the
@@ -93,7 +93,10 @@ class CudaBackend final : public Backend {
   absl::StatusOr<bool> BeginSide(int64_t rows) override;
   absl::Status EndSide() override;
   absl::Status JoinSide() override;
-  static constexpr int64_t kSideBranchMaxRows = 8;
+  // 8 token rows, or STEPSERVE_SIDE_SHARED_MAX_ROWS (1-16, read once): at 9-16 rows the shared
+  // expert ran in line after the routed experts (~15 us a MoE layer at 16 streams, H100 session 36
+  // timeline) - the A/B of running it beside them there too.
+  static int64_t SideBranchMaxRows();
   absl::Status QkNormRope(const TensorView& q, const TensorView& k, const QkNormRopeParams& params,
                           std::span<const int32_t> positions) override;
   absl::Status AppendKv(const TensorView& k, const TensorView& v, const AttentionBatch& batch,
