@@ -110,17 +110,26 @@ __device__ __forceinline__ void ByDim(uint32_t key0, uint32_t key1, uint32_t& fi
   second = __byte_perm(key0, key1, 0x7632);  // high halves
 }
 
+// Resident CTAs a multiprocessor the register bound of each form keeps: the raw loads of an F16
+// page take half the registers of an F32 one. ptxas (sm_90a, session 39), none spilling: F32 128
+// at 168 registers (3), F16 128 at 128 (4; 133-143 unbounded), F32 192 at 241 (2), F16 192 at
+// 168 (3; 167-172 unbounded).
+template <typename KvT, int kDim>
+constexpr int MmaDecodeMinCtas() {
+  constexpr bool kF16 = std::is_same_v<KvT, __half>;
+  return kDim == 128 ? (kF16 ? 4 : 3) : (kF16 ? 3 : 2);
+}
+
 // kDim: 128 or 192 (a multiple of 64: 16 dims per k-step and per warp quarter); kHeadTiles: 1
 // when the group has at most 8 heads (O^T's head columns 0-7), 2 up to 16. The host launches it
 // only for F32 / F16 pages with vector loads, groups up to 16, 16-byte aligned Q rows and
 // 8-byte aligned output rows (PagedAttentionCudaMmaSupports).
 //
 // Registers bound occupancy here (ncu, H100, session 38: 136 / 182 registers, 3 / 2 CTAs a
-// multiprocessor, 18% / 12% achieved occupancy, DRAM at 39-44%): head_dim 128 is held to 168 (3
-// CTAs; no spill with the next chunk's V loads issued after the scores - 182 without the bound),
-// 192 (F32: ~240 registers) to 2 CTAs, which its F32 form needs to stay spill-free.
+// multiprocessor, 18% / 12% achieved occupancy, DRAM at 39-44%), hence MmaDecodeMinCtas (no
+// spill with the next chunk's V loads issued after the scores).
 template <typename KvT, int kDim, int kHeadTiles>
-__global__ void __launch_bounds__(kThreads, kDim == 128 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, MmaDecodeMinCtas<KvT, kDim>())
     DecodeAttentionMmaKernel(const KernelParams p) {
   using attention_mma::MmaF16;
   using attention_mma::PackHalf2;
