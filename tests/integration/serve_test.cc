@@ -206,6 +206,10 @@ TEST_F(ServeTest, UnaryGenerateTokenizeDetokenizeModelInfo) {
   EXPECT_EQ(info.architecture(), "step35");
   EXPECT_EQ(info.max_context(), 96u);
   EXPECT_GT(info.vocab_size(), 0u);
+  // --kv-dtype left at auto: the resolved type, F32 on the CPU backend.
+  const auto& config = info.effective_config().fields();
+  ASSERT_EQ(config.count("kv_dtype"), 1u);
+  EXPECT_EQ(config.at("kv_dtype").string_value(), "f32");
 }
 
 TEST_F(ServeTest, MalformedRequestsNameTheField) {
@@ -497,6 +501,15 @@ TEST(ServeStandaloneTest, BadFlagExitsTwo) {
   EXPECT_FALSE(server.Start({"--model", g_model, "--top-p", "1.5"}, g_dir + "/badflag.log"));
   EXPECT_EQ(server.WaitExit(std::chrono::seconds(5)), 2);
   EXPECT_NE(server.log().find("--top-p"), std::string::npos) << server.log();
+}
+
+TEST(ServeStandaloneTest, UnknownKvDtypeExitsTwoListingTheChoices) {
+  ServerProcess server;
+  EXPECT_FALSE(server.Start({"--model", g_model, "--kv-dtype", "q4"}, g_dir + "/badkv.log"));
+  EXPECT_EQ(server.WaitExit(std::chrono::seconds(5)), 2);
+  EXPECT_NE(server.log().find("--kv-dtype must be auto, f32, f16 or q8_0, got \"q4\""),
+            std::string::npos)
+      << server.log();
 }
 
 }  // namespace
