@@ -4,7 +4,8 @@
 # exact mode on the scalar kernel) and the side-branch test at 9 / 16 rows
 # (STEPSERVE_SIDE_SHARED_MAX_ROWS=16), then the A/B figures: the MMA attention with F32 and F16
 # caches against the default, the shared expert on the side at 12 / 16 streams, the LM head's
-# grouped default at 2 / 4 / 8. Ordered so a cut-off loses only the tail (second round last).
+# grouped default at 2 / 4 / 8, prefill in round 1's default run (on an H200: 45 layers, the
+# target figures). Ordered so a cut-off loses only the tail (second round last).
 #   (timeout 560 bash bench/gpu/calls/session39-first.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -21,7 +22,8 @@ CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-mma \
 for round in 1 2; do
   call_ab 1,4,16,64 "" $mma=1 STEPSERVE_ROUND=$round
   CALL_BENCH_ARGS="--kv-dtype f16" call_ab 1,4,16,64 "" $mma=1 STEPSERVE_ROUND=$round
-  call_ab 1,4,16,64 "" STEPSERVE_ROUND=$round
+  # Round 1's default run also times prefill (the target table's 2048 / 4096-token prompts).
+  call_ab 1,4,16,64 "$([[ $round == 1 ]] && echo 2048,4096)" STEPSERVE_ROUND=$round
   call_ab 12,16 "" $side=16 STEPSERVE_ROUND=$round
   call_ab 12,16 "" STEPSERVE_ROUND=$round
 done
