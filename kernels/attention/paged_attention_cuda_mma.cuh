@@ -112,8 +112,8 @@ __device__ __forceinline__ void ByDim(uint32_t key0, uint32_t key1, uint32_t& fi
 
 // Resident CTAs a multiprocessor the register bound of each form keeps: the raw loads of an F16
 // page take half the registers of an F32 one. ptxas (sm_90a, session 39), none spilling: F32 128
-// at 168 registers (3), F16 128 at 128 (4; 133-143 unbounded), F32 192 at 241 (2), F16 192 at
-// 168 (3; 167-172 unbounded).
+// at 168 registers (3), F16 128 at 128 (4; 133-143 unbounded), F32 192 at 231-241 (2), F16 192
+// at 163-167 (3; 167-172 unbounded).
 template <typename KvT, int kDim>
 constexpr int MmaDecodeMinCtas() {
   constexpr bool kF16 = std::is_same_v<KvT, __half>;

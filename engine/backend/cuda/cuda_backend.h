@@ -94,8 +94,8 @@ class CudaBackend final : public Backend {
   absl::Status EndSide() override;
   absl::Status JoinSide() override;
   // 8 token rows, or STEPSERVE_SIDE_SHARED_MAX_ROWS (1-16, read once): at 9-16 rows the shared
-  // expert ran in line after the routed experts (~15 us a MoE layer at 16 streams, H100 session 36
-  // timeline) - the A/B of running it beside them there too.
+  // expert runs in line after the routed experts (~15 us of kernels a MoE layer at 16 streams,
+  // H100 session 36 timeline) - the A/B of running it beside them there too.
   static int64_t SideBranchMaxRows();
   absl::Status QkNormRope(const TensorView& q, const TensorView& k, const QkNormRopeParams& params,
                           std::span<const int32_t> positions) override;
