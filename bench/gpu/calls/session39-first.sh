@@ -29,4 +29,7 @@ for round in 1 2; do
 done
 call_ab 2,4,8 "" STEPSERVE_DENSE_GROUPED_HEAD=0
 call_ab 2,4,8 ""
+# Where 16 streams spend a step with both new paths on (the MoE-side norm's 8.8-9.8 us, the
+# attention kernels' time at 3-4 CTAs a multiprocessor), against session 37's timeline.
+call_timeline mma-side16 16 $mma=1 $side=16 STEPSERVE_ROUND=3
 call_done
