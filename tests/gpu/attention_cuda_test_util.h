@@ -137,14 +137,18 @@ using MmaDecodeScope = SettingScope<bool, kernels::SetPagedAttentionCudaMmaDecod
 // The decode kernel's query heads per CTA (0: the rule).
 using CtaHeadsScope = SettingScope<int, kernels::SetPagedAttentionCudaCtaHeads>;
 
-// Whether a decode launch of this cache type, head dim and GQA group takes the tensor-core form
-// (its switch on and the shape one it supports; the tests' rows are aligned): its Q, K, P and V
-// rounded to F16 put the relative output error near 1e-3 instead of F32 rounding's 1e-6, so the
-// tests' bounds on that path are kMaxRelErrorMmaDecode.
+// Whether a decode launch of this cache type, head dim and GQA group takes the tensor-core form:
+// its switch on and PagedAttentionCudaMmaSupports on that shape (null pointers and zero strides
+// pass its alignment checks, as the tests' aligned buffers do). Its Q, K, P and V rounded to F16
+// put the relative output error near 1e-3 instead of F32 rounding's 1e-6, so the tests' bounds on
+// that path are kMaxRelErrorMmaDecode.
 inline bool MmaDecodeTakes(kernels::KvDtype dtype, int64_t head_dim, int64_t group) {
-  return kernels::PagedAttentionCudaMmaDecode() &&
-         (dtype == kernels::KvDtype::kF32 || dtype == kernels::KvDtype::kF16) &&
-         (head_dim == 128 || head_dim == 192) && group <= 16;
+  kernels::PagedAttentionCudaArgs shape;
+  shape.kv.dtype = dtype;
+  shape.kv.head_dim = head_dim;
+  shape.kv.kv_heads = 1;
+  shape.heads = group;
+  return kernels::PagedAttentionCudaMmaDecode() && kernels::PagedAttentionCudaMmaSupports(shape);
 }
 inline constexpr double kMaxRelErrorMmaDecode = 4e-3;
 

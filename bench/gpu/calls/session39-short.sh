@@ -14,6 +14,9 @@ CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-mma \
   STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" $mma=1 $side=16
 call_test step_graph_cuda_test step-graph $mma=1 $side=16
 call_test concurrent_matmul_cuda_test concurrent $side=16
+# The server's --kv-dtype auto on the GPU: f16 expected.
+# shellcheck disable=SC2119
+call_serve_config
 CALL_BENCH_ARGS="--kv-dtype f16" call_ab 1,4,16,64 "" $mma=1
 call_ab 1,4,16,64 ""
 call_ab 12,16 "" $side=16
