@@ -150,11 +150,11 @@ int64_t PagedAttentionCudaCombineLaunches();
 // splitting the head dims): the same key ranges, split-K partials and combine as the scalar
 // kernel, with Q, K, P and V rounded to F16 (relative output errors of order 1e-3, as the prefill
 // kernel). Taken where PagedAttentionCudaMmaSupports holds, the split-K combine is not fused and
-// the launch allows F16 math (!f32_math_only). Measured 2.6-4.5% faster a decode step at 1-64
-// streams (H100, session 38; docs/cuda-engine.md), off by default until the other GPU tests have
-// run with it on: STEPSERVE_ATTN_MMA_DECODE=1 in the environment (read at the first use) turns it
-// on, SetPagedAttentionCudaMmaDecode overrides it for every later launch and returns the previous
-// setting.
+// the launch allows F16 math (!f32_math_only). On by default (session 40: every GPU test passed
+// with it; decode steps 2.7-4.0% faster at 1-64 streams with an F32 cache, 3.8-5.6% with F16 than
+// the scalar kernel with F32, H100; docs/cuda-engine.md): STEPSERVE_ATTN_MMA_DECODE=0 in the
+// environment (read at the first use) turns it off, SetPagedAttentionCudaMmaDecode overrides it
+// for every later launch and returns the previous setting.
 bool PagedAttentionCudaMmaDecode();
 bool SetPagedAttentionCudaMmaDecode(bool enabled);
 // F32 or F16 pages 16-byte aligned, head_dim 128 or 192, at most 16 query heads per KV head, Q

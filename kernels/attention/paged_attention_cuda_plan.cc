@@ -43,8 +43,10 @@ std::atomic<bool>& FusedCombineSetting() {
   return setting;
 }
 
+// On by default since session 40: with it every GPU test passed (attention, step graph, prefill,
+// the whole model) and decode steps were 2.7-4.0% faster at 1-64 streams (H100, 24 layers).
 std::atomic<bool>& MmaDecodeSetting() {
-  static std::atomic<bool> setting{EnvSwitchSet("STEPSERVE_ATTN_MMA_DECODE")};
+  static std::atomic<bool> setting{EnvSwitchOn("STEPSERVE_ATTN_MMA_DECODE")};
   return setting;
 }
 

@@ -244,7 +244,7 @@ absl::Status CudaBackend::EnsureSideStream() {
 
 int64_t CudaBackend::SideBranchMaxRows() {
   static const int64_t rows = [] {
-    constexpr int64_t kDefault = 8, kMax = 16;
+    constexpr int64_t kDefault = 16, kMax = 16;
     const char* v = std::getenv("STEPSERVE_SIDE_SHARED_MAX_ROWS");
     if (v == nullptr || v[0] == '\0') return kDefault;
     const int64_t n = std::atoll(v);

@@ -93,9 +93,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<bool> BeginSide(int64_t rows) override;
   absl::Status EndSide() override;
   absl::Status JoinSide() override;
-  // 8 token rows, or STEPSERVE_SIDE_SHARED_MAX_ROWS (1-16, read once): at 9-16 rows the shared
-  // expert runs in line after the routed experts (~15 us of kernels a MoE layer at 16 streams,
-  // H100 session 36 timeline) - the A/B of running it beside them there too.
+  // 16 token rows, or STEPSERVE_SIDE_SHARED_MAX_ROWS (1-16, read once). Was 8 until session 40:
+  // at 9-16 rows the shared expert then ran in line after the routed experts (~15 us of kernels a
+  // MoE layer at 16 streams); beside them, 12 / 16 streams were 1.6% / 1.2% faster (H100).
   static int64_t SideBranchMaxRows();
   absl::Status QkNormRope(const TensorView& q, const TensorView& k, const QkNormRopeParams& params,
                           std::span<const int32_t> positions) override;
