@@ -136,6 +136,12 @@ call_done() { echo "total $(($(date +%s) - call_start)) s"; }
 # is f16 on a GPU backend) and stops the server; 60 s at most.
 call_serve_config() {
   local s=$(date +%s) log="$CALL_LOGS/serve.log" model pid
+  # The device hosts have no gRPC (docs/cuda-host.md), so their builds have no `serve` command
+  # (session 40's first call printed the usage); say so instead of a blank result.
+  if ! "$CALL_BUILD/server/stepserve" help 2>&1 | grep -qE '^ +serve\b'; then
+    echo "serve-config: skipped - this build has no 'stepserve serve' (no gRPC on this host)"
+    return 0
+  fi
   model=$(call_model_file)
   "$CALL_BUILD/server/stepserve" serve --backend cuda --model "$model" --listen 127.0.0.1:0 \
     --metrics-listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
