@@ -63,6 +63,12 @@ struct GemvParams {
   const int32_t* slot_matrix;
   const int32_t* slot_begin;
   const int32_t* group_order;
+  // Grouped mode, a second set of matrices of the same type and shape (the MoE up projection beside
+  // the gate; GemvIndexedCudaArgs::w2): grid y is then 2 x w2_first_slot, slots w2_first_slot and
+  // up multiply w2's matrices and write output rows g + y2_row_offset.
+  const uint8_t* w2;
+  int64_t y2_row_offset;
+  int w2_first_slot;
 };
 
 inline constexpr int32_t kSlotUnused = -2;
@@ -210,6 +216,9 @@ cudaError_t LaunchConvertActivationsWgmma(const GemvParams& p, uint16_t* xh, cud
 cudaError_t LaunchGemmF16Wgmma(GgmlType type, const GemvParams& p, int64_t slots,
                                cudaStream_t stream);
 
+// Whether the grouped GEMV streams a matrix pair (GemvParams::w2) for this type and row length:
+// the long-row kernels of the int8 types without a 2-3 bit piece (kPairForm) only.
+bool GroupedTakesMatrixPair(GgmlType type, int64_t in);
 // Grouped mode (p.slot_matrix etc. set, p.matrix_ids unused): `slots` grid rows, see GemvParams.
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream);

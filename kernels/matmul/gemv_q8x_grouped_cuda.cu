@@ -25,14 +25,14 @@ namespace {
 // RN, a compile-time constant once inlined, no per-row guard is left (kExactRows).
 template <class P, int RN, int NR, int D, bool kShort>
 __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w, int64_t o0,
-                                           int lane, int c0, int n_rows) {
+                                           int lane, int c0, int n_rows, int64_t y_row_offset) {
   int x_rows[RN];
   int64_t y_rows[RN];
 #pragma unroll
   for (int r = 0; r < RN; ++r) {
     const int group = p.group_order[c0 + (r < n_rows ? r : n_rows - 1)];
     x_rows[r] = group / p.x_group_div;
-    y_rows[r] = group;
+    y_rows[r] = group + y_row_offset;
   }
   DotAndStore<P, RN, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
 }
@@ -46,6 +46,13 @@ __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w
 // 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.) kMinBlocks: CTAs per SM the register
 // budget must allow (GroupedMinCtasPerSm). kExactRows: each chunk of n groups runs the dot loop
 // compiled for exactly n activation rows (GroupChunk), not R rows with run-time guards.
+// With p.w2 (a matrix pair, GemvIndexedCudaTakesMatrixPair) grid y is twice the slots: the second
+// half multiplies the same slots' matrices of w2 and writes rows y2_row_offset further on. Only the
+// long-row kernels of the types without a 2-3 bit piece have that code (kPairForm): in the others
+// (the experts' down, the low-bit types under their 4-CTA cap) its two registers spilled.
+template <class P, bool kShort>
+inline constexpr bool kPairForm = !kShort && !kLowBitPiece<P>;
+
 template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false, int kMinBlocks = 1,
           bool kExactRows = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
@@ -55,7 +62,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int64_t first =
       (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kRows;
   if (first >= p.out) return;
-  const int slot = static_cast<int>(blockIdx.y);
+  int slot = static_cast<int>(blockIdx.y);
+  const uint8_t* matrices = p.w;
+  int64_t y_row_offset = 0;
+  if constexpr (kPairForm<P, kShort>) {
+    if (p.w2 != nullptr && slot >= p.w2_first_slot) {
+      slot -= p.w2_first_slot;
+      matrices = p.w2;
+      y_row_offset = p.y2_row_offset;
+    }
+  }
   WaitForPrimaryGrid();  // the grouping kernel that writes the slot arrays may still run
   AllowDependentLaunch();
   const int32_t id = p.slot_matrix[slot];
@@ -73,12 +89,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (id < 0) {  // ids outside [0, n_matrices): zero rows, as the indexed mode writes
     for_each_row_block([&](int64_t o0) {
       for (int i = begin; i < end; ++i) {
-        if (lane < kRows && o0 + lane < p.out) p.y[p.group_order[i] * p.y_stride + o0 + lane] = 0.f;
+        if (lane < kRows && o0 + lane < p.out) {
+          p.y[(p.group_order[i] + y_row_offset) * p.y_stride + o0 + lane] = 0.f;
+        }
       }
     });
     return;
   }
-  const uint8_t* w = p.w + id * p.w_matrix_bytes;
+  const uint8_t* w = matrices + id * p.w_matrix_bytes;
   for_each_row_block([&](int64_t o0) {
     for (int c0 = begin; c0 < end; c0 += R) {
       const int n_rows = end - c0 < R ? end - c0 : R;
@@ -86,20 +104,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         static_assert(R == 4, "one case per chunk size");
         switch (n_rows) {
           case 1:
-            GroupChunk<P, 1, NR, D, kShort>(p, w, o0, lane, c0, 1);
+            GroupChunk<P, 1, NR, D, kShort>(p, w, o0, lane, c0, 1, y_row_offset);
             break;
           case 2:
-            GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2);
+            GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2, y_row_offset);
             break;
           case 3:
-            GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3);
+            GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3, y_row_offset);
             break;
           default:
-            GroupChunk<P, 4, NR, D, kShort>(p, w, o0, lane, c0, 4);
+            GroupChunk<P, 4, NR, D, kShort>(p, w, o0, lane, c0, 4, y_row_offset);
             break;
         }
       } else {
-        GroupChunk<P, R, NR, D, kShort>(p, w, o0, lane, c0, n_rows);
+        GroupChunk<P, R, NR, D, kShort>(p, w, o0, lane, c0, n_rows, y_row_offset);
       }
     }
   });
@@ -269,7 +287,9 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   // any cap and IQ4_XS's CTAs per slot. Others: the row loop where the cap is below the CTAs one
   // warp per row block would need.
   constexpr bool kLoopForm = std::is_same_v<P, PieceIQ4_XS> || kLowBitPiece<P>;
+  // A matrix pair (p.w2) keeps each matrix's CTAs per slot; the grid holds both.
   const int64_t max_blocks = GroupedRowCtasPerSlot(slots, kLoopForm);
+  const int64_t grid_y = p.w2 != nullptr ? 2 * slots : slots;
   auto loops = [&](int64_t rows_per_warp) {
     const int64_t warps = (p.out + rows_per_warp - 1) / rows_per_warp;
     return max_blocks > 0 &&
@@ -285,37 +305,48 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
         if (depth == kShortWholeRowDepth && p.in / P::kElems <= kShortWholeRowDepth) {
           return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true,
                                                                 true, kShortRowMinCtas, true>,
-                                            p, slots, overlap_previous, stream, short_blocks);
+                                            p, grid_y, overlap_previous, stream, short_blocks);
         }
         if (depth == P::kDepth1) {
           return LaunchWarpRows<kShortRows>(
               GemvQ8GroupedKernel<P, kR, 1, P::kDepth1, true, true, kShortRowMinCtas, true>, p,
-              slots, overlap_previous, stream, short_blocks);
+              grid_y, overlap_previous, stream, short_blocks);
         }
       }
     }
     if (short_loops || loops(kShortRows)) {
       return LaunchWarpRows<kShortRows>(RowLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p,
-                                        slots, overlap_previous, stream,
+                                        grid_y, overlap_previous, stream,
                                         short_loops ? short_blocks : max_blocks);
     }
-    return LaunchWarpRows<kShortRows>(NoLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p, slots,
+    return LaunchWarpRows<kShortRows>(NoLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p, grid_y,
                                       overlap_previous, stream);
   }
   if (loops(kNR)) {
-    return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
+    return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, grid_y,
                                overlap_previous, stream, max_blocks);
   }
-  return LaunchWarpRows<kNR>(NoLoopGroupedKernel<P, kR, kNR, kD, false>(), p, slots,
+  return LaunchWarpRows<kNR>(NoLoopGroupedKernel<P, kR, kNR, kD, false>(), p, grid_y,
                              overlap_previous, stream);
 }
 
 }  // namespace
 
+bool GroupedTakesMatrixPair(GgmlType type, int64_t in) {
+  bool takes = false;
+  WithQ8xPieceAll(type, [&](auto piece) {
+    using P = decltype(piece);
+    takes = !IsShortRow<P>(in) && kPairForm<P, false>;
+    return cudaSuccess;
+  });
+  return takes;
+}
+
 cudaError_t LaunchGemvQ8xGrouped(GgmlType type, const GemvParams& p, int64_t slots,
                                  bool overlap_previous, cudaStream_t stream) {
   if (p.slot_matrix == nullptr || p.slot_begin == nullptr || p.group_order == nullptr ||
-      slots < 1 || slots > 65535) {
+      slots < 1 || (p.w2 != nullptr ? 2 * slots : slots) > 65535 ||
+      (p.w2 != nullptr && !GroupedTakesMatrixPair(type, p.in))) {
     return cudaErrorInvalidValue;
   }
   return WithQ8xPieceAll(type, [&](auto piece) {

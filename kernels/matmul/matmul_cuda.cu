@@ -241,9 +241,23 @@ bool GemvIndexedCudaTakesGroupedF16(const GemvIndexedCudaArgs& a) {
          a.scratch_bytes >= GemvIndexedCudaScratchBytes(a.in, a.x_rows);
 }
 
+bool GemvIndexedCudaTakesMatrixPair(const GemvIndexedCudaArgs& a) {
+  if (a.w2 == nullptr || a.y2 == nullptr || a.slot_matrix == nullptr || 2 * a.slots > 65535 ||
+      reinterpret_cast<uintptr_t>(a.w2) % 16 != 0 || ManyGroupsPerMatrix(a) ||
+      GemvIndexedCudaTakesGroupedF16(a) || !gemv_internal::GroupedTakesMatrixPair(a.type, a.in)) {
+    return false;
+  }
+  // y2's rows may not overlap y's: whole rows apart, at least `groups` of them.
+  const int64_t floats = a.y2 - a.y;
+  const int64_t rows = floats / a.y_stride;
+  return floats % a.y_stride == 0 && (rows >= a.groups || rows <= -a.groups);
+}
+
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) {
   const KernelStatus status = ValidateGemvIndexedCuda(a);
   if (status != KernelStatus::kOk) return status;
+  const bool pair = a.w2 != nullptr || a.y2 != nullptr;
+  if (pair && !GemvIndexedCudaTakesMatrixPair(a)) return KernelStatus::kInvalidArgument;
   GemvParams p;
   if (const KernelStatus s = gemv_internal::MakeGemvParams(a.type, a.w, a.w_row_bytes, a.in, a.out,
                                                            a.x, a.x_stride, a.y, a.y_stride, &p);
@@ -265,6 +279,11 @@ KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& a, cudaStream_t stream) 
                                           stream);
   }
   SetIndexedFields(a, &p);
+  if (pair) {
+    p.w2 = static_cast<const uint8_t*>(a.w2);
+    p.y2_row_offset = (a.y2 - a.y) / a.y_stride;
+    p.w2_first_slot = static_cast<int>(a.slots);
+  }
   const auto status_of = [](cudaError_t e) {
     if (e == cudaSuccess) return KernelStatus::kOk;
     (void)cudaGetLastError();

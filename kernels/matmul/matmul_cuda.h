@@ -186,10 +186,21 @@ struct GemvIndexedCudaArgs {
   // With a grouping: the grouped F16 GEMM (where its type applies) however few groups a matrix
   // has - a dense matmul of a few rows as one slot (the LM head, STEPSERVE_DENSE_GROUPED_HEAD).
   bool grouped_f16_any_rows = false;
+  // Optional, with a grouping: a second set of matrices of the same type, shapes and strides (the
+  // MoE up projection beside its gate), written to y2, streamed in the same launch - one grid whose
+  // second half of slots takes w2 - where GemvIndexedCudaTakesMatrixPair holds; GemvIndexedCuda
+  // rejects it elsewhere. y2 - y must be a whole number of y_stride rows.
+  const void* w2 = nullptr;
+  float* y2 = nullptr;
 };
 
 KernelStatus ValidateGemvIndexedCuda(const GemvIndexedCudaArgs& args);
 KernelStatus GemvIndexedCuda(const GemvIndexedCudaArgs& args, cudaStream_t stream);
+
+// Whether GemvIndexedCuda can stream w2 beside w in one launch: the int8 grouped GEMV of long rows
+// (a decode batch's experts, not the tensor-core or F16 grouped GEMMs), 2 x slots within a grid's y
+// limit, w2 16-byte aligned, y2 a whole number of rows from y.
+bool GemvIndexedCudaTakesMatrixPair(const GemvIndexedCudaArgs& args);
 
 // Whether GemvIndexedCuda takes the grouped F16 GEMM for these (valid) arguments. Then, with
 // x_prequantized, it reads X from the scratch as F16 rows (x_rows of `in` halves, in the pair

@@ -34,6 +34,11 @@ std::atomic<int64_t>& DecodeFusedTokensSetting() {
   return tokens;
 }
 
+std::atomic<bool>& GateUpPairSetting() {
+  static std::atomic<bool> on{EnvSwitchSet("STEPSERVE_MOE_GATE_UP_PAIR")};
+  return on;
+}
+
 // Whether the two-kernel path (moe_decode_cuda.h) may run, types and token count aside: n_ff in
 // whole 32-row blocks, and the GEMVs not forced through the streamed kernel.
 bool DecodeFusedApplies(int64_t n_ff) {
@@ -239,6 +244,10 @@ int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens) {
   return DecodeFusedTokensSetting().exchange(ClampFusedTokens(tokens));
 }
 
+bool MoeGemvCudaGateUpPair() { return GateUpPairSetting().load(std::memory_order_relaxed); }
+
+bool SetMoeGemvCudaGateUpPair(bool enabled) { return GateUpPairSetting().exchange(enabled); }
+
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
   if (tokens <= 0 || top_k <= 0 || n_embd <= 0 || n_ff <= 0) return 0;
   return MakeLayout(tokens, top_k, n_embd, n_ff).total;
@@ -335,6 +344,9 @@ bool SwiGluF16() {
   return on;
 }
 
+KernelStatus SwiGluLaunch(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base, int64_t groups,
+                          bool fuse_down, __half* down_xh, cudaStream_t stream);
+
 // The unfused gate and up GEMVs and the SwiGLU (with the down's quantization when fuse_down; as
 // the down's F16 activations, into down_xh, when that is set).
 KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base,
@@ -363,6 +375,17 @@ KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* ba
   g.scratch_bytes = l.scratch_bytes;
   g.x_q8 = a.x_q8;
   grouping.SetOn(&g);
+  // Gate and up in one launch where the pair applies (MoeGemvCudaGateUpPair).
+  if (MoeGemvCudaGateUpPair() && a.up.type == a.gate.type && a.up.row_bytes == a.gate.row_bytes &&
+      a.up.matrix_bytes == a.gate.matrix_bytes) {
+    GemvIndexedCudaArgs pair = g;
+    pair.w2 = a.up.data;
+    pair.y2 = up;
+    if (GemvIndexedCudaTakesMatrixPair(pair)) {
+      if (KernelStatus s = GemvIndexedCuda(pair, stream); s != KernelStatus::kOk) return s;
+      return SwiGluLaunch(a, l, base, groups, fuse_down, down_xh, stream);
+    }
+  }
   if (KernelStatus s = GemvIndexedCuda(g, stream); s != KernelStatus::kOk) return s;
   GemvIndexedCudaArgs u = g;
   u.w = a.up.data;
@@ -372,6 +395,15 @@ KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* ba
   // Shares the gate's quantized activations unless the types keep them in different orders.
   u.x_prequantized = SameQ8ScratchOrder(a.gate.type, a.up.type);
   if (KernelStatus s = GemvIndexedCuda(u, stream); s != KernelStatus::kOk) return s;
+  return SwiGluLaunch(a, l, base, groups, fuse_down, down_xh, stream);
+}
+
+// The SwiGLU of the gate and up rows: into the down's F16 activations (down_xh), its int8 ones
+// (fuse_down) or in place into the gate rows.
+KernelStatus SwiGluLaunch(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* base, int64_t groups,
+                          bool fuse_down, __half* down_xh, cudaStream_t stream) {
+  float* gate = reinterpret_cast<float*>(base + l.gate);
+  float* up = reinterpret_cast<float*>(base + l.up);
 
   const int64_t n = groups * a.n_ff;
   if (down_xh != nullptr) {

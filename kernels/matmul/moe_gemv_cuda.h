@@ -90,6 +90,13 @@ inline constexpr int64_t kMoeGemvFusedMaxTokens = 4;
 // SetMoeGemvCudaDecodeFusedTokens set (returns the previous value; clamped to 0..4).
 int64_t MoeGemvCudaDecodeFusedTokens();
 int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens);
+// The grouped gate and up GEMVs of a decode batch (3-64 tokens) as one launch - the up matrices in
+// the grid's second half of slots (GemvIndexedCudaTakesMatrixPair) - instead of two, where their
+// types and row sizes match: the same rows, dots and bits, one launch boundary and one grid tail
+// fewer a MoE layer. Off by default until measured: STEPSERVE_MOE_GATE_UP_PAIR=1 (read at the first
+// use) or SetMoeGemvCudaGateUpPair (returns the previous setting) turns it on.
+bool MoeGemvCudaGateUpPair();
+bool SetMoeGemvCudaGateUpPair(bool enabled);
 // More tokens (a prefill chunk) when every expert matrix is IQ4_XS: the grouped tensor-core GEMV
 // (gemv_mma_cuda.cu) then runs each expert's pairs in chunks of 32. Bounded by the 65535 groups
 // (token, slot pairs) of the indexed GEMV.

@@ -149,6 +149,13 @@ struct GroupedGemmF16Scope {
   ~GroupedGemmF16Scope() { SetGroupedGemmF16Cuda(was); }
 };
 
+// Sets the one-launch gate / up pair of the grouped GEMV for a scope and restores it.
+struct GateUpPairScope {
+  bool was;
+  explicit GateUpPairScope(bool on) : was(SetMoeGemvCudaGateUpPair(on)) {}
+  ~GateUpPairScope() { SetMoeGemvCudaGateUpPair(was); }
+};
+
 // Turns the low-bit GEMV types on for a case (GemvCudaSupports, hence MoeGemvCudaSupports).
 struct LowBitScope {
   bool was = SetGemvCudaLowBitTypes(true);
@@ -223,9 +230,18 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     if (many) modes.push_back({GroupedGemmMode::kManyGroups, F16Mode::kAll});
     modes.push_back({GroupedGemmMode::kAlways, F16Mode::kAll});
   }
+  // The dp4a grouped GEMV (kOff) also with the gate and up as one launch
+  // (SetMoeGemvCudaGateUpPair): the same bits as two launches.
+  std::vector<std::tuple<GroupedGemmMode, F16Mode, bool>> runs;
   for (const auto& [mode, f16_mode] : modes) {
+    runs.push_back({mode, f16_mode, false});
+    if (mode == GroupedGemmMode::kOff) runs.push_back({mode, f16_mode, true});
+  }
+  std::vector<float> two_launches;
+  for (const auto& [mode, f16_mode, pair] : runs) {
     const GroupedGemmScope scope(mode);
     const GroupedGemmF16Scope f16_scope(f16_mode);
+    const GateUpPairScope pair_scope(pair);
     const int f16 = static_cast<int>(f16_mode);
     const int gemm = static_cast<int>(mode);
     auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
@@ -249,11 +265,17 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     const double err = testing::RelError(got_delta, ref_delta);
     EXPECT_LT(err, kMaxRelError) << GgmlTypeName(gu_type) << "/" << GgmlTypeName(down_type)
                                  << " tokens " << tokens << " limit " << limit << " gemm " << gemm
-                                 << " f16 " << f16;
-    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d rel_error=%.3g\n",
+                                 << " f16 " << f16 << " pair " << pair;
+    if (mode == GroupedGemmMode::kOff && !pair) two_launches = got;
+    if (pair) {
+      EXPECT_EQ(std::memcmp(got.data(), two_launches.data(), got.size() * 4), 0)
+          << "gate and up in one launch differ from two launches: " << GgmlTypeName(gu_type)
+          << " tokens " << tokens;
+    }
+    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d pair=%d rel_error=%.3g\n",
                 std::string(GgmlTypeName(gu_type)).c_str(),
                 std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit,
-                gemm, f16, err);
+                gemm, f16, pair ? 1 : 0, err);
   }
 }
 
