@@ -34,9 +34,17 @@ std::atomic<int64_t>& DecodeFusedTokensSetting() {
   return tokens;
 }
 
-std::atomic<bool>& GateUpPairSetting() {
-  static std::atomic<bool> on{EnvSwitchSet("STEPSERVE_MOE_GATE_UP_PAIR")};
-  return on;
+int ClampPairMode(int mode) { return mode < 0 ? 0 : (mode > 2 ? 2 : mode); }
+
+std::atomic<int>& GateUpPairSetting() {
+  static std::atomic<int> mode{ClampPairMode(EnvSwitchLevel("STEPSERVE_MOE_GATE_UP_PAIR", 2))};
+  return mode;
+}
+
+// Whether this many tokens take the gate / up pair (MoeGemvCudaGateUpPair's mode).
+bool GateUpPairTakes(int64_t tokens) {
+  const int mode = GateUpPairSetting().load(std::memory_order_relaxed);
+  return mode == 1 || (mode == 2 && tokens <= kMoeGemvGateUpPairTokens);
 }
 
 // Whether the two-kernel path (moe_decode_cuda.h) may run, types and token count aside: n_ff in
@@ -244,9 +252,9 @@ int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens) {
   return DecodeFusedTokensSetting().exchange(ClampFusedTokens(tokens));
 }
 
-bool MoeGemvCudaGateUpPair() { return GateUpPairSetting().load(std::memory_order_relaxed); }
+int MoeGemvCudaGateUpPair() { return GateUpPairSetting().load(std::memory_order_relaxed); }
 
-bool SetMoeGemvCudaGateUpPair(bool enabled) { return GateUpPairSetting().exchange(enabled); }
+int SetMoeGemvCudaGateUpPair(int mode) { return GateUpPairSetting().exchange(ClampPairMode(mode)); }
 
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
   if (tokens <= 0 || top_k <= 0 || n_embd <= 0 || n_ff <= 0) return 0;
@@ -376,7 +384,7 @@ KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* ba
   g.x_q8 = a.x_q8;
   grouping.SetOn(&g);
   // Gate and up in one launch where the pair applies (MoeGemvCudaGateUpPair).
-  if (MoeGemvCudaGateUpPair() && a.up.type == a.gate.type && a.up.row_bytes == a.gate.row_bytes &&
+  if (GateUpPairTakes(a.tokens) && a.up.type == a.gate.type && a.up.row_bytes == a.gate.row_bytes &&
       a.up.matrix_bytes == a.gate.matrix_bytes) {
     GemvIndexedCudaArgs pair = g;
     pair.w2 = a.up.data;

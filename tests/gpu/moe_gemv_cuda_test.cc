@@ -151,8 +151,8 @@ struct GroupedGemmF16Scope {
 
 // Sets the one-launch gate / up pair of the grouped GEMV for a scope and restores it.
 struct GateUpPairScope {
-  bool was;
-  explicit GateUpPairScope(bool on) : was(SetMoeGemvCudaGateUpPair(on)) {}
+  int was;
+  explicit GateUpPairScope(bool on) : was(SetMoeGemvCudaGateUpPair(on ? 1 : 0)) {}
   ~GateUpPairScope() { SetMoeGemvCudaGateUpPair(was); }
 };
 
@@ -574,6 +574,14 @@ TEST(MoeGemvCudaValidateTest, ManyTokensForQ6KDownInTheAllModeOnly) {
 }
 
 // The two-kernel path's token limit and when a shared expert is taken (host logic, no device).
+TEST(MoeGemvCudaValidateTest, GateUpPairModesClamp) {
+  const GateUpPairScope scope(false);
+  EXPECT_EQ(SetMoeGemvCudaGateUpPair(7), 0);
+  EXPECT_EQ(MoeGemvCudaGateUpPair(), 2);  // clamped to "up to kMoeGemvGateUpPairTokens"
+  SetMoeGemvCudaGateUpPair(-3);
+  EXPECT_EQ(MoeGemvCudaGateUpPair(), 0);
+}
+
 TEST(MoeGemvCudaValidateTest, DecodeTokenLimitAndSharedExpert) {
   const DecodeFusedScope scope(2);  // the default, whatever the environment says
   EXPECT_EQ(SetMoeGemvCudaDecodeFusedTokens(-1), 2);
