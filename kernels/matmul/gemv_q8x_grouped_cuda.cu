@@ -146,11 +146,23 @@ constexpr int64_t kGroupedRowCtas = 48;
 constexpr int64_t kGroupedRowCtasIq4Xs = 96;
 constexpr int64_t kGroupedLoopMinSlots = 128;
 constexpr int64_t kGroupedRowCtaBudget = 6912;
-int64_t GroupedRowCtasPerSlot(int64_t slots, bool iq4_xs) {
+// IQ4_XS gate / up pairs past ~72 slots (LaunchGrouped). Measured (H100, session 40, 24 layers,
+// F16 cache, two alternating rounds, ms per step at 16 / 32 / 64 streams): unpaired 9.959 / 16.194
+// / 24.308 and 9.909 / 16.218 / 24.264; paired at 96 a slot 9.948 / 16.211 / 24.334 and 9.928 /
+// 16.173 / 24.221; paired at 48 (STEPSERVE_GROUPED_ROW_CTAS=48, the down kept at 96) 9.735 /
+// 15.935 / 24.345 and 9.712 / 15.926 / 24.371 (-2.1% / -1.7% / +0.3%): hence pairs up to 32
+// tokens (kMoeGemvGateUpPairTokens).
+constexpr int64_t kPairRowCtasIq4Xs = 48;
+// STEPSERVE_GROUPED_ROW_CTAS (read once), -1 when unset.
+int64_t GroupedRowCtasFixed() {
   static const int64_t setting = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_ROW_CTAS");
     return v == nullptr ? int64_t{-1} : static_cast<int64_t>(std::atoll(v));
   }();
+  return setting;
+}
+int64_t GroupedRowCtasPerSlot(int64_t slots, bool iq4_xs) {
+  const int64_t setting = GroupedRowCtasFixed();
   if (setting >= 0) return setting;
   if (iq4_xs) {
     const int64_t spread = (kGroupedRowCtaBudget + slots - 1) / slots;
@@ -287,8 +299,15 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
   // any cap and IQ4_XS's CTAs per slot. Others: the row loop where the cap is below the CTAs one
   // warp per row block would need.
   constexpr bool kLoopForm = std::is_same_v<P, PieceIQ4_XS> || kLowBitPiece<P>;
-  // A matrix pair (p.w2) keeps each matrix's CTAs per slot; the grid holds both.
-  const int64_t max_blocks = GroupedRowCtasPerSlot(slots, kLoopForm);
+  // A matrix pair (p.w2): both matrices in one grid, each with GroupedRowCtasPerSlot's CTAs per
+  // slot, but IQ4_XS's where that rule gives its floor of 96 (past ~72 slots) with
+  // kPairRowCtasIq4Xs: the grid then holds what one unpaired launch held.
+  int64_t max_blocks = GroupedRowCtasPerSlot(slots, kLoopForm);
+  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+    if (p.w2 != nullptr && GroupedRowCtasFixed() < 0 && max_blocks <= kGroupedRowCtasIq4Xs) {
+      max_blocks = kPairRowCtasIq4Xs;
+    }
+  }
   const int64_t grid_y = p.w2 != nullptr ? 2 * slots : slots;
   auto loops = [&](int64_t rows_per_warp) {
     const int64_t warps = (p.out + rows_per_warp - 1) / rows_per_warp;

@@ -41,6 +41,8 @@ std::atomic<int>& GateUpPairSetting() {
   return mode;
 }
 
+std::atomic<int64_t> gate_up_pair_launches{0};
+
 // Whether this many tokens take the gate / up pair (MoeGemvCudaGateUpPair's mode).
 bool GateUpPairTakes(int64_t tokens) {
   const int mode = GateUpPairSetting().load(std::memory_order_relaxed);
@@ -254,6 +256,10 @@ int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens) {
 
 int MoeGemvCudaGateUpPair() { return GateUpPairSetting().load(std::memory_order_relaxed); }
 
+int64_t MoeGemvCudaGateUpPairLaunches() {
+  return gate_up_pair_launches.load(std::memory_order_relaxed);
+}
+
 int SetMoeGemvCudaGateUpPair(int mode) { return GateUpPairSetting().exchange(ClampPairMode(mode)); }
 
 int64_t MoeGemvCudaWorkspaceBytes(int64_t tokens, int64_t top_k, int64_t n_embd, int64_t n_ff) {
@@ -391,6 +397,7 @@ KernelStatus GateUpSwiGlu(const MoeGemvCudaArgs& a, const Layout& l, uint8_t* ba
     pair.y2 = up;
     if (GemvIndexedCudaTakesMatrixPair(pair)) {
       if (KernelStatus s = GemvIndexedCuda(pair, stream); s != KernelStatus::kOk) return s;
+      gate_up_pair_launches.fetch_add(1, std::memory_order_relaxed);
       return SwiGluLaunch(a, l, base, groups, fuse_down, down_xh, stream);
     }
   }

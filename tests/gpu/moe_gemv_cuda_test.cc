@@ -134,6 +134,10 @@ constexpr int64_t kSkewedTokens = 130;
 // A decode-sized case (the grouped GEMV) at the real down width: 1280 = 5 blocks per down row,
 // where the short-row mapping's default ring holds a whole row (STEPSERVE_GROUPED_SHORT_DEPTH).
 constexpr int64_t kRealWidthDecodeTokens = 48;
+// A decode batch with long gate / up rows (2048 = 8 IQ4_XS blocks, not a short row) over 128
+// experts, top 8: ~100 expert slots, so the gate / up pair (MoeGemvCudaGateUpPair) runs, at its
+// 48 CTAs a slot and matrix.
+constexpr int64_t kLongRowDecodeTokens = 16;
 
 // Sets the grouped-GEMM mode for a scope (ASSERTs return early) and restores it.
 struct GroupedGemmScope {
@@ -173,9 +177,10 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   // kernel's last pair of blocks holds one block.
   const bool many = tokens > kMoeGemvMaxTokens;
   const bool real_width = many || tokens == kRealWidthDecodeTokens;
-  const int64_t d = real_width ? 768 : 512;
+  const bool long_rows = tokens == kLongRowDecodeTokens && gu_type == GgmlType::kIQ4_XS;
+  const int64_t d = long_rows ? 2048 : (real_width ? 768 : 512);
   const int64_t ff = real_width ? 1280 : 256 + 256 * (down_type == GgmlType::kQ8_0 ? 0 : 1);
-  const int64_t E = 16, K = 4;
+  const int64_t E = long_rows ? 128 : 16, K = long_rows ? 8 : 4;
   Experts gate(gu_type, d, ff, E, 11), up(gu_type, d, ff, E, 12), down(down_type, ff, d, E, 13);
 
   std::mt19937 rng(static_cast<uint32_t>(tokens * 31 + 7));
@@ -231,7 +236,8 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     modes.push_back({GroupedGemmMode::kAlways, F16Mode::kAll});
   }
   // The dp4a grouped GEMV (kOff) also with the gate and up as one launch
-  // (SetMoeGemvCudaGateUpPair): the same bits as two launches.
+  // (SetMoeGemvCudaGateUpPair): the same bits as two launches. Only long rows take the pair
+  // (kLongRowDecodeTokens); elsewhere the second run checks that the fallback is the two launches.
   std::vector<std::tuple<GroupedGemmMode, F16Mode, bool>> runs;
   for (const auto& [mode, f16_mode] : modes) {
     runs.push_back({mode, f16_mode, false});
@@ -252,8 +258,11 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     a.y = static_cast<float*>(dy->ptr);
     a.workspace = workspace.ptr;
     a.workspace_bytes = ws;
+    const int64_t pair_launches = MoeGemvCudaGateUpPairLaunches();
     ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    // The pair must have run where it applies (a silent fallback would compare equal).
+    if (long_rows) EXPECT_EQ(MoeGemvCudaGateUpPairLaunches() - pair_launches, pair ? 1 : 0);
     std::vector<float> got(tokens * d);
     ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     // Compare the update (y - y0), not y: y0 would dilute the error.
@@ -318,7 +327,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{GgmlType::kIQ2_XS, GgmlType::kIQ3_XXS, 200, 0.0f},
                       Param{GgmlType::kIQ2_S, GgmlType::kIQ2_S, 5, 0.0f},
                       Param{GgmlType::kIQ2_S, GgmlType::kIQ3_S, 97, 7.0f},
-                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, kRealWidthDecodeTokens, 7.0f}));
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, kRealWidthDecodeTokens, 7.0f},
+                      Param{GgmlType::kIQ4_XS, GgmlType::kIQ4_XS, kLongRowDecodeTokens, 7.0f}));
 
 // One token through MoeGemvCuda's two-kernel path (moe_decode_cuda.h; counters given) against
 // the reference and against the five-launch path (SetMoeGemvCudaDecodeFusedTokens(0)): the gate,
