@@ -94,15 +94,17 @@ int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens);
 // second half of slots (GemvIndexedCudaTakesMatrixPair) - instead of two, where their types and
 // row sizes match: the same rows, dots and bits, one launch boundary and one grid tail fewer a MoE
 // layer. Modes: 0 never, 1 at every token count, 2 (the default) up to kMoeGemvGateUpPairTokens
-// (past ~72 expert slots at 48 CTAs a slot and matrix for IQ4_XS, gemv_q8x_grouped_cuda.cu).
+// (IQ4_XS pairs past ~72 expert slots at 48 CTAs a slot and matrix, gemv_q8x_grouped_cuda.cu).
 // Measured on the H100 (session 40, 24 layers IQ4_XS, F16 cache, two alternating rounds, ms per
 // step at 3 / 4 / 8 / 16 / 64 streams): 3.867 / 4.503 / 6.820 / 9.916 / 24.239 and 3.866 / 4.500 /
 // 6.823 / 9.930 / 24.226 against 3.936 / 4.581 / 6.859 / 9.888 / 24.300 and 3.962 / 4.586 / 6.863
-// / 9.900 / 24.267: -2.1% / -1.8% / -0.6% at 3-8, +0.3% at 16 (the doubled grid of ~100 slots),
-// -0.2% at 64; with 48 CTAs a slot 16 / 32 / 64 streams -2.1% / -1.7% / +0.3% - hence the limit
-// of 32. STEPSERVE_MOE_GATE_UP_PAIR=0/1/2 (read at the first use) or
-// SetMoeGemvCudaGateUpPair (returns the previous mode; clamped to 0..2) sets it.
-inline constexpr int64_t kMoeGemvGateUpPairTokens = 32;
+// / 9.900 / 24.267: -2.1% / -1.8% / -0.6% at 3-8, +0.3% at 16 (the doubled grid),
+// -0.2% at 64 - hence the limit. With 48 CTAs a slot (what mode 1 now uses past ~72 slots) 16 /
+// 32 / 64 streams measured -2.1% / -1.7% / +0.3%: the limit goes to 32 once moe_gemv_cuda_test's
+// long-row case (the first to run the pair there) has passed on a device (session 41).
+// STEPSERVE_MOE_GATE_UP_PAIR=0/1/2 (read at the first use) or SetMoeGemvCudaGateUpPair (returns the
+// previous mode; clamped to 0..2) sets it.
+inline constexpr int64_t kMoeGemvGateUpPairTokens = 8;
 int MoeGemvCudaGateUpPair();
 int SetMoeGemvCudaGateUpPair(int mode);
 // Pair launches MoeGemvCuda has enqueued in this process (tests check the path).

@@ -135,7 +135,7 @@ constexpr int64_t kSkewedTokens = 130;
 // where the short-row mapping's default ring holds a whole row (STEPSERVE_GROUPED_SHORT_DEPTH).
 constexpr int64_t kRealWidthDecodeTokens = 48;
 // A decode batch with long gate / up rows (2048 = 8 IQ4_XS blocks, not a short row) over 128
-// experts, top 8: ~100 expert slots, so the gate / up pair (MoeGemvCudaGateUpPair) runs, at its
+// experts, top 8: 128 expert slots, so the gate / up pair (MoeGemvCudaGateUpPair 1) runs at its
 // 48 CTAs a slot and matrix.
 constexpr int64_t kLongRowDecodeTokens = 16;
 
@@ -262,7 +262,9 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     // The pair must have run where it applies (a silent fallback would compare equal).
-    if (long_rows) EXPECT_EQ(MoeGemvCudaGateUpPairLaunches() - pair_launches, pair ? 1 : 0);
+    if (long_rows) {
+      EXPECT_EQ(MoeGemvCudaGateUpPairLaunches() - pair_launches, pair ? 1 : 0);
+    }
     std::vector<float> got(tokens * d);
     ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     // Compare the update (y - y0), not y: y0 would dilute the error.
