@@ -5,13 +5,13 @@
 here=$(cd "$(dirname "$0")" && pwd)
 f=matmul/gemv_q8x_grouped_cuda.cu
 m() { bash "$here/mutate.sh" "$@"; }
-m exact3_as_2 $f 'GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3);' \
-  'GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2);'
+m exact3_as_2 $f 'GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3, y_row_offset);' \
+  'GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2, y_row_offset);'
 m group_div_off $f 'x_rows[r] = group / p.x_group_div;
-    y_rows[r] = group;
+    y_rows[r] = group + y_row_offset;
   }
   DotAndStore<P, RN' 'x_rows[r] = group;
-    y_rows[r] = group;
+    y_rows[r] = group + y_row_offset;
   }
   DotAndStore<P, RN'
 m row_loop_once $f 'for (int64_t o0 = first; o0 < p.out; o0 += stride) rows(o0);' 'rows(first);'
@@ -30,3 +30,10 @@ m ptr_short_x_not_advanced $r 'xp[r] += D * P::kElems;' ';'
 m ptr_short_scales_stride $r 'dp[r] += D * (P::kElems / 32);' 'dp[r] += D;'
 m ptr_short_refill_offset $r 'ring[k] = P::LoadRaw(wp + (k + D) * P::kBytes, c);' \
   'ring[k] = P::LoadRaw(wp + (k + D - 1) * P::kBytes, c);'
+# The gate / up pair (GemvParams::w2, session 40): the second half's slot, output rows, matrices
+# and zero rows.
+m pair_slot $f 'slot -= p.w2_first_slot;' 'slot -= 0;'
+m pair_y_offset $f 'y_rows[r] = group + y_row_offset;' 'y_rows[r] = group;'
+m pair_matrix $f 'matrices = p.w2;' 'matrices = p.w;'
+m pair_zero_rows $f 'p.y[(p.group_order[i] + y_row_offset) * p.y_stride' \
+  'p.y[(p.group_order[i]) * p.y_stride'
