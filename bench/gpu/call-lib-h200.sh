@@ -131,33 +131,6 @@ call_ncu_source() {
 
 call_done() { echo "total $(($(date +%s) - call_start)) s"; }
 
-# call_serve_config [FLAG...]: starts `stepserve serve --backend cuda` on call_model_file's model
-# (ports picked by the system), prints the startup line's resolved configuration (kv_dtype: auto
-# is f16 on a GPU backend) and stops the server; 60 s at most.
-call_serve_config() {
-  local s=$(date +%s) log="$CALL_LOGS/serve.log" model pid
-  # The device hosts have no gRPC (docs/cuda-host.md), so their builds have no `serve` command
-  # (session 40's first call printed the usage); say so instead of a blank result.
-  if ! "$CALL_BUILD/server/stepserve" help 2>&1 | grep -qE '^ +serve\b'; then
-    echo "serve-config: skipped - this build has no 'stepserve serve' (no gRPC on this host)"
-    return 0
-  fi
-  model=$(call_model_file)
-  "$CALL_BUILD/server/stepserve" serve --backend cuda --model "$model" --listen 127.0.0.1:0 \
-    --metrics-listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
-  pid=$!
-  for _ in $(seq 60); do
-    grep -q "config:" "$log" && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 1
-  done
-  kill "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  echo "serve-config [$*] $(($(date +%s) - s)) s: $(grep -o 'kv_dtype=[a-z0-9_]*' "$log" | head -1)"
-  grep -m1 -o "config:.*" "$log" | cut -c1-400
-  grep -q "config:" "$log" || tail -2 "$log"  # why it never came up
-}
-
 # call_ncu_stalls NAME KERNEL_REGEX COUNT BENCH_ARGS [VAR=value...]: as call_ncu, but the stall
 # reasons per issued instruction (cycles a warp spends in each, averaged over issues) and the
 # instruction count, for "issue-bound or latency-bound, and waiting on what"; $OUT/ncu-NAME.txt.
