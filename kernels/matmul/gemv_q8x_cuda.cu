@@ -30,7 +30,6 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/matmul/gemv_block_util.cuh"
 #include "kernels/matmul/gemv_cuda_internal.h"
-#include "kernels/matmul/matmul_cuda.h"
 #include "kernels/matmul/q8_quantize.cuh"
 
 namespace stepserve::kernels::gemv_internal {
@@ -227,67 +226,17 @@ bool GemvExactRows() {
   return on;
 }
 
-// The exact-rows kernels for 2..4 rows (IQ4_XS; short rows: one row per lane group). kEarly: the
-// first ring loaded before the PDL wait (long rows only).
-template <class P, bool kShort, int NR, int D, bool kEarly = false, int kMinBlocks = 1>
+// The exact-rows kernels for 2..4 rows (IQ4_XS; short rows: one row per lane group).
+template <class P, bool kShort, int NR, int D>
 cudaError_t LaunchExactRows(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
   switch (p.rows) {
     case 2:
-      return Launch<P, 2, NR, D, false, kShort, kMinBlocks, true, kEarly>(p, overlap_previous,
-                                                                          stream);
+      return Launch<P, 2, NR, D, false, kShort, 1, true>(p, overlap_previous, stream);
     case 3:
-      return Launch<P, 3, NR, D, false, kShort, kMinBlocks, true, kEarly>(p, overlap_previous,
-                                                                          stream);
+      return Launch<P, 3, NR, D, false, kShort, 1, true>(p, overlap_previous, stream);
     default:
-      return Launch<P, 4, NR, D, false, kShort, kMinBlocks, true, kEarly>(p, overlap_previous,
-                                                                          stream);
+      return Launch<P, 4, NR, D, false, kShort, 1, true>(p, overlap_previous, stream);
   }
-}
-
-// CTAs per SM the deep few-row kernels' register budget must allow: 5 (at most 102 registers;
-// IQ4_XS, Q4_K and Q8_0 take 64-96 without spilling: 20 warps per SM instead of the 12 that the
-// uncapped 139-register two-row IQ4_XS kernel leaves), uncapped for Q5_K and Q6_K, which spill
-// under that cap at 4 rows (ptxas, session 41: 24-56 bytes).
-template <class P>
-inline constexpr int kFewRowsMinBlocks = 5;
-template <>
-inline constexpr int kFewRowsMinBlocks<PieceQ5_K> = 1;
-template <>
-inline constexpr int kFewRowsMinBlocks<Q6KPiece> = 1;
-
-// 2-4 activation rows on long rows in the form GemvCudaFewRowsForm() names (matmul_cuda.h): two
-// output rows per warp at depth 2, or one at kGemvFewRowsDeepDepth (loading its first ring before
-// the PDL wait in the early form). IQ4_XS runs the exact-rows kernels (GemvExactRows), the other
-// types the 4-row kernel with run-time row guards; the 2-3 bit types keep two rows per warp.
-template <class P>
-cudaError_t LaunchFewRowsLong(const GemvParams& p, bool overlap_previous, cudaStream_t stream) {
-  constexpr bool kExact = std::is_same_v<P, PieceIQ4_XS>;
-  constexpr bool kDeepForm = std::is_same_v<P, PieceIQ4_XS> || std::is_same_v<P, PieceQ4_K> ||
-                             std::is_same_v<P, PieceQ5_K> || std::is_same_v<P, PieceQ8_0> ||
-                             std::is_same_v<P, Q6KPiece>;
-  constexpr int kDeep = kGemvFewRowsDeepDepth;
-  if constexpr (kDeepForm) {
-    if (const GemvFewRowsForm form = GemvCudaFewRowsForm();
-        form != GemvFewRowsForm::kTwoRowsPerWarp) {
-      const bool early = form == GemvFewRowsForm::kRowPerWarpDeepEarly;
-      constexpr int kMin = kFewRowsMinBlocks<P>;
-      if constexpr (kExact) {
-        if (GemvExactRows()) {
-          return early
-                     ? LaunchExactRows<P, false, 1, kDeep, true, kMin>(p, overlap_previous, stream)
-                     : LaunchExactRows<P, false, 1, kDeep, false, kMin>(p, overlap_previous,
-                                                                        stream);
-        }
-      }
-      return early ? Launch<P, 4, 1, kDeep, false, false, kMin, false, true>(p, overlap_previous,
-                                                                             stream)
-                   : Launch<P, 4, 1, kDeep, false, false, kMin>(p, overlap_previous, stream);
-    }
-  }
-  if constexpr (kExact) {
-    if (GemvExactRows()) return LaunchExactRows<P, false, 2, 2>(p, overlap_previous, stream);
-  }
-  return Launch<P, 4, 2, 2>(p, overlap_previous, stream);
 }
 
 // Activation-row bound R (compile time, accumulators in registers), output rows per warp NR
@@ -320,6 +269,9 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
                                      : GemvIq4XsOneRowKernel<P::kDepth1>,
                                p, 1, overlap_previous, stream);
     }
+    if (p.rows <= 4 && GemvExactRows()) {
+      return LaunchExactRows<P, false, 2, 2>(p, overlap_previous, stream);
+    }
   }
   if (p.rows == 1) {
     if (WeightsBeforeWait(kEarlyOneRowOther)) {
@@ -329,7 +281,7 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
     return Launch<P, 1, 1, P::kDepth1, false, false, kOneRowMinBlocks<P>>(p, overlap_previous,
                                                                           stream);
   }
-  if (p.rows <= 4) return LaunchFewRowsLong<P>(p, overlap_previous, stream);
+  if (p.rows <= 4) return Launch<P, 4, 2, 2>(p, overlap_previous, stream);
   if (p.rows <= 8) return Launch<P, 8, 2, 2>(p, overlap_previous, stream);
   return Launch<P, 16, 2, 2>(p, overlap_previous, stream);
 }

@@ -42,26 +42,6 @@ KernelStatus SetGridTables(GgmlType type, GemvParams* p) {
 
 bool SetGemvCudaLowBitTypes(bool on) { return LowBitTypesSetting().exchange(on); }
 
-namespace {
-std::atomic<int>& FewRowsFormSetting() {
-  static std::atomic<int> form{[] {
-    const char* v = std::getenv("STEPSERVE_GEMV_FEW_ROWS");
-    const int n = v != nullptr ? std::atoi(v) : 0;
-    return n >= 0 && n <= 2 ? n : 0;
-  }()};
-  return form;
-}
-}  // namespace
-
-GemvFewRowsForm SetGemvCudaFewRowsForm(GemvFewRowsForm form) {
-  const int n = static_cast<int>(form);
-  return static_cast<GemvFewRowsForm>(FewRowsFormSetting().exchange(n >= 0 && n <= 2 ? n : 0));
-}
-
-GemvFewRowsForm GemvCudaFewRowsForm() {
-  return static_cast<GemvFewRowsForm>(FewRowsFormSetting().load(std::memory_order_relaxed));
-}
-
 bool GemvCudaSupports(GgmlType type) {
   if (GemvCudaLowBitType(type)) return LowBitTypesSetting().load(std::memory_order_relaxed);
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||

@@ -96,25 +96,6 @@ int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations);
 // runs; returns the previous one.
 int64_t SetGemvCudaMmaWideMaxRows(int64_t rows);
 
-// 2-4 activation rows over long weight rows (the decode GEMVs of 2-4 streams) in the dp4a GEMV
-// (every int8-path type but the 2-3 bit ones, which keep kTwoRowsPerWarp): kTwoRowsPerWarp (the
-// default) gives each warp two output rows with a ring of two steps; kRowPerWarpDeep one output
-// row per warp with a ring of kGemvFewRowsDeepDepth steps (twice the warps, each with as many
-// weight bytes in flight, under a register cap of 5 CTAs per SM); kRowPerWarpDeepEarly that with
-// the first ring loaded before the PDL wait, as the one-row GEMV. Why: at 4 streams the IQ4_XS
-// projections' GEMVs ran at ~31% of the copy bandwidth against ~60-75% for one row (H100 timeline,
-// session 40). Same sums in the same order per output row whatever the form (the ring depth changes
-// only when loads are issued). STEPSERVE_GEMV_FEW_ROWS=0 / 1 / 2 (read at the first use) or
-// SetGemvCudaFewRowsForm (tests, A/B runs; returns the previous form).
-enum class GemvFewRowsForm : int {
-  kTwoRowsPerWarp = 0,
-  kRowPerWarpDeep = 1,
-  kRowPerWarpDeepEarly = 2
-};
-inline constexpr int kGemvFewRowsDeepDepth = 4;
-GemvFewRowsForm SetGemvCudaFewRowsForm(GemvFewRowsForm form);
-GemvFewRowsForm GemvCudaFewRowsForm();
-
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 // Scratch bytes with which GemvIndexedCuda can take any of its paths, the grouped F16 GEMM (F16

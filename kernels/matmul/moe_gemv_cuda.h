@@ -99,12 +99,14 @@ int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens);
 // step at 3 / 4 / 8 / 16 / 64 streams): 3.867 / 4.503 / 6.820 / 9.916 / 24.239 and 3.866 / 4.500 /
 // 6.823 / 9.930 / 24.226 against 3.936 / 4.581 / 6.859 / 9.888 / 24.300 and 3.962 / 4.586 / 6.863
 // / 9.900 / 24.267: -2.1% / -1.8% / -0.6% at 3-8, +0.3% at 16 (the doubled grid),
-// -0.2% at 64 - hence the limit. With 48 CTAs a slot (what mode 1 now uses past ~72 slots) 16 /
-// 32 / 64 streams measured -2.1% / -1.7% / +0.3%: the limit goes to 32 once moe_gemv_cuda_test's
-// long-row case (the first to run the pair there) has passed on a device (session 41).
+// -0.2% at 64. With 48 CTAs a slot past ~72 slots, 16 / 32 / 64 streams measured -2.1% / -1.7% /
+// +0.3% (session 40) and again 9.825-9.870 / 16.013 against 10.030-10.060 / 16.286-16.307 ms and
+// 24.596 against 24.349 (session 41, results-v36.txt: -2.0% / -1.8% / +1.0%), with
+// moe_gemv_cuda_test's long-row case and all 55 cases in mode 1 passing (H100): hence the limit
+// of 32 tokens.
 // STEPSERVE_MOE_GATE_UP_PAIR=0/1/2 (read at the first use) or SetMoeGemvCudaGateUpPair (returns the
 // previous mode; clamped to 0..2) sets it.
-inline constexpr int64_t kMoeGemvGateUpPairTokens = 8;
+inline constexpr int64_t kMoeGemvGateUpPairTokens = 32;
 int MoeGemvCudaGateUpPair();
 int SetMoeGemvCudaGateUpPair(int mode);
 // Pair launches MoeGemvCuda has enqueued in this process (tests check the path).

@@ -225,16 +225,9 @@ struct LowBitScope {
   bool before;
 };
 
-// Fresh inputs every run: the kernels must be right on any valid input.
-uint64_t FreshSeed() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) | rd();
-}
-
-// GemvCuda on random blocks and activations from `seed` against the CPU references (see the file
-// comment); `y_out` (optional) receives y as written, rows x y_stride floats.
-void CheckMatchesCpuReference(const Case& c, uint64_t seed, std::vector<float>* y_out = nullptr) {
-  const auto [type, shape, rows, mode] = c;
+TEST_P(GemvCudaTest, MatchesCpuReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const auto [type, shape, rows, mode] = GetParam();
   const MmaWideScope wide(32);  // rows up to 16 never take the wide kernel
   const LowBitScope low_bit;
   const auto [out, in] = shape;
@@ -242,6 +235,8 @@ void CheckMatchesCpuReference(const Case& c, uint64_t seed, std::vector<float>* 
   const int64_t row_bytes = PaddedRowBytes(type, in);
   const int64_t nb = in / TypeInfo(type).block_elems;
   const int64_t x_stride = in + 4, y_stride = out + 3;
+  std::random_device rd;  // fresh inputs every run: the kernel must be right on any valid input
+  const uint64_t seed = (uint64_t{rd()} << 32) | rd();
   SCOPED_TRACE("seed " + std::to_string(seed));
 
   std::vector<uint8_t> w(out * row_bytes, 0xA5);  // padding bytes hold garbage on purpose
@@ -320,7 +315,6 @@ void CheckMatchesCpuReference(const Case& c, uint64_t seed, std::vector<float>* 
   std::vector<double> y;
   std::vector<float> y_raw;
   ASSERT_NO_FATAL_FAILURE(run(args, &y, &y_raw));
-  if (y_out != nullptr) *y_out = y_raw;
   const std::string what = std::string(GgmlTypeName(type)) + " out " + std::to_string(out) +
                            " in " + std::to_string(in) + " rows " + std::to_string(rows) +
                            (q8 ? " q8" : " f32");
@@ -363,11 +357,6 @@ void CheckMatchesCpuReference(const Case& c, uint64_t seed, std::vector<float>* 
   std::vector<float> y2_raw;
   ASSERT_NO_FATAL_FAILURE(run(again, &y2, &y2_raw));
   EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size() * 4), 0) << what;
-}
-
-TEST_P(GemvCudaTest, MatchesCpuReference) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  ASSERT_NO_FATAL_FAILURE(CheckMatchesCpuReference(GetParam(), FreshSeed()));
 }
 
 // {33, 2304}: an odd number of blocks (9) on a long row: with IQ4_XS the last block starts 16-byte
@@ -430,62 +419,6 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::pair<int64_t, int64_t>{37, 1280}),
                        ::testing::Values(1, 2, 3, 8, 16),
                        ::testing::Values(GemvCudaActivations::kQ8)));
-
-// Sets the few-row form (GemvFewRowsForm) for a case and restores the previous one after it.
-struct FewRowsFormScope {
-  explicit FewRowsFormScope(GemvFewRowsForm form) : before(SetGemvCudaFewRowsForm(form)) {}
-  ~FewRowsFormScope() { SetGemvCudaFewRowsForm(before); }
-  GemvFewRowsForm before;
-};
-
-// form, type, {out, in}, rows
-using FormCase = std::tuple<GemvFewRowsForm, GgmlType, std::pair<int64_t, int64_t>, int64_t>;
-
-class GemvCudaFewRowsFormTest : public ::testing::TestWithParam<FormCase> {};
-
-// Each few-row form passes the reference checks and writes bit for bit what the two-rows-per-warp
-// form writes on the same inputs (the same per-row sums in the same order; only the number of
-// output rows per warp, the ring depth and when the first loads issue differ).
-TEST_P(GemvCudaFewRowsFormTest, MatchesReferenceAndTheTwoRowForm) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  const auto [form, type, shape, rows] = GetParam();
-  const Case c{type, shape, rows, GemvCudaActivations::kQ8};
-  const uint64_t seed = FreshSeed();
-  std::vector<float> two_rows, in_form;
-  {
-    const FewRowsFormScope scope(GemvFewRowsForm::kTwoRowsPerWarp);
-    ASSERT_NO_FATAL_FAILURE(CheckMatchesCpuReference(c, seed, &two_rows));
-  }
-  {
-    const FewRowsFormScope scope(form);
-    ASSERT_EQ(GemvCudaFewRowsForm(), form);
-    ASSERT_NO_FATAL_FAILURE(CheckMatchesCpuReference(c, seed, &in_form));
-  }
-  ASSERT_EQ(two_rows.size(), in_form.size());
-  EXPECT_EQ(std::memcmp(two_rows.data(), in_form.data(), two_rows.size() * 4), 0)
-      << GgmlTypeName(type) << " rows " << rows << " form " << static_cast<int>(form);
-}
-
-// {33, 4096} and {4095, 768}: long rows (16 and 3 blocks of 256; 24 and 3 of 32 for Q8_0) with a
-// warp's last row past `out`; {37, 1280}: short rows (the form does not apply: the same kernel).
-INSTANTIATE_TEST_SUITE_P(
-    Forms, GemvCudaFewRowsFormTest,
-    ::testing::Combine(::testing::Values(GemvFewRowsForm::kRowPerWarpDeep,
-                                         GemvFewRowsForm::kRowPerWarpDeepEarly),
-                       ::testing::Values(GgmlType::kIQ4_XS, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                                         GgmlType::kQ6_K, GgmlType::kQ8_0),
-                       ::testing::Values(std::pair<int64_t, int64_t>{33, 4096},
-                                         std::pair<int64_t, int64_t>{4095, 768},
-                                         std::pair<int64_t, int64_t>{37, 1280}),
-                       ::testing::Values(2, 3, 4)));
-
-TEST(GemvCudaValidateTest, FewRowsFormsClampToTheKnownOnes) {
-  const GemvFewRowsForm before = SetGemvCudaFewRowsForm(GemvFewRowsForm::kRowPerWarpDeep);
-  EXPECT_EQ(GemvCudaFewRowsForm(), GemvFewRowsForm::kRowPerWarpDeep);
-  SetGemvCudaFewRowsForm(static_cast<GemvFewRowsForm>(7));  // unknown: the default form
-  EXPECT_EQ(GemvCudaFewRowsForm(), GemvFewRowsForm::kTwoRowsPerWarp);
-  SetGemvCudaFewRowsForm(before);
-}
 
 TEST(GemvCudaValidateTest, LowBitTypesOnlyWhenTurnedOnAndOnlyWithInt8Activations) {
   const bool before = SetGemvCudaLowBitTypes(false);

@@ -1,13 +1,12 @@
 // Runs the real one-activation-row GEMVs (kernels/matmul/gemv_q8x_cuda.cu, through its launcher
-// LaunchGemvQ8x with p.rows = 1) and its 2-4-row kernels in each few-row form
-// (STEPSERVE_GEMV_FEW_ROWS, set by run.sh) under the host emulator: the lean IQ4_XS kernel (one row
-// per warp, and with STEPSERVE_GEMV_ROW_CTAS small, warps looping over rows) and GemvQ8Kernel for
-// Q4_K, Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh, Q2_K and Q3_K included
-// (long rows; 5-block rows take the short-row mapping). Session 18 moved the first weight loads of
-// these kernels before the PDL wait (STEPSERVE_WEIGHTS_BEFORE_WAIT bits 1 and 8); run.sh runs this
-// test with and without them, so a ring loaded for the wrong row shows here. y is checked against a
-// double-precision reference - the engine's own dequantization of the weights times the int8
-// activations - and every padding float must stay untouched.
+// LaunchGemvQ8x with p.rows = 1) and its 2-4-row kernels under the host emulator: the lean IQ4_XS
+// kernel (one row per warp, and with STEPSERVE_GEMV_ROW_CTAS small, warps looping over rows) and
+// GemvQ8Kernel for Q4_K, Q5_K, Q6_K and the 2-3 bit types of gemv_q8x_pieces_low_bit.cuh, Q2_K and
+// Q3_K included (long rows; 5-block rows take the short-row mapping). Session 18 moved the first
+// weight loads of these kernels before the PDL wait (STEPSERVE_WEIGHTS_BEFORE_WAIT bits 1 and 8);
+// run.sh runs this test with and without them, so a ring loaded for the wrong row shows here. y is
+// checked against a double-precision reference - the engine's own dequantization of the weights
+// times the int8 activations - and every padding float must stay untouched.
 //   test_gemv_one_row [copy_at_issue 0|1] [seed] [only_case]
 #include <cstdlib>
 #include <limits>
@@ -32,15 +31,6 @@ cudaError_t LaunchGemvQ8xMma(GgmlType, const GemvParams&, bool, cudaStream_t) {
 int GemvMmaMinRows() { return 8; }
 }  // namespace stepserve::kernels::gemv_internal
 
-namespace stepserve::kernels {
-// The few-row form (matmul_cuda.cu keeps the setting): STEPSERVE_GEMV_FEW_ROWS as there.
-GemvFewRowsForm GemvCudaFewRowsForm() {
-  const char* v = std::getenv("STEPSERVE_GEMV_FEW_ROWS");
-  const int n = v != nullptr ? std::atoi(v) : 0;
-  return static_cast<GemvFewRowsForm>(n >= 0 && n <= 2 ? n : 0);
-}
-}  // namespace stepserve::kernels
-
 using stepserve::GgmlType;
 using stepserve::kernels::gemv_internal::GemvParams;
 
@@ -48,7 +38,7 @@ struct OneRowCase {
   std::string name;
   GgmlType type;
   int64_t in, out, y_pad;
-  int rows = 1;  // activation rows (2-4: the few-row kernels, STEPSERVE_GEMV_FEW_ROWS)
+  int rows = 1;  // activation rows (2-4: the few-row kernels)
 };
 
 bool RunCase(const OneRowCase& c, uint32_t seed) {
@@ -121,8 +111,8 @@ int main(int argc, char** argv) {
       {"Q3_K 4096 x 13", GgmlType::kQ3_K, 4096, 13, 2},
       {"Q3_K 2304 x 9 (9 blocks)", GgmlType::kQ3_K, 2304, 9, 0},
       {"Q3_K 1280 x 10 (short rows)", GgmlType::kQ3_K, 1280, 10, 1},
-      // 2-4 activation rows: long rows through the few-row form in force, short ones through
-      // the one-row-per-lane-group kernels; odd counts of output rows (a warp's last row past out).
+      // 2-4 activation rows: long rows two output rows per warp (IQ4_XS: the exact-rows kernels),
+      // short ones a row per lane group; odd counts of output rows (a warp's last row past out).
       {"IQ4_XS 4096 x 37, 2 rows", GgmlType::kIQ4_XS, 4096, 37, 3, 2},
       {"IQ4_XS 2304 x 13, 3 rows (9 blocks)", GgmlType::kIQ4_XS, 2304, 13, 1, 3},
       {"IQ4_XS 4096 x 11, 4 rows", GgmlType::kIQ4_XS, 4096, 11, 2, 4},
@@ -135,10 +125,9 @@ int main(int argc, char** argv) {
   };
   const char* mask = std::getenv("STEPSERVE_WEIGHTS_BEFORE_WAIT");
   const char* ctas = std::getenv("STEPSERVE_GEMV_ROW_CTAS");
-  const char* form = std::getenv("STEPSERVE_GEMV_FEW_ROWS");
   const std::string label = std::string("gemv_one_row weights-before-wait ") +
                             (mask ? mask : "default") + " row-ctas " + (ctas ? ctas : "default") +
-                            " few-rows " + (form ? form : "default") + " ";
+                            " ";
   const int fails = RunCases(cases, only, seed, label.c_str(), 0, RunCase);
   return fails != 0;
 }
