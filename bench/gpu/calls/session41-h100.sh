@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Session 41's fallback call where no H200 comes (an H100 runs 24 layers; compare only with H100
-# runs; it ran at 7011ea0, and the few-row forms were removed after it): the few-row GEMV forms' test (STEPSERVE_GEMV_FEW_ROWS) and their A/B at 2-4 streams in two
-# alternating rounds (IQ4_XS and Q4_K_M), the gate / up pair's long-row test case and its A/B at
-# 16 / 32 streams, a 4-stream timeline in the early form, and the stall reasons of the 16-row
-# tensor-core GEMV. ~350 s on an H100.
+# runs; it ran at 7011ea0, and the few-row forms were removed after it): the few-row GEMV forms'
+# test (STEPSERVE_GEMV_FEW_ROWS) and their A/B at 2-4 streams in two alternating rounds (IQ4_XS
+# and Q4_K_M), the gate / up pair's long-row test case and its A/B at 16 / 32 streams, a 4-stream
+# timeline in the early form, and the stall reasons of the 16-row tensor-core GEMV. ~350 s on an
+# H100 (86 s when it ran).
 #   (timeout 500 bash bench/gpu/calls/session41-h100.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
