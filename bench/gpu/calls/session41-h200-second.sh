@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Session 41's second H200 call, warm after session41-h200.sh (the build is reused): the issue's
-# other figures (decode at 8 / 32 streams, GEMV alone 4096 x 12288), the decode attention's split
-# rule at batch 1 / 4 (STEPSERVE_ATTN_CTAS_PER_SM 2 / 16 against the default 8), kernel timelines at
-# 4, 16 and 64 streams on the targets' card, and the Q4_K_M mix at 2 / 4 streams.
+# Session 41's follow-up call (written for the H200; it ran on the warm H100 after
+# session41-h100.sh, at 7011ea0, 24 layers; each call unpacks a fresh tree, so it builds again): the
+# issue's other figures (decode at 8 / 32 streams, GEMV alone 4096 x 12288), the decode attention's
+# split rule at batch 1 / 4 (STEPSERVE_ATTN_CTAS_PER_SM 2 / 16 against the default 8), kernel
+# timelines at 4, 16 and 64 streams, and the Q4_K_M mix at 2 / 4 streams.
 #   (timeout 500 bash bench/gpu/calls/session41-h200-second.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
