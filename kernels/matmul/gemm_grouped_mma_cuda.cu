@@ -33,90 +33,22 @@ namespace stepserve::kernels::gemv_internal {
 namespace {
 
 #include "kernels/matmul/gemv_q8x_pieces.cuh"
+#include "kernels/matmul/mma_iq4_staged.cuh"
 
 constexpr int kWarps = 4;
 constexpr int kTileRows = 16 * kWarps;  // weight (output) rows per CTA, 16 per warp
 constexpr int kTilePairs = 32;          // activation rows (token, slot pairs) per chunk
 constexpr int kColTiles = kTilePairs / 8;
 constexpr int kStages = 2;
-// Staged activation row: a pair of blocks (512 int8) + 16 bytes, so rows are 4 banks apart.
-constexpr int kActStride = 512 + 16;
-// Staged scales: 16 float2 {d, d * sum} per row + 16 bytes, so rows 2t are 8 banks apart.
-constexpr int kScaleStride = 16 * 8 + 16;
-constexpr int kWeightStageBytes = kTileRows * kIq4PairBytes;
-constexpr int kActStageBytes = kTilePairs * kActStride;
-constexpr int kScaleStageBytes = kTilePairs * kScaleStride;
-constexpr int kStageBytes = kWeightStageBytes + kActStageBytes + kScaleStageBytes;
-constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + kTilePairs * sizeof(int);
+using Stage = StagedPair<kTileRows, kTilePairs>;
+constexpr size_t kSmemBytes = size_t{kStages} * Stage::kBytes + kTilePairs * sizeof(int);
 
 // Copies pair of blocks `kp` of the CTA's 64 weight rows and of the chunk's 32 activation rows
-// (pair_row: their rows in xq / xd) into `stage`. A last pair of one block copies 9 weight pieces
-// (the 9th ends at the padded row end), 256 activations and 8 scales.
+// (pair_row: their rows in xq / xd) into `stage`.
 __device__ __forceinline__ void CopyStage(uint8_t* stage, const GemvParams& p, const uint8_t* w,
                                           int64_t o0, int64_t kp, bool full_pair,
                                           const int* pair_row) {
-  const int w_pieces = full_pair ? 17 : 9;
-  for (int i = threadIdx.x; i < kTileRows * w_pieces; i += blockDim.x) {
-    const int r = i / w_pieces, c = i - r * w_pieces;
-    const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;  // extra rows: computed, dropped
-    CopyAsync16(stage + r * kIq4PairBytes + 16 * c,
-                w + row * p.w_row_bytes + kp * kIq4PairBytes + 16 * c);
-  }
-  const int x_pieces = full_pair ? 32 : 16;
-  uint8_t* act = stage + kWeightStageBytes;
-  for (int i = threadIdx.x; i < kTilePairs * x_pieces; i += blockDim.x) {
-    const int r = i / x_pieces, c = i - r * x_pieces;
-    CopyAsync16(act + r * kActStride + 16 * c,
-                p.xq + static_cast<int64_t>(pair_row[r]) * p.in + kp * 512 + 16 * c);
-  }
-  const int s_pieces = x_pieces / 4;  // 16-byte pieces of 2 float2: 8 for 16 sub-blocks
-  uint8_t* scales = act + kActStageBytes;
-  const int64_t blocks32 = p.in / 32;
-  for (int i = threadIdx.x; i < kTilePairs * s_pieces; i += blockDim.x) {
-    const int r = i / s_pieces, c = i - r * s_pieces;
-    CopyAsync16(scales + r * kScaleStride + 16 * c,
-                p.xd + static_cast<int64_t>(pair_row[r]) * blocks32 + kp * 16 + 2 * c);
-  }
-}
-
-// Block bi (0 or 1) of a staged pair: the warp's 16 rows x the chunk's 32 columns, into acc.
-__device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int bi, int warp, int g, int t,
-                                               const uint32_t (&tbl)[4],
-                                               float (&acc)[kColTiles][4]) {
-  const uint8_t* ra = stage + (16 * warp + g) * kIq4PairBytes + bi * kIq4Bytes;
-  const uint8_t* rb = ra + 8 * kIq4PairBytes;
-  const uint8_t* act = stage + kWeightStageBytes + bi * 256 + 8 * t;
-  const uint8_t* scales = stage + kWeightStageBytes + kActStageBytes;
-  const uint2 ha = *reinterpret_cast<const uint2*>(ra);
-  const uint2 hb = *reinterpret_cast<const uint2*>(rb);
-  const float da = F16Bits(ha.x), db = F16Bits(hb.x);
-  // Fully unrolled: shared memory, not registers, bounds the CTAs per SM (two), so the loads of
-  // all 8 sub-blocks may be issued ahead.
-#pragma unroll
-  for (int ib = 0; ib < 8; ++ib) {
-    const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
-    const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
-    const float dl_a = SubBlockScale(ha, da, ib), dl_b = SubBlockScale(hb, db, ib);
-    const uint2 va = Lookup16Pairs(qa, tbl), vb = Lookup16Pairs(qb, tbl);
-    const uint32_t a[4] = {va.x, vb.x, va.y, vb.y};
-    const int sub = 8 * bi + ib;  // 32-value activation block within the staged pair
-#pragma unroll
-    for (int j = 0; j < kColTiles; ++j) {
-      // B column g = staged row 8j + g (the activations are stored in pair order, so the 8 bytes
-      // at 8t of its sub-block are the fragment); results in columns 2t, 2t + 1.
-      const uint2 x = *reinterpret_cast<const uint2*>(act + (8 * j + g) * kActStride + 32 * ib);
-      const float d0 =
-          reinterpret_cast<const float2*>(scales + (8 * j + 2 * t) * kScaleStride)[sub].x;
-      const float d1 =
-          reinterpret_cast<const float2*>(scales + (8 * j + 2 * t + 1) * kScaleStride)[sub].x;
-      int c[4];
-      MmaS8(a, x.x, x.y, c);
-      acc[j][0] += IntToFloat(c[0]) * (dl_a * d0);
-      acc[j][1] += IntToFloat(c[1]) * (dl_a * d1);
-      acc[j][2] += IntToFloat(c[2]) * (dl_b * d0);
-      acc[j][3] += IntToFloat(c[3]) * (dl_b * d1);
-    }
-  }
+  Stage::CopyPair(stage, p, w, o0, kp, full_pair, [&](int r) { return pair_row[r]; });
 }
 
 // Grid (64-row tiles, slots). A slot's groups run in chunks of 32 (the last one clamped to its
@@ -124,7 +56,7 @@ __device__ __forceinline__ void MmaStagedBlock(const uint8_t* stage, int bi, int
 __global__ void __launch_bounds__(32 * kWarps)
     GemmMmaIq4XsGroupedKernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(16) uint8_t gemm_smem[];
-  int* pair_row = reinterpret_cast<int*>(gemm_smem + size_t{kStages} * kStageBytes);
+  int* pair_row = reinterpret_cast<int*>(gemm_smem + size_t{kStages} * Stage::kBytes);
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int g = lane >> 2, t = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
@@ -140,17 +72,17 @@ __global__ void __launch_bounds__(32 * kWarps)
     LoadPairRows<kTilePairs>(p, c0, cols, pair_row);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      if (s < n_kp) CopyStage(gemm_smem + s * kStageBytes, p, w, o0, s, 2 * s + 1 < nb, pair_row);
+      if (s < n_kp) CopyStage(gemm_smem + s * Stage::kBytes, p, w, o0, s, 2 * s + 1 < nb, pair_row);
       CommitCopies();  // empty groups too: the wait below counts groups
     }
     float acc[kColTiles][4] = {};
     for (int64_t kp = 0; kp < n_kp; ++kp) {
       const int s = static_cast<int>(kp % kStages);
-      uint8_t* stage = gemm_smem + s * kStageBytes;
+      uint8_t* stage = gemm_smem + s * Stage::kBytes;
       WaitCopiesButOne();  // this thread's copies of stage kp have landed
       __syncthreads();     // and everyone's
-      MmaStagedBlock(stage, 0, warp, g, t, tbl, acc);
-      if (2 * kp + 1 < nb) MmaStagedBlock(stage, 1, warp, g, t, tbl, acc);
+      Stage::MmaBlock<kColTiles>(stage, 0, warp, g, t, tbl, acc);
+      if (2 * kp + 1 < nb) Stage::MmaBlock<kColTiles>(stage, 1, warp, g, t, tbl, acc);
       __syncthreads();  // every warp is done with the stage before it is refilled
       if (kp + kStages < n_kp) {
         CopyStage(stage, p, w, o0, kp + kStages, 2 * (kp + kStages) + 1 < nb, pair_row);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Session 42's call (an H200 if one comes - then the 45-layer target figures first - else an
+# H100 at 24 layers; compare only with runs on the same card): the tall tensor-core GEMV
+# (STEPSERVE_GEMV_MMA_TALL, gemv_mma_tall_cuda.cu: 64 rows per CTA sharing staged activations, K
+# split over clusters of 2-4 CTAs; new, host-emulated only): its test cases in modes 1 and 2, the
+# GEMV alone at 8 / 12 / 16 rows (bench_gemv --rows) and the decode A/B at 8 / 12 / 16 streams in
+# two alternating rounds, then the whole-model test with it, the stall reasons of its 16-row
+# launches and a 16-stream timeline. ~330 s on an H100.
+#   (timeout 570 bash bench/gpu/calls/session42.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+cd "$(dirname "$0")/../../.." || exit 1
+source bench/gpu/call-lib-h200.sh
+export CALL_BENCH_ARGS="--kv-dtype f16"  # what `stepserve serve` uses on a GPU (--kv-dtype auto)
+call_build bench_model bench_gemv gemv_cuda_test model_cuda_test stepserve || exit 1
+tall=STEPSERVE_GEMV_MMA_TALL
+if [[ -z ${CALL_LAYERS:-} ]]; then  # an H200: the target figures first (none since session 26)
+  call_ab 1,4,16,64 2048
+  CALL_RECIPE=q4_k_m call_ab 1 ""
+fi
+call_test gemv_cuda_test tall1 GTEST_FILTER='TallIq4Xs/*' $tall=1
+call_test gemv_cuda_test tall2 GTEST_FILTER='TallIq4Xs/*' $tall=2
+for mode in 0 1 2; do
+  echo "bench_gemv --rows $tall=$mode"
+  env $tall=$mode "$CALL_BUILD/bench/gpu/bench_gemv" --rows 2>&1 | grep iq4_xs |
+    sed -nE 's/.*("out":[0-9]+,"in":[0-9]+,"rows":[0-9]+).*("us":[0-9.]+).*("fraction_of_copy":[0-9.]+).*/\1 \2 \3/p'
+done
+for round in 1 2; do
+  call_ab 8,12,16 "" $tall=0 STEPSERVE_ROUND=$round
+  call_ab 8,12,16 "" $tall=1 STEPSERVE_ROUND=$round
+  call_ab 8,12,16 "" $tall=2 STEPSERVE_ROUND=$round
+done
+CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-tall STEPSERVE_GEMV_MMA_TALL=1 \
+  STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
+call_ncu_stalls tall16 GemvMmaIq4XsTallKernel 4 "--batches 16 --decode-steps 2" $tall=1
+call_timeline b16-tall 16 $tall=1
+call_done

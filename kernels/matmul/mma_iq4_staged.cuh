@@ -1,0 +1,127 @@
+// The staged tensor-core tile of IQ4_XS weights x int8 activations, shared by the grouped GEMM of
+// a prefill's experts (gemm_grouped_mma_cuda.cu, 32 activation rows) and the tall GEMV of 8-16
+// activation rows (gemv_mma_tall_cuda.cu): one stage holds a pair of IQ4_XS blocks (512 weights)
+// of kWeightRows weight rows (16 per warp) and the same 512 int8 activations and 16 scales of
+// kActRows activation rows, copied by all of the CTA's threads with cp.async; each warp decodes
+// its 16 rows' A fragments once per 32-weight sub-block and multiplies them with every 8-row tile
+// of activations, whose B fragments and scales come from the stage. Row strides are padded so
+// the 8 rows one fragment load reads fall in distinct banks.
+// Included inside the anonymous namespace of those .cu files, after gemv_q8x_pieces.cuh
+// (Lookup16Pairs, IntToFloat) and mma_iq4_util.cuh.
+#ifndef STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_
+#define STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_
+
+// Staged activation row: a pair of blocks (512 int8) + 16 bytes, so rows are 4 banks apart.
+constexpr int kStagedActStride = 512 + 16;
+// Staged scales: 16 float2 {d, d * sum} per row + 16 bytes, so rows 2t are 8 banks apart.
+constexpr int kStagedScaleStride = 16 * 8 + 16;
+
+// Byte layout of one stage: the weight rows (row r at r * kIq4PairBytes), then the activation
+// rows, then their scales.
+template <int kWeightRows, int kActRows>
+struct StagedPair {
+  static constexpr int kWeightBytes = kWeightRows * kIq4PairBytes;
+  static constexpr int kActBytes = kActRows * kStagedActStride;
+  static constexpr int kScaleBytes = kActRows * kStagedScaleStride;
+  static constexpr int kBytes = kWeightBytes + kActBytes + kScaleBytes;
+
+  // Pair `kp` of weight rows o0 .. o0 + kWeightRows - 1 of matrix w (rows past p.out repeat the
+  // last one: computed, dropped). A last pair of one block (kFull false) copies 9 pieces (the 9th
+  // ends at the padded row end). The piece counts are compile-time so that the index split is a
+  // multiply, not a division.
+  template <bool kFull>
+  static __device__ __forceinline__ void CopyWeights(uint8_t* stage, const GemvParams& p,
+                                                     const uint8_t* w, int64_t o0, int64_t kp) {
+    constexpr int kPieces = kFull ? 17 : 9;
+    for (int i = threadIdx.x; i < kWeightRows * kPieces; i += blockDim.x) {
+      const int r = i / kPieces, c = i - r * kPieces;
+      const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;
+      CopyAsync16(stage + r * kIq4PairBytes + 16 * c,
+                  w + row * p.w_row_bytes + kp * kIq4PairBytes + 16 * c);
+    }
+  }
+
+  // Pair `kp` of the activation rows row_of(0 .. kActRows - 1) in xq / xd: 512 int8 (256 for a
+  // last pair of one block) and their 16 (8) scales.
+  template <bool kFull, class RowOf>
+  static __device__ __forceinline__ void CopyActivations(uint8_t* stage, const GemvParams& p,
+                                                         int64_t kp, RowOf row_of) {
+    constexpr int kXPieces = kFull ? 32 : 16;
+    constexpr int kSPieces = kXPieces / 4;  // 16-byte pieces of 2 float2: 8 for 16 sub-blocks
+    uint8_t* act = stage + kWeightBytes;
+    for (int i = threadIdx.x; i < kActRows * kXPieces; i += blockDim.x) {
+      const int r = i / kXPieces, c = i - r * kXPieces;
+      CopyAsync16(act + r * kStagedActStride + 16 * c,
+                  p.xq + static_cast<int64_t>(row_of(r)) * p.in + kp * 512 + 16 * c);
+    }
+    uint8_t* scales = act + kActBytes;
+    const int64_t blocks32 = p.in / 32;
+    for (int i = threadIdx.x; i < kActRows * kSPieces; i += blockDim.x) {
+      const int r = i / kSPieces, c = i - r * kSPieces;
+      CopyAsync16(scales + r * kStagedScaleStride + 16 * c,
+                  p.xd + static_cast<int64_t>(row_of(r)) * blocks32 + kp * 16 + 2 * c);
+    }
+  }
+
+  // Both, for pair kp (full_pair: both of its blocks exist).
+  template <class RowOf>
+  static __device__ __forceinline__ void CopyPair(uint8_t* stage, const GemvParams& p,
+                                                  const uint8_t* w, int64_t o0, int64_t kp,
+                                                  bool full_pair, RowOf row_of) {
+    if (full_pair) {
+      CopyWeights<true>(stage, p, w, o0, kp);
+      CopyActivations<true>(stage, p, kp, row_of);
+    } else {
+      CopyWeights<false>(stage, p, w, o0, kp);
+      CopyActivations<false>(stage, p, kp, row_of);
+    }
+  }
+
+  // Block bi (0 or 1) of a staged pair: weight rows 16 * warp .. + 15 x the first 8 * kColTiles
+  // activation rows, into acc (lane g = lane / 4, t = lane % 4: rows g and g + 8, activation
+  // columns 8j + 2t and 8j + 2t + 1).
+  template <int kColTiles>
+  static __device__ __forceinline__ void MmaBlock(const uint8_t* stage, int bi, int warp, int g,
+                                                  int t, const uint32_t (&tbl)[4],
+                                                  float (&acc)[kColTiles][4]) {
+    static_assert(8 * kColTiles <= kActRows, "the tiles read staged activation rows");
+    const uint8_t* ra = stage + (16 * warp + g) * kIq4PairBytes + bi * kIq4Bytes;
+    const uint8_t* rb = ra + 8 * kIq4PairBytes;
+    const uint8_t* act = stage + kWeightBytes + bi * 256 + 8 * t;
+    const uint8_t* scales = stage + kWeightBytes + kActBytes;
+    const uint2 ha = *reinterpret_cast<const uint2*>(ra);
+    const uint2 hb = *reinterpret_cast<const uint2*>(rb);
+    const float da = F16Bits(ha.x), db = F16Bits(hb.x);
+    // Fully unrolled: shared memory, not registers, bounds the CTAs per SM, so the loads of all
+    // 8 sub-blocks may be issued ahead.
+#pragma unroll
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
+      const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
+      const float dl_a = SubBlockScale(ha, da, ib), dl_b = SubBlockScale(hb, db, ib);
+      const uint2 va = Lookup16Pairs(qa, tbl), vb = Lookup16Pairs(qb, tbl);
+      const uint32_t a[4] = {va.x, vb.x, va.y, vb.y};
+      const int sub = 8 * bi + ib;  // 32-value activation block within the staged pair
+#pragma unroll
+      for (int j = 0; j < kColTiles; ++j) {
+        // B column g = staged row 8j + g (the activations are stored in pair order, so the 8
+        // bytes at 8t of its sub-block are the fragment); results in columns 2t, 2t + 1.
+        const uint2 x =
+            *reinterpret_cast<const uint2*>(act + (8 * j + g) * kStagedActStride + 32 * ib);
+        const float d0 =
+            reinterpret_cast<const float2*>(scales + (8 * j + 2 * t) * kStagedScaleStride)[sub].x;
+        const float d1 =
+            reinterpret_cast<const float2*>(scales + (8 * j + 2 * t + 1) * kStagedScaleStride)[sub]
+                .x;
+        int c[4];
+        MmaS8(a, x.x, x.y, c);
+        acc[j][0] += IntToFloat(c[0]) * (dl_a * d0);
+        acc[j][1] += IntToFloat(c[1]) * (dl_a * d1);
+        acc[j][2] += IntToFloat(c[2]) * (dl_b * d0);
+        acc[j][3] += IntToFloat(c[3]) * (dl_b * d1);
+      }
+    }
+  }
+};
+
+#endif  // STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_
