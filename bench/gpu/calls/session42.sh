@@ -4,8 +4,9 @@
 # (STEPSERVE_GEMV_MMA_TALL, gemv_mma_tall_cuda.cu: 64 rows per CTA sharing staged activations, K
 # split over clusters of 2-4 CTAs; new, host-emulated only): its test cases in modes 1 and 2, the
 # GEMV alone at 8 / 12 / 16 rows (bench_gemv --rows) and the decode A/B at 8 / 12 / 16 streams in
-# two alternating rounds, then the whole-model test with it, the stall reasons of its 16-row
-# launches and a 16-stream timeline. ~330 s on an H100.
+# two alternating rounds, 2 / 4 streams with it from 2 rows against the default, then the
+# whole-model test with it, the stall reasons of its 16-row launches and a 16-stream timeline.
+# ~350 s on an H100.
 #   (timeout 570 bash bench/gpu/calls/session42.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -28,6 +29,9 @@ for round in 1 2; do
   call_ab 8,12,16 "" $tall=1 STEPSERVE_ROUND=$round
   call_ab 8,12,16 "" $tall=2 STEPSERVE_ROUND=$round
 done
+# From 2 rows (STEPSERVE_GEMV_MMA=2): the 16-row kernel lost to dp4a at 2-4 streams (session 41).
+call_ab 2,4 "" STEPSERVE_GEMV_MMA=2 $tall=1
+call_ab 2,4 ""
 CALL_TEST_TIMEOUT=150 call_test model_cuda_test model-tall STEPSERVE_GEMV_MMA_TALL=1 \
   STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
 call_ncu_stalls tall16 GemvMmaIq4XsTallKernel 4 "--batches 16 --decode-steps 2" $tall=1
