@@ -38,13 +38,14 @@ namespace {
 
 constexpr int kTallWarps = 4;
 constexpr int kTallRows = 16 * kTallWarps;  // output rows per CTA
-constexpr int kTallStages = 3;
+// Stages of the cp.async ring: 3 (modes 1, 2: NT = 2 fits 2 CTAs a multiprocessor) or 2 (modes 3,
+// 4: 3 CTAs), a measured choice.
 constexpr int kTallMaxSplits = 4;  // cluster CTAs along K (a portable cluster holds up to 8)
 
 template <int NT>
 using TallStage = StagedPair<kTallRows, 8 * NT>;
 
-template <int NT>
+template <int NT, int kTallStages>
 constexpr size_t TallSharedBytes() {
   return size_t{kTallStages} * TallStage<NT>::kBytes +
          size_t{kTallWarps} * NT * 32 * sizeof(float4);
@@ -73,7 +74,7 @@ __device__ __forceinline__ void StoreTile(const GemvParams& p, int64_t oa, int t
 // NT = activation-row tiles of 8 (rows <= 8 * NT). Grid (64-row tiles, K splits); the K splits of
 // a tile form one cluster (launched with cluster y = gridDim.y). A split takes a contiguous range
 // of pairs of blocks, the ranges as even as whole pairs allow.
-template <int NT>
+template <int NT, int kTallStages>
 __global__ void __launch_bounds__(32 * kTallWarps)
     GemvMmaIq4XsTallKernel(const __grid_constant__ GemvParams p) {
   using Stage = TallStage<NT>;
@@ -121,8 +122,12 @@ __global__ void __launch_bounds__(32 * kTallWarps)
   for (int64_t k = 0; k < n_mine; ++k) {
     const int s = static_cast<int>(k % kTallStages);
     uint8_t* stage = tall_smem + s * Stage::kBytes;
-    WaitCopiesButTwo();  // this thread's copies of stage k have landed
-    __syncthreads();     // and everyone's
+    if constexpr (kTallStages == 3) {
+      WaitCopiesButTwo();  // this thread's copies of stage k have landed
+    } else {
+      WaitCopiesButOne();
+    }
+    __syncthreads();  // and everyone's
     const int64_t kp = kp0 + k;
     Stage::template MmaBlock<NT>(stage, 0, warp, g, t, tbl, acc);
     if (full(kp)) Stage::template MmaBlock<NT>(stage, 1, warp, g, t, tbl, acc);
@@ -165,12 +170,12 @@ __global__ void __launch_bounds__(32 * kTallWarps)
   ClusterSync();  // no CTA leaves while another still reads its shared memory
 }
 
-// 0 off (the default until measured), 1 on: at least one CTA per multiprocessor, 2 on: at least
-// two (more K splits).
+// 0 off (the default until measured); 1 / 2: a 3-stage ring, K split until at least one / two
+// CTAs per multiprocessor; 3 / 4: the same with a 2-stage ring.
 int TallModeFromEnv() {
   const char* v = std::getenv("STEPSERVE_GEMV_MMA_TALL");
-  if (v == nullptr || v[0] == '\0' || v[0] == '0') return 0;
-  return v[0] == '2' ? 2 : 1;
+  if (v == nullptr || v[0] < '1' || v[0] > '4') return 0;
+  return v[0] - '0';
 }
 
 // Multiprocessors of the current device, cached per device (up to 64).
@@ -190,18 +195,19 @@ int MultiprocessorCount() {
 
 std::atomic<long long> tall_launches{0};
 
-template <int NT>
+template <int NT, int kStages>
 cudaError_t LaunchTall(bool overlap, dim3 grid, int splits, const GemvParams& p,
                        cudaStream_t stream) {
-  constexpr size_t kSmem = TallSharedBytes<NT>();
+  constexpr size_t kSmem = TallSharedBytes<NT, kStages>();
   static std::atomic<uint64_t> attribute_set{0};
   if (const cudaError_t err =
-          SetDynamicSharedOnce(GemvMmaIq4XsTallKernel<NT>, kSmem, attribute_set);
+          SetDynamicSharedOnce(GemvMmaIq4XsTallKernel<NT, kStages>, kSmem, attribute_set);
       err != cudaSuccess) {
     return err;
   }
-  const cudaError_t err = LaunchOverlappingCluster(overlap, GemvMmaIq4XsTallKernel<NT>, grid,
-                                                   dim3(32 * kTallWarps), kSmem, stream, splits, p);
+  const cudaError_t err =
+      LaunchOverlappingCluster(overlap, GemvMmaIq4XsTallKernel<NT, kStages>, grid,
+                               dim3(32 * kTallWarps), kSmem, stream, splits, p);
   if (err == cudaSuccess) tall_launches.fetch_add(1, std::memory_order_relaxed);
   return err;
 }
@@ -217,7 +223,7 @@ long long GemvMmaTallLaunches() { return tall_launches.load(std::memory_order_re
 
 int GemvMmaTallSplits(int64_t out, int64_t in, int sms, int mode) {
   const int64_t tiles = (out + kTallRows - 1) / kTallRows, n_kp = (in / 256 + 1) / 2;
-  const int64_t target = sms * static_cast<int64_t>(mode >= 2 ? 2 : 1);
+  const int64_t target = sms * static_cast<int64_t>(mode % 2 == 0 ? 2 : 1);
   int splits = 1;
   // Halve the pairs per CTA while the grid is short of the target and each split keeps 2 pairs.
   while (splits < kTallMaxSplits && tiles * splits < target && n_kp >= 4 * splits) splits *= 2;
@@ -238,8 +244,12 @@ cudaError_t LaunchGemvQ8xMmaTall(GgmlType type, const GemvParams& p, bool overla
   const dim3 grid(static_cast<unsigned>((p.out + kTallRows - 1) / kTallRows),
                   static_cast<unsigned>(splits));
   const bool overlap = overlap_previous || PdlEnabled();
-  return p.rows <= 8 ? LaunchTall<1>(overlap, grid, splits, p, stream)
-                     : LaunchTall<2>(overlap, grid, splits, p, stream);
+  if (mode >= 3) {
+    return p.rows <= 8 ? LaunchTall<1, 2>(overlap, grid, splits, p, stream)
+                       : LaunchTall<2, 2>(overlap, grid, splits, p, stream);
+  }
+  return p.rows <= 8 ? LaunchTall<1, 3>(overlap, grid, splits, p, stream)
+                     : LaunchTall<2, 3>(overlap, grid, splits, p, stream);
 }
 
 }  // namespace stepserve::kernels::gemv_internal

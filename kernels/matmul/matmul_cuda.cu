@@ -63,7 +63,7 @@ int64_t SetGemvCudaMmaWideMaxRows(int64_t rows) {
 }
 
 int SetGemvCudaMmaTall(int mode) {
-  return gemv_internal::GemvMmaTallSetting().exchange(mode < 0 ? 0 : (mode > 2 ? 2 : mode));
+  return gemv_internal::GemvMmaTallSetting().exchange(mode < 0 ? 0 : (mode > 4 ? 4 : mode));
 }
 
 long long GemvCudaMmaTallLaunches() { return gemv_internal::GemvMmaTallLaunches(); }

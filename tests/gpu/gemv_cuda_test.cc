@@ -366,7 +366,7 @@ TEST_P(GemvCudaTest, MatchesCpuReference) {
   CheckAgainstCpu(GetParam());
 }
 
-// The tall tensor-core GEMV (STEPSERVE_GEMV_MMA_TALL; mode 2 when the variable says 2, else 1) on
+// The tall tensor-core GEMV (STEPSERVE_GEMV_MMA_TALL; the variable's mode 2-4, else 1) on
 // the shapes it takes on a 132-multiprocessor card: K split over clusters of 4 (64 tiles of 4096
 // rows; 33 tiles of 2112), of 2 or none (132 tiles of 8448 rows: 2 splits in mode 2), a last tile
 // of 63 rows (4095), a lone last block (9 blocks of 2304); 8 / 11 / 16 activation rows (one tile
@@ -381,7 +381,7 @@ TEST_P(GemvCudaTallTest, MatchesCpuReference) {
     explicit TallScope(int mode) : before(SetGemvCudaMmaTall(mode)) {}
     ~TallScope() { SetGemvCudaMmaTall(before); }
     int before;
-  } tall(env != nullptr && env[0] == '2' ? 2 : 1);
+  } tall(env != nullptr && env[0] >= '2' && env[0] <= '4' ? env[0] - '0' : 1);
   const long long launches = GemvCudaMmaTallLaunches();
   CheckAgainstCpu(GetParam());
   EXPECT_GT(GemvCudaMmaTallLaunches(), launches) << "the tall kernel did not run";

@@ -2,7 +2,7 @@
 # Session 42's call (an H200 if one comes - then the 45-layer target figures first - else an
 # H100 at 24 layers; compare only with runs on the same card): the tall tensor-core GEMV
 # (STEPSERVE_GEMV_MMA_TALL, gemv_mma_tall_cuda.cu: 64 rows per CTA sharing staged activations, K
-# split over clusters of 2-4 CTAs; new, host-emulated only): its test cases in modes 1 and 2, the
+# split over clusters of 2-4 CTAs; new, host-emulated only): its test cases in modes 1-3, the
 # GEMV alone at 8 / 12 / 16 rows (bench_gemv --rows) and the decode A/B at 8 / 12 / 16 streams in
 # two alternating rounds, 2 / 4 streams with it from 2 rows against the default, then the
 # whole-model test with it, the stall reasons of its 16-row launches and a 16-stream timeline.
@@ -19,15 +19,14 @@ if [[ -z ${CALL_LAYERS:-} ]]; then  # an H200: the target figures first (none si
 fi
 call_test gemv_cuda_test tall1 GTEST_FILTER='TallIq4Xs/*' $tall=1
 call_test gemv_cuda_test tall2 GTEST_FILTER='TallIq4Xs/*' $tall=2
-for mode in 0 1 2; do
+call_test gemv_cuda_test tall3 GTEST_FILTER='TallIq4Xs/*' $tall=3
+for mode in 0 1 2 3; do
   echo "bench_gemv --rows $tall=$mode"
   env $tall=$mode "$CALL_BUILD/bench/gpu/bench_gemv" --rows 2>&1 | grep iq4_xs |
     sed -nE 's/.*("out":[0-9]+,"in":[0-9]+,"rows":[0-9]+).*("us":[0-9.]+).*("fraction_of_copy":[0-9.]+).*/\1 \2 \3/p'
 done
 for round in 1 2; do
-  call_ab 8,12,16 "" $tall=0 STEPSERVE_ROUND=$round
-  call_ab 8,12,16 "" $tall=1 STEPSERVE_ROUND=$round
-  call_ab 8,12,16 "" $tall=2 STEPSERVE_ROUND=$round
+  for mode in 0 1 2 3; do call_ab 8,12,16 "" $tall=$mode STEPSERVE_ROUND=$round; done
 done
 # From 2 rows (STEPSERVE_GEMV_MMA=2): the 16-row kernel lost to dp4a at 2-4 streams (session 41).
 call_ab 2,4 "" STEPSERVE_GEMV_MMA=2 $tall=1

@@ -106,6 +106,8 @@ int main(int argc, char** argv) {
       {4096, 64, 2, 1, 1, 1},      // 2 rows, 8 pairs in one CTA
       {4608, 64, 16, 1, 1, 4},     // 9 pairs over 4 splits: 2, 2, 2, 3
       {4608, 64, 13, 1, 2, 2},     // mode 2: 4 splits for 2 multiprocessors
+      {12288, 200, 16, 0, 3, 16},  // mode 3 (2-stage ring): 4 x 4 splits of 6 pairs
+      {4608, 64, 8, 1, 4, 2},      // mode 4: 4 splits, 2-stage ring, one tile of 8 rows
       {256, 16, 9, 1, 1, 8},       // declined (1 pair, 1 tile for 8 multiprocessors): plain
       {768, 37, 17, 3, 1, 1},      // past 16 rows: the wide kernel
   };
