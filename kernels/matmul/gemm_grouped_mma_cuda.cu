@@ -41,6 +41,7 @@ constexpr int kTilePairs = 32;          // activation rows (token, slot pairs) p
 constexpr int kColTiles = kTilePairs / 8;
 constexpr int kStages = 2;
 using Stage = StagedPair<kTileRows, kTilePairs>;
+static_assert(Stage::kThreads == 32 * kWarps, "the stage copies assume the launch's threads");
 constexpr size_t kSmemBytes = size_t{kStages} * Stage::kBytes + kTilePairs * sizeof(int);
 
 // Copies pair of blocks `kp` of the CTA's 64 weight rows and of the chunk's 32 activation rows

@@ -44,6 +44,7 @@ constexpr int kTallMaxSplits = 4;  // cluster CTAs along K (a portable cluster h
 
 template <int NT>
 using TallStage = StagedPair<kTallRows, 8 * NT>;
+static_assert(TallStage<1>::kThreads == 32 * kTallWarps, "the stage copies assume the launch's");
 
 template <int NT, int kTallStages>
 constexpr size_t TallSharedBytes() {

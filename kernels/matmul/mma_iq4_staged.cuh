@@ -25,38 +25,51 @@ struct StagedPair {
   static constexpr int kScaleBytes = kActRows * kStagedScaleStride;
   static constexpr int kBytes = kWeightBytes + kActBytes + kScaleBytes;
 
+  // The CTA's threads: a warp per 16 weight rows.
+  static constexpr int kThreads = 2 * kWeightRows;
+
   // Pair `kp` of weight rows o0 .. o0 + kWeightRows - 1 of matrix w (rows past p.out repeat the
   // last one: computed, dropped). A last pair of one block (kFull false) copies 9 pieces (the 9th
-  // ends at the padded row end). The piece counts are compile-time so that the index split is a
-  // multiply, not a division.
+  // ends at the padded row end). Two threads a row, each every other 16-byte piece from one row
+  // pointer: ~3 instructions a piece (the flat piece index split by a division took ~22).
   template <bool kFull>
   static __device__ __forceinline__ void CopyWeights(uint8_t* stage, const GemvParams& p,
                                                      const uint8_t* w, int64_t o0, int64_t kp) {
     constexpr int kPieces = kFull ? 17 : 9;
-    for (int i = threadIdx.x; i < kWeightRows * kPieces; i += blockDim.x) {
-      const int r = i / kPieces, c = i - r * kPieces;
-      const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;
-      CopyAsync16(stage + r * kIq4PairBytes + 16 * c,
-                  w + row * p.w_row_bytes + kp * kIq4PairBytes + 16 * c);
+    const int r = static_cast<int>(threadIdx.x) >> 1, half = static_cast<int>(threadIdx.x) & 1;
+    const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;
+    const uint8_t* src = w + row * p.w_row_bytes + kp * kIq4PairBytes + 16 * half;
+    uint8_t* dst = stage + r * kIq4PairBytes + 16 * half;
+#pragma unroll
+    for (int m = 0; m < (kPieces + 1) / 2; ++m) {
+      if (2 * m + half < kPieces) CopyAsync16(dst + 32 * m, src + 32 * m);
     }
   }
 
   // Pair `kp` of the activation rows row_of(0 .. kActRows - 1) in xq / xd: 512 int8 (256 for a
-  // last pair of one block) and their 16 (8) scales.
+  // last pair of one block) and their 16 (8) scales; kThreads / kActRows threads a row.
   template <bool kFull, class RowOf>
   static __device__ __forceinline__ void CopyActivations(uint8_t* stage, const GemvParams& p,
                                                          int64_t kp, RowOf row_of) {
     constexpr int kXPieces = kFull ? 32 : 16;
     constexpr int kSPieces = kXPieces / 4;  // 16-byte pieces of 2 float2: 8 for 16 sub-blocks
+    constexpr int kRowThreads = kThreads / kActRows;
+    static_assert(kThreads % kActRows == 0 && kXPieces % kRowThreads == 0, "pieces per thread");
     uint8_t* act = stage + kWeightBytes;
-    for (int i = threadIdx.x; i < kActRows * kXPieces; i += blockDim.x) {
-      const int r = i / kXPieces, c = i - r * kXPieces;
-      CopyAsync16(act + r * kStagedActStride + 16 * c,
-                  p.xq + static_cast<int64_t>(row_of(r)) * p.in + kp * 512 + 16 * c);
+    {
+      const int r = static_cast<int>(threadIdx.x) / kRowThreads;
+      const int c0 = static_cast<int>(threadIdx.x) % kRowThreads;
+      const int8_t* src = p.xq + static_cast<int64_t>(row_of(r)) * p.in + kp * 512 + 16 * c0;
+      uint8_t* dst = act + r * kStagedActStride + 16 * c0;
+#pragma unroll
+      for (int m = 0; m < kXPieces / kRowThreads; ++m) {
+        CopyAsync16(dst + 16 * kRowThreads * m, src + 16 * kRowThreads * m);
+      }
     }
     uint8_t* scales = act + kActBytes;
     const int64_t blocks32 = p.in / 32;
-    for (int i = threadIdx.x; i < kActRows * kSPieces; i += blockDim.x) {
+#pragma unroll
+    for (int i = threadIdx.x; i < kActRows * kSPieces; i += kThreads) {
       const int r = i / kSPieces, c = i - r * kSPieces;
       CopyAsync16(scales + r * kStagedScaleStride + 16 * c,
                   p.xd + static_cast<int64_t>(row_of(r)) * blocks32 + kp * 16 + 2 * c);
