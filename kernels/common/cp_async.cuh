@@ -29,10 +29,6 @@ __device__ __forceinline__ void CommitCopies() {
 __device__ __forceinline__ void WaitCopiesButOne() {
   asm volatile("cp.async.wait_group 1;" ::: "memory");
 }
-// Waits until at most the two most recently committed groups are in flight (three-stage rings).
-__device__ __forceinline__ void WaitCopiesButTwo() {
-  asm volatile("cp.async.wait_group 2;" ::: "memory");
-}
 
 }  // namespace stepserve::kernels
 

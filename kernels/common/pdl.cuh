@@ -49,43 +49,21 @@ inline bool PdlEnabled() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
-// `overlap`, and the grid's CTAs in clusters of `cluster_y` along y (cluster.cuh; grid.y a multiple
-// of it, at most 8; 1: no clusters). The kernel must call WaitForPrimaryGrid() before touching
-// memory other kernels write.
+// `overlap`. The kernel must call WaitForPrimaryGrid() before touching memory other kernels write.
 template <class... KernelArgs, class... Args>
-cudaError_t LaunchOverlappingCluster(bool overlap, void (*kernel)(KernelArgs...), dim3 grid,
-                                     dim3 block, size_t smem, cudaStream_t stream, int cluster_y,
-                                     Args&&... args) {
+cudaError_t LaunchOverlapping(bool overlap, void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
+                              size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  if (overlap) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  if (cluster_y > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = 1;
-    attr[n].val.clusterDim.y = static_cast<unsigned>(cluster_y);
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = n;
+  cfg.numAttrs = overlap ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
-// LaunchOverlappingCluster without clusters.
-template <class... KernelArgs, class... Args>
-cudaError_t LaunchOverlapping(bool overlap, void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
-                              size_t smem, cudaStream_t stream, Args&&... args) {
-  return LaunchOverlappingCluster(overlap, kernel, grid, block, smem, stream, 1,
-                                  std::forward<Args>(args)...);
 }
 
 // LaunchOverlapping when PdlEnabled().

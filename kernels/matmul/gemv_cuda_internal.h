@@ -173,20 +173,6 @@ std::atomic<int>& GemvMmaWideMaxRowsSetting();  // from the variable, then SetGe
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream);
 
-// The tall tensor-core GEMV (gemv_mma_tall_cuda.cu: 64 output rows per CTA sharing staged
-// activations, K split over a cluster of 2-4 CTAs where the tiles are few) for 2..kGemvMmaMaxRows
-// rows of IQ4_XS, tried first by LaunchGemvQ8xMma while GemvMmaTallSetting() is non-zero
-// (STEPSERVE_GEMV_MMA_TALL at the first use, then SetGemvCudaMmaTall: 0 off, 1 / 3 at least a CTA
-// per multiprocessor, 2 / 4 at least two; 1-2 a 3-stage ring, 3-4 a 2-stage one). cudaErrorNotSupported, with nothing launched, for anything else
-// or where even 4 splits leave fewer CTAs than multiprocessors.
-std::atomic<int>& GemvMmaTallSetting();
-long long GemvMmaTallLaunches();  // successful launches since the process started
-// The K splits (cluster CTAs) of an out x in matrix on `sms` multiprocessors in `mode` (1-4); 0
-// where the grid would stay under one CTA per multiprocessor.
-int GemvMmaTallSplits(int64_t out, int64_t in, int sms, int mode);
-cudaError_t LaunchGemvQ8xMmaTall(GgmlType type, const GemvParams& p, bool overlap_previous,
-                                 cudaStream_t stream);
-
 // Grouped mode of IQ4_XS (p.x_pair_order) through the tensor-core kernel, for many groups per
 // matrix (a prefill's MoE): each slot's groups in chunks of 32 activation rows.
 // cudaErrorNotSupported, with nothing launched, for anything else (or STEPSERVE_GEMV_MMA=0).

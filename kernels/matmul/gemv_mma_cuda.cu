@@ -373,10 +373,6 @@ cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_pr
       p.in % 256 != 0 || p.matrix_ids != nullptr || p.slot_matrix != nullptr) {
     return cudaErrorNotSupported;
   }
-  if (p.rows <= kGemvMmaMaxRows) {
-    const cudaError_t tall = LaunchGemvQ8xMmaTall(type, p, overlap_previous, stream);
-    if (tall != cudaErrorNotSupported) return tall;
-  }
   const dim3 grid(static_cast<unsigned>((p.out + kMmaRowsM - 1) / kMmaRowsM));
   const bool overlap = overlap_previous || PdlEnabled();
   if (p.rows > kGemvMmaMaxRows) {

@@ -62,12 +62,6 @@ int64_t SetGemvCudaMmaWideMaxRows(int64_t rows) {
   return gemv_internal::GemvMmaWideMaxRowsSetting().exchange(static_cast<int>(clamped));
 }
 
-int SetGemvCudaMmaTall(int mode) {
-  return gemv_internal::GemvMmaTallSetting().exchange(mode < 0 ? 0 : (mode > 4 ? 4 : mode));
-}
-
-long long GemvCudaMmaTallLaunches() { return gemv_internal::GemvMmaTallLaunches(); }
-
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
   if (in <= 0 || rows <= 0) return 0;
   return gemv_internal::Q8ScalesOffset(in, rows) +

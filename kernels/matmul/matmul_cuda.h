@@ -95,13 +95,6 @@ int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations);
 // Sets the wide tensor-core GEMV's limit (clamped to 16..32; 16 turns it off) for tests and A/B
 // runs; returns the previous one.
 int64_t SetGemvCudaMmaWideMaxRows(int64_t rows);
-// The tall tensor-core GEMV of 2-16 IQ4_XS rows (64 output rows per CTA, K split over a cluster
-// where tiles are few; STEPSERVE_GEMV_MMA_TALL): 0 off, 1 / 2 on with a 3-stage ring (at least one
-// / two CTAs per multiprocessor), 3 / 4 the same with a 2-stage ring. Sets the mode for every later
-// launch and returns the previous one.
-int SetGemvCudaMmaTall(int mode);
-// Its successful launches so far (tests check that a case took it).
-long long GemvCudaMmaTallLaunches();
 
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);

@@ -1,11 +1,12 @@
-// The staged tensor-core tile of IQ4_XS weights x int8 activations, shared by the grouped GEMM of
-// a prefill's experts (gemm_grouped_mma_cuda.cu, 32 activation rows) and the tall GEMV of 8-16
-// activation rows (gemv_mma_tall_cuda.cu): one stage holds a pair of IQ4_XS blocks (512 weights)
-// of kWeightRows weight rows (16 per warp) and the same 512 int8 activations and 16 scales of
+// The staged tensor-core tile of IQ4_XS weights x int8 activations of the prefill's grouped GEMM
+// (gemm_grouped_mma_cuda.cu): one stage holds a pair of IQ4_XS blocks (512 weights) of
+// kWeightRows weight rows (16 per warp) and the same 512 int8 activations and 16 scales of
 // kActRows activation rows, copied by all of the CTA's threads with cp.async; each warp decodes
 // its 16 rows' A fragments once per 32-weight sub-block and multiplies them with every 8-row tile
 // of activations, whose B fragments and scales come from the stage. Row strides are padded so
-// the 8 rows one fragment load reads fall in distinct banks.
+// the 8 rows one fragment load reads fall in distinct banks. Session 42's tall GEMV of 8-16
+// decode rows shared it (64 rows per CTA, K split over thread-block clusters) and lost to the
+// 16-row kernel on the H100 (docs/cuda-engine.md); it was removed, this tile stayed.
 // Included inside the anonymous namespace of those .cu files, after gemv_q8x_pieces.cuh
 // (Lookup16Pairs, IntToFloat) and mma_iq4_util.cuh.
 #ifndef STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -226,10 +225,9 @@ struct LowBitScope {
   bool before;
 };
 
-// One case: GemvCuda against the references (header comment), then again from the prequantized
-// activations.
-void CheckAgainstCpu(const Case& c) {
-  const auto [type, shape, rows, mode] = c;
+TEST_P(GemvCudaTest, MatchesCpuReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const auto [type, shape, rows, mode] = GetParam();
   const MmaWideScope wide(32);  // rows up to 16 never take the wide kernel
   const LowBitScope low_bit;
   const auto [out, in] = shape;
@@ -360,41 +358,6 @@ void CheckAgainstCpu(const Case& c) {
   ASSERT_NO_FATAL_FAILURE(run(again, &y2, &y2_raw));
   EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size() * 4), 0) << what;
 }
-
-TEST_P(GemvCudaTest, MatchesCpuReference) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  CheckAgainstCpu(GetParam());
-}
-
-// The tall tensor-core GEMV (STEPSERVE_GEMV_MMA_TALL; the variable's mode 2-4, else 1) on
-// the shapes it takes on a 132-multiprocessor card: K split over clusters of 4 (64 tiles of 4096
-// rows; 33 tiles of 2112), of 2 or none (132 tiles of 8448 rows: 2 splits in mode 2), a last tile
-// of 63 rows (4095), a lone last block (9 blocks of 2304); 8 / 11 / 16 activation rows (one tile
-// of 8, two partly and wholly used; below 8 rows the dp4a GEMV runs). Each case must have
-// launched it.
-class GemvCudaTallTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(GemvCudaTallTest, MatchesCpuReference) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
-  const char* env = std::getenv("STEPSERVE_GEMV_MMA_TALL");
-  struct TallScope {
-    explicit TallScope(int mode) : before(SetGemvCudaMmaTall(mode)) {}
-    ~TallScope() { SetGemvCudaMmaTall(before); }
-    int before;
-  } tall(env != nullptr && env[0] >= '2' && env[0] <= '4' ? env[0] - '0' : 1);
-  const long long launches = GemvCudaMmaTallLaunches();
-  CheckAgainstCpu(GetParam());
-  EXPECT_GT(GemvCudaMmaTallLaunches(), launches) << "the tall kernel did not run";
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    TallIq4Xs, GemvCudaTallTest,
-    ::testing::Combine(::testing::Values(GgmlType::kIQ4_XS),
-                       ::testing::Values(std::pair<int64_t, int64_t>{4096, 8192},
-                                         std::pair<int64_t, int64_t>{4095, 12288},
-                                         std::pair<int64_t, int64_t>{8448, 2304},
-                                         std::pair<int64_t, int64_t>{2112, 12288}),
-                       ::testing::Values(8, 11, 16), ::testing::Values(GemvCudaActivations::kQ8)));
 
 // {33, 2304}: an odd number of blocks (9) on a long row: with IQ4_XS the last block starts 16-byte
 // aligned and ends 8 bytes before the padded row end.

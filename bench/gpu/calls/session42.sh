@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran once, on an H100 at 874120c (bench/gpu/results-v37.txt); the tall kernel lost in every mode
+# and was removed after it, so on a later head the STEPSERVE_GEMV_MMA_TALL runs are the default
+# and the TallIq4Xs test filter matches nothing.
 # Session 42's call (an H200 if one comes - then the 45-layer target figures first - else an
 # H100 at 24 layers; compare only with runs on the same card): the tall tensor-core GEMV
 # (STEPSERVE_GEMV_MMA_TALL, gemv_mma_tall_cuda.cu: 64 rows per CTA sharing staged activations, K

@@ -16,10 +16,9 @@ uint32_t launch_seed = 1;
 unsigned last_grid_x = 0, last_grid_y = 0, last_block = 0;
 size_t last_smem = 0;
 long long n_ctas = 0;
-int last_cluster_y = 1;
 
 namespace {
-enum class Op { kNone, kMmaS8, kMmaF16, kWgmmaF16, kSyncWarp, kShfl, kBar, kClusterBar, kDone };
+enum class Op { kNone, kMmaS8, kMmaF16, kWgmmaF16, kSyncWarp, kShfl, kBar, kDone };
 struct Copy {
   void* dst;
   const void* src;
@@ -40,12 +39,8 @@ struct Lane {
   std::vector<Copy> open;
   std::deque<std::vector<Copy>> groups;
 };
-Lane lanes[kMaxClusterThreads];
+Lane lanes[kMaxThreads];
 int n_threads = 0;  // of the running CTA (its blockDim.x)
-// The running cluster: its CTAs' dynamic shared memory (CTA c's at cluster_smem[c]) and the
-// thread count of each CTA; a plain launch is a cluster of one CTA using smem_base.
-std::vector<uint8_t*> cluster_smem;
-int cta_threads = 0;
 ucontext_t sched;
 int cur = -1;
 std::function<void()> entry;
@@ -402,16 +397,6 @@ uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c) {
 uint16_t F16FromF32(float x) { return F16Round(x); }
 
 void SyncThreads() { Block(Op::kBar); }
-int ClusterRank() { return cur / cta_threads; }
-void ClusterSync() { Block(Op::kClusterBar); }
-float4 ClusterLoadFloat4(const float4* local, int rank) {
-  if (rank < 0 || rank >= static_cast<int>(cluster_smem.size())) Fail("cluster rank out of range");
-  const uint32_t off = SharedOffset(local);
-  if (off % 16 != 0 || off + 16 > smem_bytes) Fail("cluster shared load past or misaligned");
-  float4 v;
-  std::memcpy(&v, cluster_smem[rank] + off, 16);
-  return v;
-}
 void SyncWarp() {
   lanes[cur].member = 0xFFFFFFFFu;
   Block(Op::kSyncWarp);
@@ -430,31 +415,16 @@ uint32_t Shfl(uint32_t member, int kind, uint32_t v, int arg, int width) {
 }
 
 // Runs one CTA of `kernel` with `threads` threads (a multiple of 32, at most kMaxThreads) to
-// completion; with cluster > 1 the cluster of CTAs (bx, by .. by + cluster - 1) together, each
-// with its own dynamic shared memory (smem_bytes, poisoned), so that cluster barriers and reads
-// of another CTA's shared memory can be emulated.
+// completion.
 void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
-            uint32_t order_seed, int cluster) {
+            uint32_t order_seed) {
   if (threads < 32 || threads > kMaxThreads || threads % 32) Fail("CTA size");
-  if (cluster < 1 || cluster * threads > kMaxClusterThreads) Fail("cluster size");
-  const int n = threads * cluster, warps = n / 32;
-  n_threads = threads;
-  cta_threads = threads;
+  const int n = threads, warps = threads / 32;
+  n_threads = n;
   entry = std::move(kernel);
-  uint8_t* const own_smem = smem_base;
-  std::vector<std::vector<uint8_t>> arena;
-  cluster_smem.assign(1, own_smem);
-  if (cluster > 1) {
-    arena.assign(cluster, std::vector<uint8_t>(smem_bytes + 16, 0xFF));
-    cluster_smem.clear();
-    for (auto& a : arena) {  // 16-byte aligned like the real dynamic area
-      const uintptr_t at = (reinterpret_cast<uintptr_t>(a.data()) + 15) & ~uintptr_t{15};
-      cluster_smem.push_back(reinterpret_cast<uint8_t*>(at));
-    }
-  }
   blockIdx.x = bx;
   blockIdx.y = by;
-  blockDim.x = threads;
+  blockDim.x = n;
   blockDim.y = blockDim.z = 1;
   for (int t = 0; t < n; ++t) {
     Lane& l = lanes[t];
@@ -472,7 +442,6 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
   // shifts used before the thread count became a launch parameter (rng >> 25, rng >> 30).
   auto pick = [](uint32_t r, int m) { return static_cast<int>((uint64_t{r} * m) >> 32); };
   uint32_t rng = order_seed * 2654435761u + 1;
-  std::vector<bool> exited(cluster, false);
   for (;;) {
     // Run every runnable lane until it blocks (in a varying order).
     bool ran = false;
@@ -482,26 +451,10 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
       const int t = reverse ? (start - k + n) % n : (start + k) % n;
       if (lanes[t].op != Op::kNone) continue;
       cur = t;
-      threadIdx.x = t % threads;
+      threadIdx.x = t;
       threadIdx.y = threadIdx.z = 0;
-      blockIdx.y = by + t / threads;
-      smem_base = cluster_smem[t / threads];
       swapcontext(&sched, &lanes[t].ctx);
       ran = true;
-      // The shared memory of a cluster CTA whose threads have all exited is gone: poisoned at
-      // once, so a later read of it by another CTA of the cluster (no cluster barrier before the
-      // exit) shows.
-      const int c = t / threads;
-      if (cluster > 1 && lanes[t].op == Op::kDone && !exited[c]) {
-        bool all_done = true;
-        for (int u = c * threads; u < (c + 1) * threads; ++u) {
-          all_done = all_done && lanes[u].op == Op::kDone;
-        }
-        if (all_done) {
-          exited[c] = true;
-          std::memset(cluster_smem[c], 0xFF, smem_bytes);
-        }
-      }
     }
     if (ran) continue;
     // Complete a warp collective every lane of its mask has reached (in a varying order): the
@@ -521,38 +474,22 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
         }
         if (all) {
           cur = -1;
-          smem_base = cluster_smem[32 * w / threads];  // wgmma reads its CTA's shared memory
           RunWarpOp(w, member);
           progressed = true;  // let the lanes run again before the next op: more interleavings
         }
       }
     }
     if (progressed) continue;
-    // A CTA whose threads all wait at __syncthreads goes on; a cluster barrier releases once every
-    // thread of every CTA of the cluster has reached it.
-    int done = 0, cluster_bar = 0;
-    for (int c = 0; c < cluster && !progressed; ++c) {
-      int cta_done = 0, bar = 0;
-      for (int t = c * threads; t < (c + 1) * threads; ++t) {
-        cta_done += lanes[t].op == Op::kDone;
-        bar += lanes[t].op == Op::kBar;
-      }
-      if (bar > 0 && bar + cta_done == threads) {
-        if (cta_done > 0) Fail("__syncthreads with exited threads");
-        for (int t = c * threads; t < (c + 1) * threads; ++t) lanes[t].op = Op::kNone;
-        ++n_bar;
-        progressed = true;
-      }
-    }
-    if (progressed) continue;
+    int done = 0, bar = 0;
     for (int t = 0; t < n; ++t) {
       done += lanes[t].op == Op::kDone;
-      cluster_bar += lanes[t].op == Op::kClusterBar;
+      bar += lanes[t].op == Op::kBar;
     }
     if (done == n) break;
-    if (cluster_bar > 0 && cluster_bar + done == n) {
-      if (done > 0) Fail("cluster barrier with exited threads");
+    if (bar > 0 && bar + done == n) {
+      if (done > 0) Fail("__syncthreads with exited threads");
       for (int t = 0; t < n; ++t) lanes[t].op = Op::kNone;
+      ++n_bar;
       continue;
     }
     Fail("deadlock: warp collective with lanes at a barrier or exited");
@@ -566,7 +503,5 @@ void RunCta(std::function<void()> kernel, unsigned bx, unsigned by, int threads,
     n_exit_pending += !lanes[t].open.empty();
     DoCopies(lanes[t].open);
   }
-  smem_base = own_smem;
-  cluster_smem.assign(1, own_smem);
 }
 }  // namespace emu

@@ -47,8 +47,6 @@ extern EmuDim threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
 constexpr int kMaxThreads = 384;  // the F16 GEMMs' 8 warps, the wgmma one's 12
-// Threads of one emulated cluster (its CTAs run together: the tall GEMV's 4 x 128).
-constexpr int kMaxClusterThreads = 512;
 extern uint8_t* smem_base;
 extern size_t smem_bytes;
 extern bool copy_at_issue;  // cp.async performed at issue (early) or at the wait (late)
@@ -75,12 +73,6 @@ uint32_t MulF16x2(uint32_t a, uint32_t b);
 uint32_t FmaF16x2(uint32_t a, uint32_t b, uint32_t c);
 uint16_t F16FromF32(float x);
 void SyncThreads();
-// Thread-block clusters (kernels/common/cluster.cuh): the running thread's CTA rank, the
-// cluster-wide barrier, and a float4 read from the same offset in the shared memory of CTA `rank`
-// of the cluster (each CTA of a cluster has its own dynamic shared memory here).
-int ClusterRank();
-void ClusterSync();
-float4 ClusterLoadFloat4(const float4* local, int rank);
 void SyncWarp();
 // shfl.sync of kind 0 (bfly), 1 (idx) or 2 (down) among the lanes of `member` (each calls it with
 // the same mask, kind and width; the offset too except for idx), in `width`-lane segments; kind 3

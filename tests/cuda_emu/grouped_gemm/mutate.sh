@@ -12,7 +12,7 @@ work=${EMU_WORK:-/tmp/stepserve-emu-gemm}/mut_$1
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
 case $2 in
   matmul/gemm_grouped_f16_cuda.cu) default_test=test_f16 ;;
-  matmul/gemv_mma_cuda.cu | matmul/gemv_mma_tall_cuda.cu) default_test=test_gemv_mma ;;
+  matmul/gemv_mma_cuda.cu) default_test=test_gemv_mma ;;
   matmul/gemv_q8x_grouped_cuda.cu | matmul/gemv_q8x_rows.cuh) default_test=test_gemv_grouped ;;
   matmul/gemv_q8x_cuda.cu) default_test=test_gemv_one_row ;;
   matmul/dequant_cuda.cu) default_test=test_dequant ;;

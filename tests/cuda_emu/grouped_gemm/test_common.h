@@ -24,13 +24,6 @@ template <class T>
 cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
   return cudaSuccess;
 }
-// The multiprocessor count launchers size their grids by (the tall GEMV's K splits); tests set
-// it small so that small matrices split.
-inline int emu_multiprocessors = 132;
-inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int) {
-  *v = attr == cudaDevAttrMultiProcessorCount ? emu_multiprocessors : 0;
-  return cudaSuccess;
-}
 
 inline constexpr int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                        1,    13,   25,  38,  53,  69,  89,  113};

@@ -2,10 +2,7 @@
 // LaunchGemvQ8xMma) under the host emulator: the plain kernels for 2-16 activation rows and the
 // wide one for 17-32 (STEPSERVE_GEMV_MMA_WIDE's GemvMmaIq4XsWideKernel, 4 tiles), y checked
 // against a double-precision reference of the same IQ4_XS weights and pair-ordered int8
-// activations, every y row's padding and the rows past the last checked untouched. Then the tall
-// kernel (gemv_mma_tall_cuda.cu, STEPSERVE_GEMV_MMA_TALL): 64 rows per CTA, K split over clusters
-// of 2-4 CTAs whose partial sums meet in (emulated) distributed shared memory, the multiprocessor
-// count set small so that small matrices split; and shapes where it declines (the plain kernel).
+// activations, every y row's padding and the rows past the last checked untouched.
 //   test_gemv_mma [copy_at_issue 0|1] [seed] [only_case]
 #include <algorithm>
 #include <limits>
@@ -15,7 +12,6 @@
 
 #include "emu_cuda.h"
 #include "kernels/matmul/gemv_mma_cuda.cu"
-#include "kernels/matmul/gemv_mma_tall_cuda.cu"
 #include "test_common.h"
 
 using stepserve::GgmlType;
@@ -24,9 +20,7 @@ using stepserve::kernels::gemv_internal::GemvParams;
 struct Case {
   int64_t in, out;
   int rows;
-  int64_t y_pad;            // y_stride = out + y_pad
-  int tall_mode = 0;        // STEPSERVE_GEMV_MMA_TALL for the case
-  int multiprocessors = 0;  // the device's, as the tall launcher sees it
+  int64_t y_pad;  // y_stride = out + y_pad
 };
 
 bool RunCase(const Case& c, uint32_t seed) {
@@ -47,9 +41,6 @@ bool RunCase(const Case& c, uint32_t seed) {
       scale[r * y_stride + o] = dot.abs_acc;
     }
   std::vector<float> y(want.size(), std::numeric_limits<float>::quiet_NaN());
-  stepserve::kernels::gemv_internal::GemvMmaTallSetting().store(c.tall_mode);
-  emu_multiprocessors = c.multiprocessors > 0 ? c.multiprocessors : 132;
-  stepserve::kernels::gemv_internal::multiprocessor_cache[0] = 0;  // read it again
   GemvParams p{};
   SetPlainParams(wm, c.in, c.out, c.rows, /*pair_order=*/true, x, y.data(), y_stride, &p);
   const long long mma0 = emu::n_mma, ctas0 = emu::n_ctas;
@@ -63,25 +54,15 @@ bool RunCase(const Case& c, uint32_t seed) {
   }
   const YCheck check = CheckY(y, want, scale);
   const bool wide = c.rows > 16;
-  // The tall kernel where its split rule takes the shape (64-row tiles x splits, one cluster per
-  // tile), else the plain kernel (16-row tiles, 8 warps below 8192 rows) or the wide one.
-  const int splits = c.tall_mode != 0 && !wide
-                         ? stepserve::kernels::gemv_internal::GemvMmaTallSplits(
-                               c.out, c.in, c.multiprocessors, c.tall_mode)
-                         : 0;
-  const unsigned block = splits > 0 || wide ? 128u : (c.out < 8192 ? 256u : 128u);
-  const unsigned grid_x = unsigned(splits > 0 ? (c.out + 63) / 64 : (c.out + 15) / 16);
-  const unsigned grid_y = unsigned(splits > 0 ? splits : 1);
-  const int cluster_y = splits > 1 ? splits : 1;
-  const bool ok = check.ok() && emu::last_grid_x == grid_x && emu::last_grid_y == grid_y &&
-                  emu::last_block == block && emu::last_cluster_y == cluster_y;
+  const unsigned block = wide ? 128u : (c.out < 8192 ? 256u : 128u);
+  const bool ok =
+      check.ok() && emu::last_grid_x == unsigned((c.out + 15) / 16) && emu::last_block == block;
   std::printf(
-      "%-4s %-30s tall %d grid %ux%u cluster %d block %u smem %zu ctas %lld mma %lld | checked "
-      "%lld max rel %.2e | bad %lld stray %lld missing %lld\n",
-      ok ? "ok" : "FAIL", name.c_str(), c.tall_mode, emu::last_grid_x, emu::last_grid_y,
-      emu::last_cluster_y, emu::last_block, emu::last_smem, emu::n_ctas - ctas0, emu::n_mma - mma0,
-      (long long)check.checked, check.max_rel, (long long)check.bad, (long long)check.stray,
-      (long long)check.missing);
+      "%-4s %-30s grid %ux%u block %u smem %zu ctas %lld mma %lld | checked %lld max rel "
+      "%.2e | bad %lld stray %lld missing %lld\n",
+      ok ? "ok" : "FAIL", name.c_str(), emu::last_grid_x, emu::last_grid_y, emu::last_block,
+      emu::last_smem, emu::n_ctas - ctas0, emu::n_mma - mma0, (long long)check.checked,
+      check.max_rel, (long long)check.bad, (long long)check.stray, (long long)check.missing);
   return ok;
 }
 
@@ -98,18 +79,6 @@ int main(int argc, char** argv) {
       {1280, 40, 25, 5},  // wide, 4 tiles (25 rows used)
       {2816, 20, 31, 1},  // 11 blocks, 4 tiles
       {5120, 16, 30, 1},  // 10 pairs: warps 0-1 refill their ring
-      // Tall: {in, out, rows, y_pad, mode, multiprocessors}.
-      {5120, 130, 16, 3, 1, 8},    // 3 tiles (the last partial) x 4 splits of 2-3 pairs
-      {2816, 64, 9, 1, 1, 2},      // 1 tile x 2 splits, the second ending in a lone block
-      {768, 37, 8, 2, 1, 1},       // one tile, no split, one tile of 8 rows, a half pair
-      {12288, 200, 12, 0, 1, 16},  // 4 tiles x 4 splits of 6 pairs: the 3-stage ring refills
-      {4096, 64, 2, 1, 1, 1},      // 2 rows, 8 pairs in one CTA
-      {4608, 64, 16, 1, 1, 4},     // 9 pairs over 4 splits: 2, 2, 2, 3
-      {4608, 64, 13, 1, 2, 2},     // mode 2: 4 splits for 2 multiprocessors
-      {12288, 200, 16, 0, 3, 16},  // mode 3 (2-stage ring): 4 x 4 splits of 6 pairs
-      {4608, 64, 8, 1, 4, 2},      // mode 4: 4 splits, 2-stage ring, one tile of 8 rows
-      {256, 16, 9, 1, 1, 8},       // declined (1 pair, 1 tile for 8 multiprocessors): plain
-      {768, 37, 17, 3, 1, 1},      // past 16 rows: the wide kernel
   };
   const int fails = RunCases(cases, only, seed, "gemv_mma ", 0, RunCase);
   return fails != 0;

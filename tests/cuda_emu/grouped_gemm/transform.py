@@ -7,8 +7,7 @@ import os, sys
 M = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'kernels') + '/'
 out = sys.argv[1]
 files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
-         'matmul/gemv_mma_cuda.cu', 'matmul/gemv_mma_tall_cuda.cu', 'matmul/mma_iq4_staged.cuh',
-         'common/cluster.cuh',
+         'matmul/gemv_mma_cuda.cu', 'matmul/mma_iq4_staged.cuh',
          'matmul/gemm_f16_decoders.cuh', 'matmul/gemm_f16_decoders_grid.cuh',
          'matmul/mma_iq4_util.cuh', 'common/cp_async.cuh', 'common/arrival.cuh',
          'matmul/gemv_q8x_pieces.cuh', 'matmul/gemv_q8x_pieces_low_bit.cuh',
@@ -41,12 +40,6 @@ reps = {
   ('__device__ __forceinline__ void CopyAsync8(', 'inline void CopyAsync8(void* smem, const void* global) { emu::CopyAsync8(smem, global); }'),
   ('__device__ __forceinline__ void CommitCopies(', 'inline void CommitCopies() { emu::Commit(); }'),
   ('__device__ __forceinline__ void WaitCopiesButOne(', 'inline void WaitCopiesButOne() { emu::WaitGroup(1); }'),
-  ('__device__ __forceinline__ void WaitCopiesButTwo(', 'inline void WaitCopiesButTwo() { emu::WaitGroup(2); }'),
- ],
- 'common/cluster.cuh': [
-  ('__device__ __forceinline__ int ClusterRank(', 'inline int ClusterRank() { return emu::ClusterRank(); }'),
-  ('__device__ __forceinline__ void ClusterSync(', 'inline void ClusterSync() { emu::ClusterSync(); }'),
-  ('__device__ __forceinline__ float4 ClusterLoadFloat4(', 'inline float4 ClusterLoadFloat4(const float4* local, int rank) { return emu::ClusterLoadFloat4(local, rank); }'),
  ],
  'common/arrival.cuh': [
   ('__device__ __forceinline__ int ArriveRelease(', 'inline int ArriveRelease(int* counter, int amount = 1) { return atomicAdd(counter, amount); }'),
@@ -63,7 +56,6 @@ reps = {
  ],
  'matmul/gemm_grouped_mma_cuda.cu': [],
  'matmul/gemv_mma_cuda.cu': [],
- 'matmul/gemv_mma_tall_cuda.cu': [],
  'matmul/mma_iq4_staged.cuh': [],
  'matmul/gemm_grouped_f16_cuda.cu': [],
  'matmul/gemm_f16_decoders.cuh': [
@@ -109,10 +101,6 @@ for f in files:
         old = 'extern __shared__ __align__(16) uint8_t gemm_smem[];'
         assert s.count(old) == 1
         s = s.replace(old, 'uint8_t* const gemm_smem = emu::smem_base;')
-    if f == 'matmul/gemv_mma_tall_cuda.cu':
-        old = 'extern __shared__ __align__(16) uint8_t tall_smem[];'
-        assert s.count(old) == 1
-        s = s.replace(old, 'uint8_t* const tall_smem = emu::smem_base;')
     if f == 'matmul/gemv_mma_cuda.cu':  # three kernels declare the dynamic area
         old = 'extern __shared__ __align__(16) uint8_t mma_smem[];'
         assert s.count(old) == 3
