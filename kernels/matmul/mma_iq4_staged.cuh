@@ -7,7 +7,7 @@
 // the 8 rows one fragment load reads fall in distinct banks. Session 42's tall GEMV of 8-16
 // decode rows shared it (64 rows per CTA, K split over thread-block clusters) and lost to the
 // 16-row kernel on the H100 (docs/cuda-engine.md); it was removed, this tile stayed.
-// Included inside the anonymous namespace of those .cu files, after gemv_q8x_pieces.cuh
+// Included inside the anonymous namespace of that .cu file, after gemv_q8x_pieces.cuh
 // (Lookup16Pairs, IntToFloat) and mma_iq4_util.cuh.
 #ifndef STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_
 #define STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_
@@ -37,13 +37,13 @@ struct StagedPair {
   static __device__ __forceinline__ void CopyWeights(uint8_t* stage, const GemvParams& p,
                                                      const uint8_t* w, int64_t o0, int64_t kp) {
     constexpr int kPieces = kFull ? 17 : 9;
-    const int r = static_cast<int>(threadIdx.x) >> 1, half = static_cast<int>(threadIdx.x) & 1;
+    const int r = static_cast<int>(threadIdx.x) >> 1, odd = static_cast<int>(threadIdx.x) & 1;
     const int64_t row = o0 + r < p.out ? o0 + r : p.out - 1;
-    const uint8_t* src = w + row * p.w_row_bytes + kp * kIq4PairBytes + 16 * half;
-    uint8_t* dst = stage + r * kIq4PairBytes + 16 * half;
+    const uint8_t* src = w + row * p.w_row_bytes + kp * kIq4PairBytes + 16 * odd;
+    uint8_t* dst = stage + r * kIq4PairBytes + 16 * odd;
 #pragma unroll
     for (int m = 0; m < (kPieces + 1) / 2; ++m) {
-      if (2 * m + half < kPieces) CopyAsync16(dst + 32 * m, src + 32 * m);
+      if (2 * m + odd < kPieces) CopyAsync16(dst + 32 * m, src + 32 * m);
     }
   }
 
