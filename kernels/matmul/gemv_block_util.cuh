@@ -1,5 +1,5 @@
 // Device helpers shared by the GEMV kernels (gemv_f32x_cuda.cu, gemv_q8x_pieces.cuh): half and
-// byte extraction, and the 6-bit scale/min pairs of the Q4_K/Q5_K block header.
+// byte extraction, exact int -> float, and the 6-bit scale/min pairs of the Q4_K/Q5_K header.
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMV_BLOCK_UTIL_CUH_
 #define STEPSERVE_KERNELS_MATMUL_GEMV_BLOCK_UTIL_CUH_
 
@@ -13,6 +13,12 @@ __device__ __forceinline__ float F16Bits(uint32_t h) {
   const unsigned short s = static_cast<unsigned short>(h);
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
   return f;
+}
+
+// Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract (an
+// integer add and a float add; conversions have a fraction of their throughput, CUDA guide).
+__device__ __forceinline__ float IntToFloat(int i) {
+  return __int_as_float(0x4B400000 + i) - 12582912.0f;
 }
 
 __device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }

@@ -66,9 +66,8 @@ __device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk
                                          const int (&d_row1)[NT], float (&acc)[NT][4]) {
   const uint8_t* ra = blk + g * kPairBytes;
   const uint8_t* rb = blk + (g + 8) * kPairBytes;
-  const uint2 ha = *reinterpret_cast<const uint2*>(ra);
-  const uint2 hb = *reinterpret_cast<const uint2*>(rb);
-  const float da = F16Bits(ha.x), db = F16Bits(hb.x);
+  const Iq4SubScales sa(*reinterpret_cast<const uint2*>(ra));
+  const Iq4SubScales sb(*reinterpret_cast<const uint2*>(rb));
   const int64_t blocks32 = p.in / 32;
   // Fully unrolled the compiler hoists every sub-block's activation loads: 4 tiles of them did not
   // fit the grouped kernel's register cap (spills), so that one unrolls by 2.
@@ -77,7 +76,7 @@ __device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk
   for (int ib = 0; ib < 8; ++ib) {
     const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
     const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
-    const float dl_a = SubBlockScale(ha, da, ib), dl_b = SubBlockScale(hb, db, ib);
+    const float dl_a = sa.Of(ib), dl_b = sb.Of(ib);
     const uint2 va = Lookup16Pairs(qa, tbl), vb = Lookup16Pairs(qb, tbl);
     const uint32_t a[4] = {va.x, vb.x, va.y, vb.y};
     const int64_t sub = 8 * b + ib;  // 32-value activation block
@@ -88,12 +87,7 @@ __device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk
             __ldg(reinterpret_cast<const uint2*>(p.xq + x_row[j] * p.in + 32 * sub + 8 * t));
         const float d0 = __ldg(&p.xd[d_row0[j] * blocks32 + sub].x);
         const float d1 = __ldg(&p.xd[d_row1[j] * blocks32 + sub].x);
-        int c[4];
-        MmaS8(a, x.x, x.y, c);
-        acc[j][0] += IntToFloat(c[0]) * (dl_a * d0);
-        acc[j][1] += IntToFloat(c[1]) * (dl_a * d1);
-        acc[j][2] += IntToFloat(c[2]) * (dl_b * d0);
-        acc[j][3] += IntToFloat(c[3]) * (dl_b * d1);
+        MmaS8Scaled(a, x.x, x.y, dl_a, dl_b, d0, d1, acc[j]);
       }
     }
   }

@@ -19,11 +19,6 @@
 #ifndef STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
 #define STEPSERVE_KERNELS_MATMUL_GEMV_Q8X_PIECES_CUH_
 
-// Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract.
-__device__ __forceinline__ float IntToFloat(int i) {
-  return __int_as_float(0x4B400000 + i) - 12582912.0f;
-}
-
 // Weight loads from global memory: each byte is read once, so evict-first (__ldcs).
 struct StreamLoad {
   template <class T>
@@ -237,20 +232,32 @@ struct PieceQ5_K : PieceQ4_K {
 
 // ---- IQ4_XS: 136-byte blocks (8-byte aligned), 8 lanes per block (one 32-element sub-block
 // each), 4 blocks per warp step. ----
+// prmt.b32 in its generic mode with all four bits of each selector nibble: the low three pick one
+// of the 8 bytes {b, a}, the fourth replicates that byte's sign bit over the result byte (PTX ISA,
+// prmt). Inline PTX because the CUDA doc of __byte_perm defines only the low three bits, so
+// __byte_perm(a, b, s) costs an extra AND of s with 0x7777 wherever the compiler cannot prove
+// those bits clear; a selector whose bit 3 is known clear makes this the plain byte select.
+__device__ __forceinline__ uint32_t PrmtSignMode(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
 // Maps the 8 nibbles of `q` through the 16-entry int8 table `t` (entry k = byte k%4 of t[k/4]),
 // keeping their order in q: .x = {T(low nibble of byte 0), T(high of byte 0), T(low of byte 1),
 // T(high of byte 1)}, .y the same for bytes 2 and 3. Without a de-interleave this is 11
 // instructions per 8 weights; the activations are stored in the matching (pair) order instead
-// (Q8ScratchPosition).
+// (Q8ScratchPosition). prmt reads the low 16 bits of its selector (4 nibbles); every selector
+// here has bit 3 of each nibble clear, so PrmtSignMode is a plain select: with __byte_perm the
+// compiler masked the first pick selector again (session 43, SASS of GemvMmaIq4XsKernel).
 __device__ __forceinline__ uint2 Lookup16Pairs(uint32_t q, const uint32_t (&t)[4]) {
   const uint32_t sel = q & 0x77777777u;  // entry within the half-table, per nibble
   // Result byte n comes from the high half-table (selector n + 4) where bit 3 of nibble n is set.
   const uint32_t pick = ((q >> 1) & 0x44444444u) | 0x32103210u;
-  // __byte_perm reads only the low 16 bits (4 selector nibbles) of its selector.
-  const uint32_t lo0 = __byte_perm(t[0], t[1], sel), hi0 = __byte_perm(t[2], t[3], sel);
+  const uint32_t lo0 = PrmtSignMode(t[0], t[1], sel), hi0 = PrmtSignMode(t[2], t[3], sel);
   const uint32_t sel1 = sel >> 16, pick1 = pick >> 16;
-  const uint32_t lo1 = __byte_perm(t[0], t[1], sel1), hi1 = __byte_perm(t[2], t[3], sel1);
-  return make_uint2(__byte_perm(lo0, hi0, pick), __byte_perm(lo1, hi1, pick1));
+  const uint32_t lo1 = PrmtSignMode(t[0], t[1], sel1), hi1 = PrmtSignMode(t[2], t[3], sel1);
+  return make_uint2(PrmtSignMode(lo0, hi0, pick), PrmtSignMode(lo1, hi1, pick1));
 }
 
 // A lane's 32-element sub-block dotted with its 32 int8 activations: W holds the sub-block's 32
@@ -329,15 +336,6 @@ struct PieceIQ4_XS : SubBlock32Dot {
     return w;
   }
 };
-
-// prmt.b32 in its generic mode with all four bits of each selector nibble: the low three pick one
-// of the 8 bytes {b, a}, the fourth replicates that byte's sign bit over the result byte (PTX ISA,
-// prmt). Inline PTX because the CUDA doc of __byte_perm defines only the low three bits.
-__device__ __forceinline__ uint32_t PrmtSignMode(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
 
 // IQ4_XS for one activation row: the 16-entry lookup as two 8-entry ones whose sum is the table
 // value, so the select step of Lookup16Pairs goes (7 instead of 11 instructions per 8 weights) at

@@ -8,7 +8,7 @@
 // decode rows shared it (64 rows per CTA, K split over thread-block clusters) and lost to the
 // 16-row kernel on the H100 (docs/cuda-engine.md); it was removed, this tile stayed.
 // Included inside the anonymous namespace of that .cu file, after gemv_q8x_pieces.cuh
-// (Lookup16Pairs, IntToFloat) and mma_iq4_util.cuh.
+// (Lookup16Pairs) and mma_iq4_util.cuh (Iq4SubScales, MmaS8Scaled).
 #ifndef STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_
 #define STEPSERVE_KERNELS_MATMUL_MMA_IQ4_STAGED_CUH_
 
@@ -103,16 +103,15 @@ struct StagedPair {
     const uint8_t* rb = ra + 8 * kIq4PairBytes;
     const uint8_t* act = stage + kWeightBytes + bi * 256 + 8 * t;
     const uint8_t* scales = stage + kWeightBytes + kActBytes;
-    const uint2 ha = *reinterpret_cast<const uint2*>(ra);
-    const uint2 hb = *reinterpret_cast<const uint2*>(rb);
-    const float da = F16Bits(ha.x), db = F16Bits(hb.x);
+    const Iq4SubScales sa(*reinterpret_cast<const uint2*>(ra));
+    const Iq4SubScales sb(*reinterpret_cast<const uint2*>(rb));
     // Fully unrolled: shared memory, not registers, bounds the CTAs per SM, so the loads of all
     // 8 sub-blocks may be issued ahead.
 #pragma unroll
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t qa = *reinterpret_cast<const uint32_t*>(ra + 8 + 16 * ib + 4 * t);
       const uint32_t qb = *reinterpret_cast<const uint32_t*>(rb + 8 + 16 * ib + 4 * t);
-      const float dl_a = SubBlockScale(ha, da, ib), dl_b = SubBlockScale(hb, db, ib);
+      const float dl_a = sa.Of(ib), dl_b = sb.Of(ib);
       const uint2 va = Lookup16Pairs(qa, tbl), vb = Lookup16Pairs(qb, tbl);
       const uint32_t a[4] = {va.x, vb.x, va.y, vb.y};
       const int sub = 8 * bi + ib;  // 32-value activation block within the staged pair
@@ -127,12 +126,7 @@ struct StagedPair {
         const float d1 =
             reinterpret_cast<const float2*>(scales + (8 * j + 2 * t + 1) * kStagedScaleStride)[sub]
                 .x;
-        int c[4];
-        MmaS8(a, x.x, x.y, c);
-        acc[j][0] += IntToFloat(c[0]) * (dl_a * d0);
-        acc[j][1] += IntToFloat(c[1]) * (dl_a * d1);
-        acc[j][2] += IntToFloat(c[2]) * (dl_b * d0);
-        acc[j][3] += IntToFloat(c[3]) * (dl_b * d1);
+        MmaS8Scaled(a, x.x, x.y, dl_a, dl_b, d0, d1, acc[j]);
       }
     }
   }

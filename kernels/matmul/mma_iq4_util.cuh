@@ -1,6 +1,7 @@
 // Device helpers shared by the tensor-core IQ4_XS kernels (gemv_mma_cuda.cu, the GEMV for 2-16
 // activation rows; gemm_grouped_mma_cuda.cu, the grouped GEMM of a prefill's experts): the int8
-// MMA, the IQ4_XS block layout and sub-block scale (cp.async: kernels/common/cp_async.cuh).
+// MMA and its scaled accumulation, the IQ4_XS block layout and sub-block scales (cp.async:
+// kernels/common/cp_async.cuh).
 #ifndef STEPSERVE_KERNELS_MATMUL_MMA_IQ4_UTIL_CUH_
 #define STEPSERVE_KERNELS_MATMUL_MMA_IQ4_UTIL_CUH_
 
@@ -41,21 +42,46 @@ __device__ __forceinline__ void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// d * (6-bit scale - 32) of sub-block ib from an IQ4_XS block header {d | scales_h, scales_l}.
-__device__ __forceinline__ float SubBlockScale(uint2 h, float d, int ib) {
-  const uint32_t ls =
-      ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
-  return d * static_cast<float>(static_cast<int>(ls) - 32);
-}
-
 // The 6-bit scales of all 8 sub-blocks of an IQ4_XS block header {d | scales_h, scales_l}, one
 // per byte: byte k of *even is sub-block 2k's, of *odd sub-block 2k + 1's, assembled with
-// whole-word bit operations (per sub-block, SubBlockScale's scalar form costs ~7 instructions).
+// whole-word bit operations (a scalar extraction per sub-block costs ~7 instructions).
 __device__ __forceinline__ void Iq4ScaleBytes(uint2 h, uint32_t* even, uint32_t* odd) {
   const uint32_t sh = h.x >> 16;
   const uint32_t nib = __byte_perm(sh & 0x0F0Fu, (sh >> 4) & 0x0F0Fu, 0x5140u);
   *even = (h.y & 0x0F0F0F0Fu) | ((nib & 0x03030303u) << 4);
   *odd = ((h.y >> 4) & 0x0F0F0F0Fu) | ((nib & 0x0C0C0C0Cu) << 2);
+}
+
+// An IQ4_XS block's sub-block scales d * (ls - 32), unpacked once per block (Iq4ScaleBytes) so
+// that each sub-block's costs 3 instructions: a byte select into the mantissa of 2^23, a float
+// subtract of 2^23 + 32 (exact: the result is the integer ls - 32) and the multiply by d - the
+// same float as d * float(ls - 32), ~7 instructions as a scalar extraction per sub-block.
+struct Iq4SubScales {
+  uint32_t even, odd;
+  float d;
+  __device__ __forceinline__ explicit Iq4SubScales(uint2 h) : d(F16Bits(h.x)) {
+    Iq4ScaleBytes(h, &even, &odd);
+  }
+  __device__ __forceinline__ float Of(int ib) const {
+    const uint32_t bytes = (ib & 1) ? odd : even;
+    const uint32_t sel = 0x7440u | static_cast<uint32_t>(ib >> 1);  // byte ib / 2, then 0, 0, 0x4B
+    return d * (__int_as_float(__byte_perm(bytes, 0x4B000000u, sel)) - 8388640.0f);
+  }
+};
+
+// One sub-block of the tensor-core IQ4_XS kernels: the int8 MMA of the decoded weights `a` (rows
+// g and g + 8) with one 8-column activation fragment {b0, b1}, each exact integer dot scaled by
+// its weight sub-block scale (dl_g, dl_g8) times its activation block scale (d0 for column 2t,
+// d1 for 2t + 1) into acc. |dot| <= 32 * 127 * 127 < 2^22, so IntToFloat is exact.
+__device__ __forceinline__ void MmaS8Scaled(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                            float dl_g, float dl_g8, float d0, float d1,
+                                            float (&acc)[4]) {
+  int c[4];
+  MmaS8(a, b0, b1, c);
+  acc[0] += IntToFloat(c[0]) * (dl_g * d0);
+  acc[1] += IntToFloat(c[1]) * (dl_g * d1);
+  acc[2] += IntToFloat(c[2]) * (dl_g8 * d0);
+  acc[3] += IntToFloat(c[3]) * (dl_g8 * d1);
 }
 
 // Grouped mode, the CTA of slot blockIdx.y owning output rows [o0, o0 + kRows): waits for the
