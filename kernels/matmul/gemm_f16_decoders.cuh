@@ -105,7 +105,7 @@ struct Iq4XsF16Decoder {
     uint32_t scale;
   };
   // The 6-bit ls of all 8 sub-blocks are assembled as bytes with whole-word bit operations. Why:
-  // per sub-block and row the scalar decode (a scalar scale extraction, then a float -> F16 conversion) cost
+  // per sub-block and row the scalar decode (one scale extracted, then converted to F16) cost
   // ~7 integer-pipe instructions; the ALU pipe is the decode's limit (session-9 ncu).
   static __device__ __forceinline__ Row Begin(const uint8_t* row, int, int) {
     const uint2 h = *reinterpret_cast<const uint2*>(row);
