@@ -15,8 +15,9 @@ __device__ __forceinline__ float F16Bits(uint32_t h) {
   return f;
 }
 
-// Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract (an
-// integer add and a float add; conversions have a fraction of their throughput, CUDA guide).
+// Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract: an
+// integer and a float add, where I2F runs at 16 per clock per SM against 64 integer and 128 float
+// adds (CUDA guide throughput table; the XU pipe on Hopper).
 __device__ __forceinline__ float IntToFloat(int i) {
   return __int_as_float(0x4B400000 + i) - 12582912.0f;
 }
