@@ -82,7 +82,7 @@ __device__ __forceinline__ void MmaBlock(const GemvParams& p, const uint8_t* blk
     const int64_t sub = 8 * b + ib;  // 32-value activation block
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      if (8 * j < rows) {
+      if (j == 0 || 8 * j < rows) {  // rows >= 1: tile 0 always runs, unpredicated
         const uint2 x =
             __ldg(reinterpret_cast<const uint2*>(p.xq + x_row[j] * p.in + 32 * sub + 8 * t));
         const float d0 = __ldg(&p.xd[d_row0[j] * blocks32 + sub].x);
