@@ -18,9 +18,12 @@ __device__ __forceinline__ float F16Bits(uint32_t h) {
 // Exact int -> float for |i| < 2^22: place i in the mantissa of 1.5 * 2^23 and subtract: an
 // integer and a float add, where I2F runs at 16 per clock per SM against 64 integer and 128 float
 // adds (CUDA guide throughput table; the XU pipe on Hopper).
-__device__ __forceinline__ float IntToFloat(int i) {
-  return __int_as_float(0x4B400000 + i) - 12582912.0f;
+// (BiasedIntToFloat: the second half, for an i that already carries kIntToFloatBias.)
+inline constexpr int kIntToFloatBias = 0x4B400000;  // the bits of 1.5 * 2^23
+__device__ __forceinline__ float BiasedIntToFloat(int biased) {
+  return __int_as_float(biased) - 12582912.0f;
 }
+__device__ __forceinline__ float IntToFloat(int i) { return BiasedIntToFloat(kIntToFloatBias + i); }
 
 __device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }
 

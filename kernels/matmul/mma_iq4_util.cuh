@@ -22,14 +22,14 @@ inline constexpr int kIq4Bytes =
 // is why the tensor-core kernels stage blocks in pairs.
 inline constexpr int kIq4PairBytes = 2 * kIq4Bytes;
 
-// c = A (16 x 32 int8, row-major fragments) * B (32 x 8 int8), int32, fresh accumulators.
-__device__ __forceinline__ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+// c = A (16 x 32 int8, row-major fragments) * B (32 x 8 int8) + c0 in every element, int32.
+__device__ __forceinline__ void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int c0,
                                       int (&c)[4]) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%10, %10, %10, %10};"
       : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0));
 }
 
 // c += A (16 x 16 F16, row-major fragments) * B (16 x 8 F16), F32 accumulators. Not volatile:
@@ -72,16 +72,18 @@ struct Iq4SubScales {
 // One sub-block of the tensor-core IQ4_XS kernels: the int8 MMA of the decoded weights `a` (rows
 // g and g + 8) with one 8-column activation fragment {b0, b1}, each exact integer dot scaled by
 // its weight sub-block scale (dl_g, dl_g8) times its activation block scale (d0 for column 2t,
-// d1 for 2t + 1) into acc. |dot| <= 32 * 127 * 127 < 2^22, so IntToFloat is exact.
+// d1 for 2t + 1) into acc. The MMA's accumulators start at IntToFloat's integer bias, so each
+// result converts with the float subtract alone (4 integer adds fewer per MMA); |dot| <= 32 *
+// 127 * 127 < 2^22 keeps the conversion exact and the biased sum below 2^31.
 __device__ __forceinline__ void MmaS8Scaled(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
                                             float dl_g, float dl_g8, float d0, float d1,
                                             float (&acc)[4]) {
   int c[4];
-  MmaS8(a, b0, b1, c);
-  acc[0] += IntToFloat(c[0]) * (dl_g * d0);
-  acc[1] += IntToFloat(c[1]) * (dl_g * d1);
-  acc[2] += IntToFloat(c[2]) * (dl_g8 * d0);
-  acc[3] += IntToFloat(c[3]) * (dl_g8 * d1);
+  MmaS8(a, b0, b1, kIntToFloatBias, c);
+  acc[0] += BiasedIntToFloat(c[0]) * (dl_g * d0);
+  acc[1] += BiasedIntToFloat(c[1]) * (dl_g * d1);
+  acc[2] += BiasedIntToFloat(c[2]) * (dl_g8 * d0);
+  acc[3] += BiasedIntToFloat(c[3]) * (dl_g8 * d1);
 }
 
 // Grouped mode, the CTA of slot blockIdx.y owning output rows [o0, o0 + kRows): waits for the

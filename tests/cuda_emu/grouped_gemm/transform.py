@@ -32,7 +32,7 @@ def replace_fn(text, signature_start, new):
     return text[:i] + new + text[k + 1:]
 reps = {
  'matmul/mma_iq4_util.cuh': [
-  ('__device__ __forceinline__ void MmaS8(', 'inline void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int (&c)[4]) { emu::MmaS8(a, b0, b1, c); }'),
+  ('__device__ __forceinline__ void MmaS8(', 'inline void MmaS8(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int c0, int (&c)[4]) { emu::MmaS8(a, b0, b1, c); for (int& v : c) v += c0; }'),
   ('__device__ __forceinline__ void MmaF16(', 'inline void MmaF16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&c)[4]) { emu::MmaF16(a, b0, b1, c); }'),
  ],
  'common/cp_async.cuh': [
