@@ -2,8 +2,9 @@
 # Session 43's call (an H200 if one comes - then the 45-layer target figures first - else an H100
 # at 24 layers; compare only with runs on the same card): fewer instructions per decoded IQ4_XS
 # weight in the tensor-core GEMV (Lookup16Pairs without the compiler's selector masks,
-# Iq4SubScales: 3 instructions a sub-block scale instead of ~7; bit-identical results by
-# construction), A/B against the previous head built from .gl/base.tar in /tmp/base: the GPU
+# Iq4SubScales: 3 instructions a sub-block scale instead of ~7, the MMA's accumulators starting
+# at IntToFloat's bias, the first activation tile unpredicated; bit-identical results by
+# construction), A/B against 1f6b2cd built from .gl/base.tar in /tmp/base: the GPU
 # tests of the new tree (GEMV, whole model), the GEMV alone at 1-16 rows (bench_gemv --rows) and
 # decode at 2-16 streams in two alternating rounds. ~330 s on an H100.
 #   (timeout 570 bash bench/gpu/calls/session43.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
