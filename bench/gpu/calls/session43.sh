@@ -5,19 +5,20 @@
 # Iq4SubScales: 3 instructions a sub-block scale instead of ~7, the MMA's accumulators starting
 # at IntToFloat's bias, the first activation tile unpredicated; bit-identical results by
 # construction), A/B against 1f6b2cd built from .gl/base.tar in /tmp/base: the GPU
-# tests of the new tree (GEMV, whole model), the GEMV alone at 1-16 rows (bench_gemv --rows) and
-# decode at 2-16 streams in two alternating rounds. ~330 s on an H100.
+# tests of the new tree (GEMV, MoE GEMV, whole model), the GEMV alone at 1-16 rows (bench_gemv --rows) and
+# decode at 2-16 streams in two alternating rounds. ~380 s on an H100.
 #   (timeout 570 bash bench/gpu/calls/session43.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 export CALL_BENCH_ARGS="--kv-dtype f16"  # what `stepserve serve` uses on a GPU (--kv-dtype auto)
-call_build bench_model bench_gemv gemv_cuda_test model_cuda_test stepserve || exit 1
+call_build bench_model bench_gemv gemv_cuda_test moe_gemv_cuda_test model_cuda_test stepserve || exit 1
 new=$CALL_BUILD base=/tmp/base/build-h200
 # The base tree builds while the correctness tests run (they time nothing).
 rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf .gl/base.tar -C /tmp/base && cp -r .debs /tmp/base/
 (cd /tmp/base && CALL_LOGS=/tmp/logs-base call_build bench_model bench_gemv >/tmp/base-build.txt 2>&1) &
 base_build=$!
 call_test gemv_cuda_test gemv
+CALL_TEST_TIMEOUT=150 call_test moe_gemv_cuda_test moe-gemv
 CALL_TEST_TIMEOUT=200 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
 wait "$base_build"
 head -2 /tmp/base-build.txt
