@@ -6,7 +6,7 @@
 # at IntToFloat's bias, the first activation tile unpredicated; bit-identical results by
 # construction), A/B against 1f6b2cd built from .gl/base.tar in /tmp/base: the GPU
 # tests of the new tree (GEMV, MoE GEMV, whole model), the GEMV alone at 1-16 rows (bench_gemv --rows) and
-# decode at 2-16 streams in two alternating rounds. ~380 s on an H100.
+# decode at 2-64 streams in two alternating rounds. ~420 s on an H100.
 #   (timeout 570 bash bench/gpu/calls/session43.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
@@ -34,7 +34,7 @@ for b in "$new" "$base"; do
 done
 for round in 1 2; do
   for b in "$new" "$base"; do
-    CALL_BUILD=$b call_ab 2,4,8,12,16 "" STEPSERVE_ROUND="$round" BUILD="$b"
+    CALL_BUILD=$b call_ab 2,4,8,12,16,64 "" STEPSERVE_ROUND="$round" BUILD="$b"
   done
 done
 call_done
