@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 43's second call: which step of the leaner decode slowed the 4-warp 16-row tensor-core
+# GEMV (12288 x 4096 at 12 / 16 rows: 28.9 -> 31.3 us in the first call, while 4096 x 12288 on
+# the 8-warp kernel got faster): bench_gemv --rows of the trees in .gl/bisect-*.tar (the base,
+# each commit of the change), built one after another in /tmp/bisect/NAME, two rounds.
+#   (timeout 500 bash bench/gpu/calls/session43-bisect.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+cd "$(dirname "$0")/../../.." || exit 1
+source bench/gpu/call-lib-h200.sh
+names=()
+for t in .gl/bisect-*.tar; do
+  n=$(basename "$t" .tar)
+  rm -rf "/tmp/bisect/$n" && mkdir -p "/tmp/bisect/$n" && tar -xf "$t" -C "/tmp/bisect/$n" &&
+    cp -r .debs "/tmp/bisect/$n/"
+  (cd "/tmp/bisect/$n" && mkdir -p /tmp/logs && call_build bench_gemv) | head -1
+  names+=("$n")
+done
+for round in 1 2; do
+  for n in "${names[@]}"; do
+    echo "$n round $round: $("/tmp/bisect/$n/build-h200/bench/gpu/bench_gemv" --rows 2>&1 | grep iq4_xs |
+      sed -nE 's/.*"out":([0-9]+),"in":[0-9]+,"rows":([0-9]+).*"us":([0-9.]+).*/\1x\2 \3/p' |
+      grep -v "x1 " | tr '\n' ' ')"
+  done
+done
+call_done
