@@ -15,6 +15,7 @@ call_build bench_model bench_gemv gemv_cuda_test moe_gemv_cuda_test model_cuda_t
 new=$CALL_BUILD base=/tmp/base/build-h200
 # The base tree builds while the correctness tests run (they time nothing).
 rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf .gl/base.tar -C /tmp/base && cp -r .debs /tmp/base/
+mkdir -p /tmp/logs-base  # (call 1 lacked it: the base build failed there)
 (cd /tmp/base && CALL_LOGS=/tmp/logs-base call_build bench_model bench_gemv >/tmp/base-build.txt 2>&1) &
 base_build=$!
 call_test gemv_cuda_test gemv
