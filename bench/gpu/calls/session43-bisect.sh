@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 43's second call: which step of the leaner decode slowed the 4-warp 16-row tensor-core
+# Written in session 43, not yet run (no machine came before the device time was spent). Its second call: which step of the leaner decode slowed the 4-warp 16-row tensor-core
 # GEMV (12288 x 4096 at 12 / 16 rows: 28.9 -> 31.3 us in the first call, while 4096 x 12288 on
 # the 8-warp kernel got faster): bench_gemv --rows of the trees in .gl/bisect-*.tar (the base,
 # each commit of the change), built one after another in /tmp/bisect/NAME, two rounds.
