@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Written in session 43, not yet run (no machine came before the device time was spent). Its second call: which step of the leaner decode slowed the 4-warp 16-row tensor-core
-# GEMV (12288 x 4096 at 12 / 16 rows: 28.9 -> 31.3 us in the first call, while 4096 x 12288 on
-# the 8-warp kernel got faster): bench_gemv --rows of the trees in .gl/bisect-*.tar (the base,
-# each commit of the change), built one after another in /tmp/bisect/NAME, two rounds.
+# Written in session 43, not yet run (no machine came before the device time was spent): which
+# step of the leaner decode slowed the 4-warp 16-row tensor-core GEMV (12288 x 4096 at 12 / 16
+# rows: 27.1 / 28.9 -> 28.1 / 31.3 us, results-v38.txt, while 4096 x 12288 on the 8-warp kernel
+# got faster): bench_gemv --rows of the trees in .gl/bisect-*.tar (the base 1f6b2cd and the
+# commits 1b4cf29 lookup + scales, 22c8525 tile 0 unpredicated, d25fb03 the MMA's bias; make
+# them with git archive), built one after another in /tmp/bisect/NAME, two rounds.
 #   (timeout 500 bash bench/gpu/calls/session43-bisect.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
