@@ -13,7 +13,8 @@ for t in .gl/bisect-*.tar; do
   n=$(basename "$t" .tar)
   rm -rf "/tmp/bisect/$n" && mkdir -p "/tmp/bisect/$n" && tar -xf "$t" -C "/tmp/bisect/$n" &&
     cp -r .debs "/tmp/bisect/$n/"
-  (cd "/tmp/bisect/$n" && mkdir -p /tmp/logs && call_build bench_gemv) | head -1
+  (cd "/tmp/bisect/$n" && call_build bench_gemv) >"/tmp/bisect/$n.build.txt" 2>&1
+  echo "$n: $(head -1 "/tmp/bisect/$n.build.txt")"
   names+=("$n")
 done
 for round in 1 2; do

@@ -6,7 +6,8 @@
 # at IntToFloat's bias, the first activation tile unpredicated; bit-identical results by
 # construction), A/B against 1f6b2cd built from .gl/base.tar in /tmp/base: the GPU
 # tests of the new tree (GEMV, MoE GEMV, whole model), the GEMV alone at 1-16 rows (bench_gemv --rows) and
-# decode at 2-64 streams in two alternating rounds. ~420 s on an H100.
+# decode at 2-64 streams in two alternating rounds. On the H100 it took 151 s (build, tests)
+# + 85 s (base build, A/B), the two halves run as calls 1 and 2 (results-v38.txt).
 #   (timeout 570 bash bench/gpu/calls/session43.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
