@@ -27,6 +27,15 @@ __device__ __forceinline__ float IntToFloat(int i) { return BiasedIntToFloat(kIn
 
 __device__ __forceinline__ uint32_t Byte(uint32_t word, int k) { return (word >> (8 * k)) & 0xFFu; }
 
+// The 6-bit scale of sub-block ib (0..7) of an IQ4_XS block whose first 8 bytes are h (d and
+// scales_h in h.x, scales_l in h.y): low 4 bits nibble ib of scales_l, high 2 bits bits 2 ib,
+// 2 ib + 1 of scales_h. Each word is shifted straight to its field (4 ib; 12 + 2 ib puts the two
+// bits at 4-5): two shifts by lane constants and one merge, where the byte-then-nibble form
+// (Byte(h.y, ib / 2) >> 4 (ib % 2)) had the compiler rebuild three shift amounts every block.
+__device__ __forceinline__ uint32_t Iq4XsSubScale(uint2 h, int ib) {
+  return ((h.y >> (4 * ib)) & 15u) | ((h.x >> (12 + 2 * ib)) & 0x30u);
+}
+
 // Byte k (0..11) of the Q4_K scale field held in the last three words of the block header h.
 __device__ __forceinline__ uint32_t ScaleByte(uint4 h, int k) {
   const uint32_t word = k < 4 ? h.y : (k < 8 ? h.z : h.w);

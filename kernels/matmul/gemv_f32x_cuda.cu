@@ -125,8 +125,7 @@ __device__ __forceinline__ void RowIQ4_XS(const GemvParams& p, const uint8_t* ro
     const uint2 h = __ldcs(reinterpret_cast<const uint2*>(blk));
     const uint2 qa = __ldcs(reinterpret_cast<const uint2*>(blk + 8 + 16 * ib));
     const uint2 qb = __ldcs(reinterpret_cast<const uint2*>(blk + 16 + 16 * ib));
-    const uint32_t ls =
-        ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
+    const uint32_t ls = Iq4XsSubScale(h, ib);
     const float dl = F16Bits(h.x) * (static_cast<int>(ls) - 32);
     const uint32_t words[4] = {qa.x, qa.y, qb.x, qb.y};
     float w_lo[16], w_hi[16];

@@ -321,8 +321,7 @@ struct PieceIQ4_XS : SubBlock32Dot {
   }
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int ib, const GemvParams& p) {
     const uint2 h = raw.h, qa = raw.qa, qb = raw.qb;
-    const uint32_t ls =
-        ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
+    const uint32_t ls = Iq4XsSubScale(h, ib);
     W w;
     w.dl = F16Bits(h.x) * static_cast<float>(static_cast<int>(ls) - 32);
     const uint32_t t[4] = {p.iq4nl[0], p.iq4nl[1], p.iq4nl[2], p.iq4nl[3]};
@@ -354,8 +353,7 @@ struct PieceIQ4_XSOneRow : PieceIQ4_XS {
   };
   static __device__ __forceinline__ W Decode(const Raw& raw, int64_t, int ib, const GemvParams& p) {
     const uint2 h = raw.h, qa = raw.qa, qb = raw.qb;
-    const uint32_t ls =
-        ((Byte(h.y, ib >> 1) >> (4 * (ib & 1))) & 15) | (((h.x >> (16 + 2 * ib)) & 3) << 4);
+    const uint32_t ls = Iq4XsSubScale(h, ib);
     return W{{qa.x, qa.y, qb.x, qb.y},
              {p.iq4nl[0], p.iq4nl[1]},
              {p.iq4nl[2] + 0x01010101u, p.iq4nl[3] + 0x01010101u},

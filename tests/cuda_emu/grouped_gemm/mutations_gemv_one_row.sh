@@ -15,3 +15,10 @@ m early_ring_of_row_0 $f 'if constexpr (kEarly) load_ring(p.w + o_first * p.w_ro
   'if constexpr (kEarly) load_ring(p.w + g * P::kBytes);'
 m early_ring_twice_first_step matmul/gemv_q8x_rows.cuh \
   'const int64_t bk = g + k * kBlocksPerStep;' 'const int64_t bk = g;'
+# Session 44: the IQ4_XS sub-block scale by direct shifts (Iq4XsSubScale, gemv_block_util.cuh,
+# shared by every dp4a IQ4_XS piece): the high two bits from the wrong pair, the low nibble from
+# the neighbouring sub-block.
+m iq4_scale_high_bits matmul/gemv_block_util.cuh '((h.x >> (12 + 2 * ib)) & 0x30u)' \
+  '((h.x >> (14 + 2 * ib)) & 0x30u)'
+m iq4_scale_low_nibble matmul/gemv_block_util.cuh '((h.y >> (4 * ib)) & 15u)' \
+  '((h.y >> (4 * (ib ^ 1))) & 15u)'
