@@ -314,6 +314,18 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
   }
 }
 
+// Output counts below this take the 8-warp kernel (each SM then still has enough warps: fewer
+// than 8192 rows leave under ~4 CTAs of 4 warps per SM). STEPSERVE_GEMV_MMA_8WARP_OUT=N sets it
+// (0: never 8 warps; a number past every matrix: always), for an A/B on the device: session 43's
+// 4-warp kernel measured slower than the base's on 12288 x 4096 at 12 / 16 rows (the fused q / k /
+// gate projection of a sliding-window layer has 13408 rows) while the 8-warp one gained.
+int64_t EightWarpOutFromEnv() {
+  const char* v = std::getenv("STEPSERVE_GEMV_MMA_8WARP_OUT");
+  if (v == nullptr || v[0] == '\0') return 8192;
+  const long long n = std::atoll(v);
+  return n > 0 ? static_cast<int64_t>(n) : int64_t{0};
+}
+
 int MinRowsFromEnv() {
   const char* v = std::getenv("STEPSERVE_GEMV_MMA");
   if (v != nullptr && v[0] == '0') return kGemvMmaMaxRows + 1;  // never
@@ -379,7 +391,8 @@ cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_pr
   static_assert(kGemvMmaMaxRows == 16, "one instantiation per 8 activation rows");
   // Fewer than 8192 output rows leave under ~4 CTAs per SM: 8 warps split K there, so each SM
   // has enough warps to hide the MMA, shared-memory and activation-load latencies.
-  const bool wide = p.out < 8192;
+  static const int64_t eight_warp_out = EightWarpOutFromEnv();
+  const bool wide = p.out < eight_warp_out;
   if (wide) {
     return p.rows <= 8 ? LaunchMma<8, 1, MmaForm::kPlain>(overlap, grid, p, stream)
                        : LaunchMma<8, 2, MmaForm::kPlain>(overlap, grid, p, stream);

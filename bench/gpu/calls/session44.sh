@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Session 44's call, written with no machine lent (not yet run). On an H200 the 45-layer target
+# figures come first (none since session 26); on an H100, 24 layers (compare only with H100 runs).
+# What it checks, against e390a40 (session 43's head) built from .gl/base.tar in /tmp/base:
+#  - Iq4XsSubScale (gemv_block_util.cuh): the IQ4_XS sub-block scale by two shifts of lane
+#    constants, bit for bit the old value; SASS loops one-row GEMV 355 -> 339, batch-1 MoE gate/up
+#    331 -> 319, lean down 453 -> 441 (scripts/sass.py, undecoded VIADDs counted). Decode at 1 / 2
+#    streams (the batch-1 and batch-2 kernels) against the base.
+#  - STEPSERVE_GEMV_MMA_8WARP_OUT (gemv_mma_cuda.cu): output counts below it take the 8-warp
+#    tensor-core GEMV (default 8192). The 4-warp kernel measured slower than the base's on 12288 x
+#    4096 at 12 / 16 rows in session 43; a huge value sends every output count to 8 warps: the
+#    GEMV alone (bench_gemv --rows) and decode at 8-16 streams both ways.
+# Tests first (gemv also with every output count on 8 warps), then the A/B in two rounds.
+#   mkdir -p .gl && git archive HEAD -o .gl/head.tar && git archive e390a40 -o .gl/base.tar
+#   (timeout 570 bash bench/gpu/calls/session44.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+cd "$(dirname "$0")/../../.." || exit 1
+source bench/gpu/call-lib-h200.sh
+export CALL_BENCH_ARGS="--kv-dtype f16"  # what `stepserve serve` uses on a GPU (--kv-dtype auto)
+eight=STEPSERVE_GEMV_MMA_8WARP_OUT=1000000000
+call_build bench_model bench_gemv gemv_cuda_test moe_gemv_cuda_test model_cuda_test stepserve || exit 1
+new=$CALL_BUILD base=/tmp/base/build-h200
+rm -rf /tmp/base && mkdir -p /tmp/base /tmp/logs-base && tar -xf .gl/base.tar -C /tmp/base &&
+  cp -r .debs /tmp/base/
+(cd /tmp/base && CALL_LOGS=/tmp/logs-base call_build bench_model bench_gemv >/tmp/base-build.txt 2>&1) &
+base_build=$!
+call_test gemv_cuda_test gemv
+call_test gemv_cuda_test gemv-8warp "$eight"
+CALL_TEST_TIMEOUT=150 call_test moe_gemv_cuda_test moe-gemv
+CALL_TEST_TIMEOUT=200 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
+wait "$base_build"
+head -2 /tmp/base-build.txt
+[[ -x $base/bench/gpu/bench_model ]] || { echo "no base build"; cat /tmp/base-build.txt; exit 1; }
+if [[ -z ${CALL_LAYERS:-} ]]; then  # an H200: the target figures first
+  call_ab 1,4,16,64 2048
+  CALL_RECIPE=q4_k_m call_ab 1 ""
+fi
+gemv_rows() {  # bench_gemv --rows of build $1 under env $2: out x in x rows, us, fraction of copy
+  echo "bench_gemv --rows ($1 ${2:-})"
+  env "${2:-STEPSERVE_UNUSED=0}" "$1/bench/gpu/bench_gemv" --rows 2>&1 | grep iq4_xs |
+    sed -nE 's/.*"out":([0-9]+),"in":([0-9]+),"rows":([0-9]+).*"us":([0-9.]+).*"fraction_of_copy":([0-9.]+).*/\1x\2 r\3 \4 us \5/p' |
+    tr '\n' ';'
+  echo
+}
+gemv_rows "$new"
+gemv_rows "$new" "$eight"
+gemv_rows "$base"
+for round in 1 2; do
+  # A second round only while it fits the 570-s limit (45 layers on an H200 take longer).
+  # shellcheck disable=SC2154  # call_start: set by call-lib-h200.sh
+  [[ $round == 2 && $(($(date +%s) - call_start)) -gt 420 ]] && { echo "no time for round 2"; break; }
+  CALL_BUILD=$new call_ab 1,2,8,12,16 "" STEPSERVE_ROUND="$round"
+  CALL_BUILD=$new call_ab 8,12,16 "" "$eight" STEPSERVE_ROUND="$round"
+  CALL_BUILD=$base call_ab 1,2,8,12,16 "" STEPSERVE_ROUND="$round"
+done
+call_done
