@@ -89,6 +89,39 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   DotAndStore<P, R, NR, D, kShort, kEarly>(p, w, o0, lane, x_rows, y_rows, kExactRows ? R : p.rows);
 }
 
+using OneRowIq4Xs = OneRowPiece<PieceIQ4_XS>;
+
+// One pipeline iteration of a lane group of the one-row IQ4_XS GEMV: steps k = 0 .. D - 1 take
+// block b0 + k G (G = blocks per warp step) from ring[k] and refill it with the block D steps on.
+// kGuarded: a step only where its block exists and a refill only where that one does (a row's
+// last iterations); otherwise every step exists, and kRefill says whether all refill or none (the
+// row's last iteration) - no per-step branches, so the steps can be scheduled as one stretch.
+// The same arithmetic in the same order either way (bit-identical results).
+template <int D, bool kGuarded, bool kRefill>
+__device__ __forceinline__ void OneRowIq4XsSteps(const GemvParams& p,
+                                                 typename OneRowIq4Xs::Raw (&ring)[D],
+                                                 const uint8_t* wp, const int8_t* xp,
+                                                 const float2* dp, int b0, int nb, int ib,
+                                                 float& acc) {
+  using P = OneRowIq4Xs;
+  constexpr int kGroups = 32 / P::kLanes;
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    const int b = b0 + k * kGroups;
+    if (!kGuarded || b < nb) {
+      const typename P::W wv = P::Decode(ring[k], b, ib, p);
+      if (kGuarded ? b + D * kGroups < nb : kRefill) {
+        ring[k] = P::LoadRaw(wp + (k + D) * kGroups * P::kBytes, ib);
+      }
+      typename P::X x;
+      x.a = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems));
+      x.b = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems + 16));
+      x.d = __ldg(&dp[k * kGroups * (P::kElems / 32)].x);
+      acc += P::Dot(wv, x, ib);
+    }
+  }
+}
+
 // The one-row IQ4_XS GEMV (the batch-1 decode's kernel for most IQ4_XS matrices): the per-lane
 // arithmetic of GemvQ8Kernel<PieceIQ4_XS, 1, 1, D> in the same order (bit-identical results)
 // with lean addressing - 32-bit block counters, weight / activation / scale pointers advanced by
@@ -100,10 +133,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // 7.597 -> 7.364 ms. Lifting the generic kernel's 64-register cap instead (1 or 2 rows per warp,
 // depth 2 or 4) gained 15.2-15.3 / 15.0-15.1 us and 7.48-7.50 ms, so those variants were dropped.
 // kEarly (WeightsBeforeWait): the first row's ring of raw blocks is loaded before the PDL wait.
-template <int D, bool kRowLoop = false, bool kEarly = false>
-__global__ void __launch_bounds__(kThreads)
-    GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
-  using P = OneRowPiece<PieceIQ4_XS>;
+// kWhole (GemvIq4XsOneRowWholeKernel below): iterations whose D steps all exist run without
+// per-step guards (OneRowIq4XsSteps).
+template <int D, bool kRowLoop, bool kEarly, bool kWhole>
+__device__ __forceinline__ void GemvIq4XsOneRow(const GemvParams& p) {
+  using P = OneRowIq4Xs;
   constexpr int kGroups = 32 / P::kLanes;  // blocks per warp step (lane group g = lane / 8)
   const int lane = threadIdx.x & 31;
   // kRowLoop: rows o_first, o_first + the grid's warps, ... (a capped grid, OneRowMaxCtas).
@@ -130,20 +164,12 @@ __global__ void __launch_bounds__(kThreads)
     if (!kEarly || o != o_first) load_ring(wp);
     float acc = 0.0f;
     for (int b0 = g; b0 < nb; b0 += D * kGroups) {
-#pragma unroll
-      for (int k = 0; k < D; ++k) {
-        const int b = b0 + k * kGroups;
-        if (b < nb) {
-          const typename P::W wv = P::Decode(ring[k], b, ib, p);
-          if (b + D * kGroups < nb) {
-            ring[k] = P::LoadRaw(wp + (k + D) * kGroups * P::kBytes, ib);
-          }
-          typename P::X x;
-          x.a = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems));
-          x.b = __ldg(reinterpret_cast<const uint4*>(xp + k * kGroups * P::kElems + 16));
-          x.d = __ldg(&dp[k * kGroups * (P::kElems / 32)].x);
-          acc += P::Dot(wv, x, ib);
-        }
+      if (kWhole && b0 + (2 * D - 1) * kGroups < nb) {  // this iteration and the next whole
+        OneRowIq4XsSteps<D, false, true>(p, ring, wp, xp, dp, b0, nb, ib, acc);
+      } else if (kWhole && b0 + (D - 1) * kGroups < nb && b0 + D * kGroups >= nb) {  // the last
+        OneRowIq4XsSteps<D, false, false>(p, ring, wp, xp, dp, b0, nb, ib, acc);
+      } else {
+        OneRowIq4XsSteps<D, true, true>(p, ring, wp, xp, dp, b0, nb, ib, acc);
       }
       wp += D * kGroups * P::kBytes;
       xp += D * kGroups * P::kElems;
@@ -154,6 +180,24 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) p.y[o] = acc;
     if constexpr (!kRowLoop) break;  // one row per warp: the loop's registers stay free
   }
+}
+
+template <int D, bool kRowLoop = false, bool kEarly = false>
+__global__ void __launch_bounds__(kThreads)
+    GemvIq4XsOneRowKernel(const __grid_constant__ GemvParams p) {
+  GemvIq4XsOneRow<D, kRowLoop, kEarly, false>(p);
+}
+
+// STEPSERVE_GEMV_ONE_ROW_WHOLE=1 (session 44, not yet measured): the kernel above, early first
+// ring, with whole iterations free of per-step guards - SASS per iteration of 4 steps ~252
+// instructions for a row's last (no refills: a 4096-wide row has only that one) and ~275 with
+// refills, against ~339 guarded - capped at 8 CTAs per SM (64 registers) so that a 4096-row
+// matrix stays one wave and the row loop's 2112 CTAs two (uncapped, the row-loop form took 67).
+// A kernel of its own because even `__launch_bounds__(..., 1)` changed the default kernel's SASS.
+template <int D, bool kRowLoop>
+__global__ void __launch_bounds__(kThreads, 8)
+    GemvIq4XsOneRowWholeKernel(const __grid_constant__ GemvParams p) {
+  GemvIq4XsOneRow<D, kRowLoop, true, true>(p);
 }
 
 // One thread per 4 activations, 8 threads per 32-value block (a row holds whole blocks, so the
@@ -189,6 +233,17 @@ int64_t OneRowMaxCtas() {
     return n > 0 ? n : int64_t{0};
   }();
   return cap;
+}
+
+// STEPSERVE_GEMV_ONE_ROW_WHOLE=1: the one-row IQ4_XS GEMV's whole iterations without per-step
+// guards (GemvIq4XsOneRowKernel's kWhole; with the early first ring only). Off by default until
+// measured: written in session 44 with no device (SASS and host emulation only).
+bool OneRowWhole() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_GEMV_ONE_ROW_WHOLE");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
 }
 
 template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false,
@@ -259,14 +314,17 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
   }
   if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
     if (p.rows == 1) {
-      const bool early = WeightsBeforeWait(kEarlyOneRowGemv);
+      constexpr int D = P::kDepth1;
+      const bool early = WeightsBeforeWait(kEarlyOneRowGemv), whole = early && OneRowWhole();
       if (const int64_t cap = OneRowMaxCtas(); cap > 0 && cap * kWarpsPerBlock < p.out) {
-        return LaunchWarpRows<1>(early ? GemvIq4XsOneRowKernel<P::kDepth1, true, true>
-                                       : GemvIq4XsOneRowKernel<P::kDepth1, true>,
+        return LaunchWarpRows<1>(whole   ? GemvIq4XsOneRowWholeKernel<D, true>
+                                 : early ? GemvIq4XsOneRowKernel<D, true, true>
+                                         : GemvIq4XsOneRowKernel<D, true>,
                                  p, 1, overlap_previous, stream, cap);
       }
-      return LaunchWarpRows<1>(early ? GemvIq4XsOneRowKernel<P::kDepth1, false, true>
-                                     : GemvIq4XsOneRowKernel<P::kDepth1>,
+      return LaunchWarpRows<1>(whole   ? GemvIq4XsOneRowWholeKernel<D, false>
+                               : early ? GemvIq4XsOneRowKernel<D, false, true>
+                                       : GemvIq4XsOneRowKernel<D>,
                                p, 1, overlap_previous, stream);
     }
     if (p.rows <= 4 && GemvExactRows()) {

@@ -22,3 +22,11 @@ m iq4_scale_high_bits matmul/gemv_block_util.cuh '((h.x >> (12 + 2 * ib)) & 0x30
   '((h.x >> (14 + 2 * ib)) & 0x30u)'
 m iq4_scale_low_nibble matmul/gemv_block_util.cuh '((h.y >> (4 * ib)) & 15u)' \
   '((h.y >> (4 * (ib ^ 1))) & 15u)'
+# Session 44: the whole iterations of the one-row IQ4_XS GEMV (STEPSERVE_GEMV_ONE_ROW_WHOLE=1):
+# an iteration with refills that does not refill, the last-iteration path taken with a step
+# missing.
+w() {
+  STEPSERVE_GEMV_ONE_ROW_WHOLE=1 EMU_TEST=test_gemv_one_row bash "$here/mutate.sh" "$@"
+}
+w whole_no_refill $f 'OneRowIq4XsSteps<D, false, true>(p, ring' 'OneRowIq4XsSteps<D, false, false>(p, ring'
+w whole_last_too_early $f 'b0 + D * kGroups >= nb) {' 'b0 + D * kGroups >= nb - kGroups) {'

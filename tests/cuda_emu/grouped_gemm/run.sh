@@ -34,11 +34,12 @@ done
 [ $# -gt 0 ] || set -- 1 2 3  # (a quoted "${@:-1 2 3}" would be the one word "1 2 3")
 for t in $tests; do
   # The one-row GEMVs with and without their weights before the PDL wait (bits 1 and 8), one row
-  # per warp and (3 CTAs) warps looping over rows.
+  # per warp and (3 CTAs) warps looping over rows; the IQ4_XS one's whole iterations both ways.
   envs=("STEPSERVE_UNUSED=0")
   [[ $t == test_gemv_one_row ]] && envs=("STEPSERVE_WEIGHTS_BEFORE_WAIT=0"
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9" "STEPSERVE_WEIGHTS_BEFORE_WAIT=0 STEPSERVE_GEMV_ROW_CTAS=3"
-    "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3")
+    "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3"
+    "STEPSERVE_GEMV_ONE_ROW_WHOLE=1" "STEPSERVE_GEMV_ONE_ROW_WHOLE=1 STEPSERVE_GEMV_ROW_CTAS=3")
   # The grouped GEMV's IQ4_XS short rows with the whole-row ring (the default), depth 4 under the
   # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1).
   [[ $t == test_gemv_grouped ]] && envs=("STEPSERVE_GROUPED_SHORT_DEPTH=5"

@@ -85,6 +85,11 @@ int main(int argc, char** argv) {
   const std::vector<OneRowCase> cases = {
       {"IQ4_XS 4096 x 37", GgmlType::kIQ4_XS, 4096, 37, 3},
       {"IQ4_XS 1024 x 70 (4 blocks)", GgmlType::kIQ4_XS, 1024, 70, 0},
+      // Session 44's whole iterations (STEPSERVE_GEMV_ONE_ROW_WHOLE): 48 blocks (two with
+      // refills, then the last), 44 (one with refills, then guarded), 36 (the same, another tail).
+      {"IQ4_XS 12288 x 9", GgmlType::kIQ4_XS, 12288, 9, 1},
+      {"IQ4_XS 11264 x 7", GgmlType::kIQ4_XS, 11264, 7, 2},
+      {"IQ4_XS 9216 x 5", GgmlType::kIQ4_XS, 9216, 5, 0},
       {"Q4_K 4096 x 21", GgmlType::kQ4_K, 4096, 21, 2},
       {"Q4_K 2048 x 9", GgmlType::kQ4_K, 2048, 9, 0},
       {"Q5_K 4096 x 13", GgmlType::kQ5_K, 4096, 13, 1},
