@@ -39,16 +39,52 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// Steps k = 0 .. D - 1 of one iteration of DotTwoRowsPointers: block b0 + k G of both rows from
+// ring slot k, dotted with the activation row, the slot refilled. kGuarded: a step only where its
+// block exists, the refill D steps on where that block exists and else the slot's own block again
+// (never used; an unconditional load keeps ptxas from copying the ring); otherwise every step
+// exists, and kRefill says whether all refill D steps on or none does (the row's last iteration).
+// The same arithmetic in the same order either way (bit-identical sums).
+template <class P, int D, bool kGuarded, bool kRefill>
+__device__ __forceinline__ void TwoRowsSteps(const GemvParams& p, typename P::Raw (&ra)[D],
+                                             typename P::Raw (&rb)[D], const uint8_t* pa,
+                                             const uint8_t* pb, const int8_t* xp, const float2* dp,
+                                             int b0, int nb, int c, float& acc_a, float& acc_b) {
+  using P1 = OneRowPiece<P>;
+  constexpr int kGroups = 32 / P::kLanes;
+  constexpr int kStepBytes = kGroups * P::kBytes, kStepX = kGroups * P::kElems;
+  constexpr int kStepD = kGroups * (P::kElems / 32);
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    const int b = b0 + k * kGroups;
+    if (!kGuarded || b < nb) {
+      const typename P1::W va = P1::Decode(ra[k], b, c, p);
+      const typename P1::W vb = P1::Decode(rb[k], b, c, p);
+      if (kGuarded) {
+        const bool ahead = b + D * kGroups < nb;
+        ra[k] = P::LoadRaw(pa + (ahead ? k + D : k) * kStepBytes, c);
+        rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);
+      } else if (kRefill) {
+        ra[k] = P::LoadRaw(pa + (k + D) * kStepBytes, c);
+        rb[k] = P::LoadRaw(pb + (k + D) * kStepBytes, c);
+      }
+      const typename P::X x = P::LoadXAt(xp + k * kStepX, dp + k * kStepD);
+      acc_a += P1::Dot(va, x, c);
+      acc_b += P1::Dot(vb, x, c);
+    }
+  }
+}
+
 // Rows `wa` and `wb` (same type and length p.in) dotted with activation row x_row, sharing its
 // loads; the warp-reduced sums in every lane. Lane group g = lane / kLanes walks blocks g, g + G,
 // ... with D steps of raw words of both rows in flight, addressed by pointers that advance each
 // iteration (gemv_q8x_rows.cuh's AccumulateRowsPointers with two rows: unconditional refills,
-// past the row's end block b again).
-template <class P, int D>
+// past the row's end block b again). kWhole (STEPSERVE_MOE_GATE_UP_WHOLE, session 44, not yet
+// measured): iterations whose D steps all exist run without the per-step guards.
+template <class P, int D, bool kWhole = false>
 __device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const uint8_t* wa,
                                                    const uint8_t* wb, int x_row, int lane,
                                                    float* sa, float* sb) {
-  using P1 = OneRowPiece<P>;
   constexpr int kGroups = 32 / P::kLanes;
   constexpr int kStepBytes = kGroups * P::kBytes, kStepX = kGroups * P::kElems;
   constexpr int kStepD = kGroups * (P::kElems / 32);
@@ -68,19 +104,12 @@ __device__ __forceinline__ void DotTwoRowsPointers(const GemvParams& p, const ui
   }
   float acc_a = 0.f, acc_b = 0.f;
   for (int b0 = g; b0 < nb; b0 += D * kGroups) {
-#pragma unroll
-    for (int k = 0; k < D; ++k) {
-      const int b = b0 + k * kGroups;
-      if (b < nb) {
-        const typename P1::W va = P1::Decode(ra[k], b, c, p);
-        const typename P1::W vb = P1::Decode(rb[k], b, c, p);
-        const bool ahead = b + D * kGroups < nb;
-        ra[k] = P::LoadRaw(pa + (ahead ? k + D : k) * kStepBytes, c);
-        rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * kStepBytes, c);
-        const typename P::X x = P::LoadXAt(xp + k * kStepX, dp + k * kStepD);
-        acc_a += P1::Dot(va, x, c);
-        acc_b += P1::Dot(vb, x, c);
-      }
+    if (kWhole && b0 + (2 * D - 1) * kGroups < nb) {  // this iteration and the next whole
+      TwoRowsSteps<P, D, false, true>(p, ra, rb, pa, pb, xp, dp, b0, nb, c, acc_a, acc_b);
+    } else if (kWhole && b0 + (D - 1) * kGroups < nb && b0 + D * kGroups >= nb) {  // the last
+      TwoRowsSteps<P, D, false, false>(p, ra, rb, pa, pb, xp, dp, b0, nb, c, acc_a, acc_b);
+    } else {
+      TwoRowsSteps<P, D, true, true>(p, ra, rb, pa, pb, xp, dp, b0, nb, c, acc_a, acc_b);
     }
     pa += D * kStepBytes;
     pb += D * kStepBytes;
@@ -204,7 +233,7 @@ __device__ __forceinline__ void StoreAndQuantizeBlockCta(const ExpertGateUpParam
 constexpr int kMaxSharedTokens = 4;
 enum GateUpMode : int { kOneToken, kPerToken, kSharedOnce };
 
-template <class P, int D, int kMode, bool kCtaArrival = false>
+template <class P, int D, int kMode, bool kCtaArrival = false, bool kWhole = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ExpertGateUpKernel(const __grid_constant__ ExpertGateUpParams a) {
   static_assert(!(kCtaArrival && kMode == kSharedOnce), "the per-token modes' exact grid");
@@ -277,8 +306,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int64_t o = o_first; o < p.out; o += o_stride) {
     float gate = 0.f, up = 0.f;
     if (gate_w != nullptr) {
-      DotTwoRowsPointers<P, D>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t, lane,
-                               &gate, &up);
+      DotTwoRowsPointers<P, D, kWhole>(p, gate_w + o * gate_row_bytes, up_w + o * up_row_bytes, t,
+                                       lane, &gate, &up);
     }
     const float v = shared ? ExpertSwiGlu(gate, up, a.shared_limit, a.shared_clamp)
                            : ExpertSwiGlu(gate, up, a.limit, a.clamp);
@@ -456,6 +485,17 @@ bool CtaArrival() {
   return on;
 }
 
+// STEPSERVE_MOE_GATE_UP_WHOLE=1: the IQ4_XS gate / up kernel (per-token forms with the CTA
+// arrival, the defaults at 1-2 tokens) with DotTwoRowsPointers' whole iterations free of per-step
+// guards. Off by default until measured: written in session 44 with no device.
+bool GateUpWhole() {
+  static const bool on = [] {
+    const char* v = std::getenv("STEPSERVE_MOE_GATE_UP_WHOLE");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
 template <class P>
 cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   a.prefetch_shared = WeightsBeforeWait(kEarlyGateUpShared);
@@ -472,6 +512,16 @@ cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
   // The exact grid (n_ff % 32 == 0: MoeGemvCudaTakesShared / the decode limit's checks) gives each
   // warp one row, as the CTA arrival needs.
   if (CtaArrival() && grid.x * int64_t{kWarpsPerBlock} == a.p.out) {
+    if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+      if (GateUpWhole()) {
+        if (a.tokens == 1) {
+          return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken, true, true>, grid,
+                               dim3(kThreads), 0, stream, a);
+        }
+        return LaunchWithPdl(ExpertGateUpKernel<P, D, kPerToken, true, true>, grid, dim3(kThreads),
+                             0, stream, a);
+      }
+    }
     if (a.tokens == 1) {
       return LaunchWithPdl(ExpertGateUpKernel<P, D, kOneToken, true>, grid, dim3(kThreads), 0,
                            stream, a);

@@ -10,18 +10,22 @@
 #    GEMV's whole iterations without per-step guards (SASS per 4 steps ~252 instructions for a
 #    row's last iteration - all a 4096-wide row has - and ~270 with refills, against 339), same
 #    arithmetic; its tests, the GEMV alone and decode at 1 / 2 streams against the default.
+#  - STEPSERVE_MOE_GATE_UP_WHOLE=1 (moe_decode_cuda.cu, off): the same for the IQ4_XS MoE gate /
+#    up kernel at 1-2 tokens (per iteration of 2 steps and 2 rows 283 / 240 against 305-319);
+#    the MoE GEMV test with it and decode at 1 / 2 streams with both switches.
 #  - STEPSERVE_GEMV_MMA_8WARP_OUT (gemv_mma_cuda.cu): output counts below it take the 8-warp
 #    tensor-core GEMV (default 8192). The 4-warp kernel measured slower than the base's on 12288 x
 #    4096 at 12 / 16 rows in session 43; a huge value sends every output count to 8 warps: the
 #    GEMV alone (bench_gemv --rows) and decode at 8-16 streams both ways.
-# Tests first (gemv also with every output count on 8 warps and with the whole iterations, the
-# model with the latter), then the A/B in two rounds.
+# Tests first (gemv also with every output count on 8 warps and with the whole iterations, the MoE
+# GEMV test with the gate / up ones, the model with both), then the A/B in two rounds.
 #   mkdir -p .gl && git archive HEAD -o .gl/head.tar && git archive e390a40 -o .gl/base.tar
 #   (timeout 570 bash bench/gpu/calls/session44.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 export CALL_BENCH_ARGS="--kv-dtype f16"  # what `stepserve serve` uses on a GPU (--kv-dtype auto)
 eight=STEPSERVE_GEMV_MMA_8WARP_OUT=1000000000 whole=STEPSERVE_GEMV_ONE_ROW_WHOLE=1
+gu_whole=STEPSERVE_MOE_GATE_UP_WHOLE=1
 call_build bench_model bench_gemv gemv_cuda_test moe_gemv_cuda_test model_cuda_test stepserve || exit 1
 new=$CALL_BUILD base=/tmp/base/build-h200
 rm -rf /tmp/base && mkdir -p /tmp/base /tmp/logs-base && tar -xf .gl/base.tar -C /tmp/base &&
@@ -32,8 +36,10 @@ call_test gemv_cuda_test gemv
 call_test gemv_cuda_test gemv-8warp "$eight"
 call_test gemv_cuda_test gemv-whole "$whole"
 CALL_TEST_TIMEOUT=150 call_test moe_gemv_cuda_test moe-gemv
+call_test moe_gemv_cuda_test moe-gemv-whole "$gu_whole" GTEST_FILTER="*MoeGemvCudaDecodeTest.*"
 CALL_TEST_TIMEOUT=200 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
-CALL_TEST_TIMEOUT=200 call_test model_cuda_test model-whole STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" "$whole"
+CALL_TEST_TIMEOUT=200 call_test model_cuda_test model-whole STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" \
+  "$whole" "$gu_whole"
 wait "$base_build"
 head -2 /tmp/base-build.txt
 [[ -x $base/bench/gpu/bench_model ]] || { echo "no base build"; cat /tmp/base-build.txt; exit 1; }
@@ -59,6 +65,7 @@ for round in 1 2; do
   CALL_BUILD=$new call_ab 1,2,8,12,16 "" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 8,12,16 "" "$eight" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 1,2 "" "$whole" STEPSERVE_ROUND="$round"
+  CALL_BUILD=$new call_ab 1,2 "" "$whole" "$gu_whole" STEPSERVE_ROUND="$round"
   CALL_BUILD=$base call_ab 1,2,8,12,16 "" STEPSERVE_ROUND="$round"
 done
 call_done

@@ -30,3 +30,12 @@ m ptr_gate_up_up_from_gate $f 'pb += D * kStepBytes;' 'pb = pa;'
 mc() { STEPSERVE_MOE_CTA_ARRIVAL=1 EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
 mc cta_quantized_one_cta_early $f '32 - kWarpsPerBlock;' '32 - 2 * kWarpsPerBlock;'
 mc cta_arrival_counts_one $f 'o / 32, kWarpsPerBlock) ==' 'o / 32, 1) =='
+# Session 44: DotTwoRowsPointers' whole iterations (STEPSERVE_MOE_GATE_UP_WHOLE=1): an iteration
+# with refills that does not refill, the last-iteration path taken with a next iteration left.
+mw() {
+  STEPSERVE_MOE_CTA_ARRIVAL=1 STEPSERVE_MOE_GATE_UP_WHOLE=1 EMU_TEST=test_moe_gate_up \
+    bash "$here/mutate.sh" "$@"
+}
+mw whole_gate_up_no_refill $f 'TwoRowsSteps<P, D, false, true>(p, ra' \
+  'TwoRowsSteps<P, D, false, false>(p, ra'
+mw whole_gate_up_last_too_early $f 'b0 + D * kGroups >= nb) {' 'b0 + D * kGroups >= nb - kGroups) {'

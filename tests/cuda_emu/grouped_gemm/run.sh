@@ -44,8 +44,10 @@ for t in $tests; do
   # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1).
   [[ $t == test_gemv_grouped ]] && envs=("STEPSERVE_GROUPED_SHORT_DEPTH=5"
     "STEPSERVE_GROUPED_SHORT_DEPTH=4" "STEPSERVE_GROUPED_SHORT_DEPTH=1")
-  # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL).
-  [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1")
+  # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL),
+  # and the IQ4_XS one's whole iterations (STEPSERVE_MOE_GATE_UP_WHOLE, with the CTA arrival).
+  [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1"
+    "STEPSERVE_MOE_CTA_ARRIVAL=1 STEPSERVE_MOE_GATE_UP_WHOLE=1")
   # The grouped F16 GEMM with every chunk 8 column tiles wide, with narrow last chunks (both
   # without wide chunks), with chunks of 128 pairs for every type that has them (IQ4_XS's with all
   # 8 sub-blocks unrolled, the default) and IQ4_XS's wide kernel unrolled 4.

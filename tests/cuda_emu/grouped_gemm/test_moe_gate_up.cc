@@ -221,6 +221,12 @@ int main(int argc, char** argv) {
        true, 7.0f},
       {"IQ3_S 4608 -> 32, 2 tokens (18 blocks)", T::kIQ3_S, 4608, 32, 2, 2, 3, false, false, false,
        0.0f},
+      // Session 44's whole iterations (STEPSERVE_MOE_GATE_UP_WHOLE) at two tokens: 20 blocks,
+      // one iteration with refills, then a guarded one (and one the same at 16: the last).
+      {"IQ4_XS 5120 -> 32, 2 tokens, shared (20 blocks)", T::kIQ4_XS, 5120, 32, 2, 3, 5, true,
+       false, true, 7.0f},
+      {"IQ4_XS 4096 -> 32, 2 tokens, bad ids (16 blocks)", T::kIQ4_XS, 4096, 32, 2, 2, 4, false,
+       true, true, 0.0f},
       {"IQ4_XS 512 -> 64, 3 tokens, shared once", T::kIQ4_XS, 512, 64, 3, 3, 5, true, false, true,
        7.0f},
       {"IQ4_XS 512 -> 32, 4 tokens, shared once, bad ids", T::kIQ4_XS, 512, 32, 4, 2, 4, true, true,
