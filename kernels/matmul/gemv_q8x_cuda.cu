@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // STEPSERVE_GEMV_ONE_ROW_WHOLE=1 (session 44, not yet measured): the kernel above, early first
 // ring, with whole iterations free of per-step guards - SASS per iteration of 4 steps ~252
-// instructions for a row's last (no refills: a 4096-wide row has only that one) and ~275 with
+// instructions for a row's last (no refills: a 4096-wide row has only that one) and ~270-280 with
 // refills, against ~339 guarded - capped at 8 CTAs per SM (64 registers) so that a 4096-row
 // matrix stays one wave and the row loop's 2112 CTAs two (uncapped, the row-loop form took 67).
 // A kernel of its own because even `__launch_bounds__(..., 1)` changed the default kernel's SASS.
@@ -236,7 +236,7 @@ int64_t OneRowMaxCtas() {
 }
 
 // STEPSERVE_GEMV_ONE_ROW_WHOLE=1: the one-row IQ4_XS GEMV's whole iterations without per-step
-// guards (GemvIq4XsOneRowKernel's kWhole; with the early first ring only). Off by default until
+// guards (GemvIq4XsOneRowWholeKernel; with the early first ring only). Off by default until
 // measured: written in session 44 with no device (SASS and host emulation only).
 bool OneRowWhole() {
   static const bool on = [] {

@@ -17,7 +17,8 @@ files = ['matmul/gemm_grouped_mma_cuda.cu', 'matmul/gemm_grouped_f16_cuda.cu',
          'matmul/gemv_q8x_cuda.cu', 'matmul/q8_quantize.cuh',
          'matmul/gemv_block_util.cuh', 'matmul/gemv_cuda_internal.h',
          'matmul/moe_decode_cuda.cu', 'matmul/moe_decode_cuda.h',
-         'matmul/moe_down_lean.cuh', 'matmul/moe_swiglu_f16.cuh', 'matmul/dequant_cuda.cu',
+         'matmul/moe_down_lean.cuh', 'matmul/moe_two_rows.cuh', 'matmul/moe_swiglu_f16.cuh',
+         'matmul/dequant_cuda.cu',
          'matmul/dequant_cuda.cuh', 'matmul/gemm_grouped_wgmma_cuda.cu']
 def replace_fn(text, signature_start, new):
     i = text.index(signature_start)
@@ -75,6 +76,7 @@ reps = {
  'matmul/moe_decode_cuda.cu': [],
  'matmul/moe_decode_cuda.h': [],
  'matmul/moe_down_lean.cuh': [],
+ 'matmul/moe_two_rows.cuh': [],
  'matmul/moe_swiglu_f16.cuh': [],
  'matmul/dequant_cuda.cu': [],
  'matmul/dequant_cuda.cuh': [],
