@@ -170,6 +170,9 @@ int GemvMmaMinRows();
 inline constexpr int kGemvMmaWideMaxRows = 32;
 int GemvMmaWideMaxRows();
 std::atomic<int>& GemvMmaWideMaxRowsSetting();  // from the variable, then SetGemvCudaMmaWideMaxRows
+// The one-row IQ4_XS GEMV's whole-iteration form (gemv_q8x_cuda.cu): from
+// STEPSERVE_GEMV_ONE_ROW_WHOLE, then SetGemvCudaOneRowWhole.
+std::atomic<bool>& GemvOneRowWholeSetting();
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream);
 

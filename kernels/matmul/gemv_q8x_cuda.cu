@@ -22,6 +22,7 @@
 // blocks than two warp steps give each lane group a row of its own instead. IQ4_XS with 8-16
 // activation rows goes to the tensor-core kernel (gemv_mma_cuda.cu) first. The warp pieces are in
 // gemv_q8x_rows.cuh, shared with the grouped (MoE) GEMV of gemv_q8x_grouped_cuda.cu.
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -235,16 +236,7 @@ int64_t OneRowMaxCtas() {
   return cap;
 }
 
-// STEPSERVE_GEMV_ONE_ROW_WHOLE=1: the one-row IQ4_XS GEMV's whole iterations without per-step
-// guards (GemvIq4XsOneRowWholeKernel; with the early first ring only). Off by default until
-// measured: written in session 44 with no device (SASS and host emulation only).
-bool OneRowWhole() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_GEMV_ONE_ROW_WHOLE");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
-}
+bool OneRowWhole() { return GemvOneRowWholeSetting().load(std::memory_order_relaxed); }
 
 template <class P, int R, int NR, int D, bool kIndexed = false, bool kShort = false,
           int kMinBlocks = R == 1 ? 8 : 1, bool kExactRows = false, bool kEarly = false>
@@ -345,6 +337,17 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
 }
 
 }  // namespace
+
+// STEPSERVE_GEMV_ONE_ROW_WHOLE=1: the one-row IQ4_XS GEMV's whole iterations without per-step
+// guards (GemvIq4XsOneRowWholeKernel; with the early first ring only). Off by default until
+// measured: written in session 44 with no device (SASS and host emulation only).
+std::atomic<bool>& GemvOneRowWholeSetting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("STEPSERVE_GEMV_ONE_ROW_WHOLE");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return on;
+}
 
 bool WeightsBeforeWait(EarlyWeights use) {
   static const int mask = [] {

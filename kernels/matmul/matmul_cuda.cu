@@ -62,6 +62,10 @@ int64_t SetGemvCudaMmaWideMaxRows(int64_t rows) {
   return gemv_internal::GemvMmaWideMaxRowsSetting().exchange(static_cast<int>(clamped));
 }
 
+bool SetGemvCudaOneRowWhole(bool on) {
+  return gemv_internal::GemvOneRowWholeSetting().exchange(on);
+}
+
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
   if (in <= 0 || rows <= 0) return 0;
   return gemv_internal::Q8ScalesOffset(in, rows) +

@@ -96,6 +96,11 @@ int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations);
 // runs; returns the previous one.
 int64_t SetGemvCudaMmaWideMaxRows(int64_t rows);
 
+// Whether the one-row IQ4_XS GEMV runs its whole iterations without per-step guards (the same
+// bits; STEPSERVE_GEMV_ONE_ROW_WHOLE=1, off by default until measured): for tests and A/B runs;
+// returns the previous setting.
+bool SetGemvCudaOneRowWhole(bool on);
+
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);
 // Scratch bytes with which GemvIndexedCuda can take any of its paths, the grouped F16 GEMM (F16

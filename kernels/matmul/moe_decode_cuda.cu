@@ -365,16 +365,7 @@ bool CtaArrival() {
   return on;
 }
 
-// STEPSERVE_MOE_GATE_UP_WHOLE=1: the IQ4_XS gate / up kernel (per-token forms with the CTA
-// arrival, the defaults at 1-2 tokens) with DotTwoRowsPointers' whole iterations free of per-step
-// guards. Off by default until measured: written in session 44 with no device.
-bool GateUpWhole() {
-  static const bool on = [] {
-    const char* v = std::getenv("STEPSERVE_MOE_GATE_UP_WHOLE");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
-}
+bool GateUpWhole() { return ExpertGateUpWholeSetting().load(std::memory_order_relaxed); }
 
 template <class P>
 cudaError_t LaunchGateUpTyped(ExpertGateUpParams a, cudaStream_t stream) {
@@ -463,6 +454,17 @@ bool FusedQ6K() {
 }
 
 }  // namespace
+
+// STEPSERVE_MOE_GATE_UP_WHOLE=1: the IQ4_XS gate / up kernel (per-token forms with the CTA
+// arrival, the defaults at 1-2 tokens) with DotTwoRowsPointers' whole iterations free of per-step
+// guards. Off by default until measured: written in session 44 with no device.
+std::atomic<bool>& ExpertGateUpWholeSetting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("STEPSERVE_MOE_GATE_UP_WHOLE");
+    return v != nullptr && v[0] == '1';
+  }()};
+  return on;
+}
 
 bool ExpertDecodeFusedSupports(GgmlType type) {
   // The 2-3 bit types while they are on at all (GemvCudaSupports, STEPSERVE_GEMV_LOW_BIT).

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "engine/quant/ggml_type.h"
@@ -41,6 +42,10 @@ __device__ __forceinline__ float ExpertSwiGlu(float g, float u, float limit, boo
 // Types the two kernels decode (the warp-per-row pieces; with STEPSERVE_MOE_DECODE_Q6K=0 Q6_K keeps
 // the streamed GEMV).
 bool ExpertDecodeFusedSupports(GgmlType type);
+
+// The IQ4_XS gate / up kernel's whole-iteration form (moe_decode_cuda.cu): from
+// STEPSERVE_MOE_GATE_UP_WHOLE, then SetMoeGemvCudaGateUpWhole.
+std::atomic<bool>& ExpertGateUpWholeSetting();
 
 struct ExpertGateUpParams {
   // The gate matrices (w, w_row_bytes, w_matrix_bytes, n_matrices, matrix_ids = the routed ids,

@@ -254,6 +254,10 @@ int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens) {
   return DecodeFusedTokensSetting().exchange(ClampFusedTokens(tokens));
 }
 
+bool SetMoeGemvCudaGateUpWhole(bool on) {
+  return gemv_internal::ExpertGateUpWholeSetting().exchange(on);
+}
+
 int MoeGemvCudaGateUpPair() { return GateUpPairSetting().load(std::memory_order_relaxed); }
 
 int64_t MoeGemvCudaGateUpPairLaunches() {

@@ -90,6 +90,10 @@ inline constexpr int64_t kMoeGemvFusedMaxTokens = 4;
 // SetMoeGemvCudaDecodeFusedTokens set (returns the previous value; clamped to 0..4).
 int64_t MoeGemvCudaDecodeFusedTokens();
 int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens);
+// Whether the two-kernel path's IQ4_XS gate / up kernel runs its whole iterations without
+// per-step guards (the same bits; STEPSERVE_MOE_GATE_UP_WHOLE=1, off by default until measured):
+// for tests and A/B runs; returns the previous setting.
+bool SetMoeGemvCudaGateUpWhole(bool on);
 // The grouped gate and up GEMVs of a decode batch as one launch - the up matrices in the grid's
 // second half of slots (GemvIndexedCudaTakesMatrixPair) - instead of two, where their types and
 // row sizes match: the same rows, dots and bits, one launch boundary and one grid tail fewer a MoE

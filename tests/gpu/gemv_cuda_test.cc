@@ -225,6 +225,13 @@ struct LowBitScope {
   bool before;
 };
 
+// Sets the one-row IQ4_XS GEMV's whole-iteration form for a run and restores it after.
+struct OneRowWholeScope {
+  explicit OneRowWholeScope(bool on) : before(SetGemvCudaOneRowWhole(on)) {}
+  ~OneRowWholeScope() { SetGemvCudaOneRowWhole(before); }
+  bool before;
+};
+
 TEST_P(GemvCudaTest, MatchesCpuReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   const auto [type, shape, rows, mode] = GetParam();
@@ -357,6 +364,24 @@ TEST_P(GemvCudaTest, MatchesCpuReference) {
   std::vector<float> y2_raw;
   ASSERT_NO_FATAL_FAILURE(run(again, &y2, &y2_raw));
   EXPECT_EQ(std::memcmp(y_raw.data(), y2_raw.data(), y_raw.size() * 4), 0) << what;
+
+  // One IQ4_XS row: the one-row GEMV with its whole iterations free of per-step guards
+  // (STEPSERVE_GEMV_ONE_ROW_WHOLE) computes the same arithmetic in the same order as the guarded
+  // form, so the same bits.
+  if (type == GgmlType::kIQ4_XS && rows == 1) {
+    std::vector<double> y_guarded, y_whole;
+    std::vector<float> y_guarded_raw, y_whole_raw;
+    {
+      const OneRowWholeScope guarded(false);
+      ASSERT_NO_FATAL_FAILURE(run(again, &y_guarded, &y_guarded_raw));
+    }
+    {
+      const OneRowWholeScope whole(true);
+      ASSERT_NO_FATAL_FAILURE(run(again, &y_whole, &y_whole_raw));
+    }
+    EXPECT_EQ(std::memcmp(y_guarded_raw.data(), y_whole_raw.data(), y_whole_raw.size() * 4), 0)
+        << what << ": the whole-iteration one-row GEMV differs from the guarded one";
+  }
 }
 
 // {33, 2304}: an odd number of blocks (9) on a long row: with IQ4_XS the last block starts 16-byte
@@ -372,6 +397,19 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::pair<int64_t, int64_t>{37, 1280}),
                        ::testing::Values(1, 3, 8, 16),
                        ::testing::Values(GemvCudaActivations::kQ8, GemvCudaActivations::kF32)));
+
+// One row of IQ4_XS where the one-row GEMV's whole iterations apply (4096 wide in Shapes: one
+// iteration of 4 steps per lane group): 12288 wide (two with refills, then the last), 11264 (one
+// with refills, then a guarded tail), 9216 (another tail) and 8452 rows x 4096 (past 2112 CTAs of
+// 4 warps: warps loop over rows).
+INSTANTIATE_TEST_SUITE_P(
+    OneRowIq4Xs, GemvCudaTest,
+    ::testing::Combine(::testing::Values(GgmlType::kIQ4_XS),
+                       ::testing::Values(std::pair<int64_t, int64_t>{33, 12288},
+                                         std::pair<int64_t, int64_t>{35, 11264},
+                                         std::pair<int64_t, int64_t>{29, 9216},
+                                         std::pair<int64_t, int64_t>{8452, 4096}),
+                       ::testing::Values(1), ::testing::Values(GemvCudaActivations::kQ8)));
 
 // 2 and 4 rows of IQ4_XS (3 is in Shapes): the kernels compiled for exactly that many rows, long
 // (16 blocks) and short (1, 3, 5 blocks: one row per lane group) rows.

@@ -347,6 +347,13 @@ struct DecodeFusedScope {
   ~DecodeFusedScope() { SetMoeGemvCudaDecodeFusedTokens(was); }
 };
 
+// Whether the IQ4_XS gate / up kernel runs its whole iterations unguarded, for a scope.
+struct GateUpWholeScope {
+  bool was;
+  explicit GateUpWholeScope(bool on) : was(SetMoeGemvCudaGateUpWhole(on)) {}
+  ~GateUpWholeScope() { SetMoeGemvCudaGateUpWhole(was); }
+};
+
 class MoeGemvCudaDecodeTest : public ::testing::TestWithParam<DecodeParam> {};
 
 TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
@@ -421,6 +428,21 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   EXPECT_LT(err, kMaxRelError);
   EXPECT_LT(vs_five, 1e-5);
   EXPECT_EQ(std::memcmp(fused.data(), again.data(), n * 4), 0) << "second call differs";
+  // IQ4_XS gate / up at 1-2 tokens with whole iterations free of per-step guards
+  // (STEPSERVE_MOE_GATE_UP_WHOLE): the same arithmetic in the same order, so the same bits.
+  if (gu_type == GgmlType::kIQ4_XS) {
+    std::vector<float> guarded, whole;
+    {
+      const GateUpWholeScope off(false);
+      guarded = run(true, ids);
+    }
+    {
+      const GateUpWholeScope on(true);
+      whole = run(true, ids);
+    }
+    EXPECT_EQ(std::memcmp(guarded.data(), whole.data(), n * 4), 0)
+        << "the whole-iteration gate / up kernel differs from the guarded one";
+  }
   // Two ids out of range: no contribution from those slots, in both paths.
   std::vector<int32_t> bad = ids;
   bad[1] = -1;
