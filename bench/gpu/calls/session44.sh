@@ -20,7 +20,7 @@
 # Tests first (gemv also with every output count on 8 warps and with the whole iterations, the MoE
 # GEMV test with the gate / up ones, the model with both), then the A/B in two rounds.
 #   mkdir -p .gl && git archive HEAD -o .gl/head.tar && git archive e390a40 -o .gl/base.tar
-#   (timeout 570 bash bench/gpu/calls/session44.sh > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
+#   (timeout 570 bash bench/gpu/calls/session44.sh [short] > $OUT/log.txt 2>&1); tail -c 11000 $OUT/log.txt
 cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 export CALL_BENCH_ARGS="--kv-dtype f16"  # what `stepserve serve` uses on a GPU (--kv-dtype auto)
@@ -37,9 +37,11 @@ call_test gemv_cuda_test gemv-8warp "$eight"
 call_test gemv_cuda_test gemv-whole "$whole"
 CALL_TEST_TIMEOUT=150 call_test moe_gemv_cuda_test moe-gemv
 call_test moe_gemv_cuda_test moe-gemv-whole "$gu_whole" GTEST_FILTER="*MoeGemvCudaDecodeTest.*"
-CALL_TEST_TIMEOUT=200 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
-CALL_TEST_TIMEOUT=200 call_test model_cuda_test model-whole STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" \
-  "$whole" "$gu_whole"
+if [[ ${1:-} != short ]]; then  # `short` (~300 s, for little device time): no model tests, one round
+  CALL_TEST_TIMEOUT=200 call_test model_cuda_test model STEPSERVE_GPU_TEST_MODELS="$(call_model_file)"
+  CALL_TEST_TIMEOUT=200 call_test model_cuda_test model-whole \
+    STEPSERVE_GPU_TEST_MODELS="$(call_model_file)" "$whole" "$gu_whole"
+fi
 wait "$base_build"
 head -2 /tmp/base-build.txt
 [[ -x $base/bench/gpu/bench_model ]] || { echo "no base build"; cat /tmp/base-build.txt; exit 1; }
@@ -61,7 +63,8 @@ gemv_rows "$base"
 for round in 1 2; do
   # A second round only while it fits the 570-s limit (45 layers on an H200 take longer).
   # shellcheck disable=SC2154  # call_start: set by call-lib-h200.sh
-  [[ $round == 2 && $(($(date +%s) - call_start)) -gt 420 ]] && { echo "no time for round 2"; break; }
+  [[ $round == 2 && ( ${1:-} == short || $(($(date +%s) - call_start)) -gt 420 ) ]] &&
+    { echo "no round 2"; break; }
   CALL_BUILD=$new call_ab 1,2,8,12,16 "" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 8,12,16 "" "$eight" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 1,2 "" "$whole" STEPSERVE_ROUND="$round"
