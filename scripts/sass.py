@@ -12,7 +12,7 @@ Usage: sass.py BUILD_DIR SOURCE.cu [NAME_SUBSTRING] [--dump] [--save=FILE | --fr
   kernel names (demangled, or as printed: namespaces dropped). SASS_NVCC_FLAGS: extra nvcc
   flags (a compile-time switch, -DNAME=1), appended to the build's command. --dump prints the
   kernels' SASS too. --save=FILE keeps the disassembly; --from=FILE reads one saved instead of
-  compiling (BUILD_DIR and SOURCE are then only placeholders), e.g. to compare two trees.
+  compiling (BUILD_DIR and SOURCE are then not read: any two words do), e.g. to compare trees.
 
 Disassembler: cuobjdump -sass from $STEPSERVE_CUOBJDUMP, else .tools/cuobjdump in the repository
 (scripts/get-sass-tools.sh fetches it: the CUDA toolkit on this machine has no disassembler).
