@@ -4,6 +4,7 @@
 // its pairs with the warp pieces of gemv_q8x_rows.cuh. For IQ4_XS the warps loop over row blocks
 // under a register cap, each chunk's dot loop compiled for its own pair count (the measurements
 // are at GroupedRowCtasPerSlot, GroupedMinCtasPerSm and GroupedExactRows).
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -23,7 +24,7 @@ namespace {
 // Groups c0 .. c0 + n_rows - 1 of the slot's order (n_rows <= RN; the rows past n_rows repeat the
 // last one and are not stored) dotted with the warp's rows of `w` from o0. Called with n_rows ==
 // RN, a compile-time constant once inlined, no per-row guard is left (kExactRows).
-template <class P, int RN, int NR, int D, bool kShort>
+template <class P, int RN, int NR, int D, bool kShort, int kFixedBlocks>
 __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w, int64_t o0,
                                            int lane, int c0, int n_rows, int64_t y_row_offset) {
   int x_rows[RN];
@@ -34,7 +35,7 @@ __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w
     x_rows[r] = group / p.x_group_div;
     y_rows[r] = group + y_row_offset;
   }
-  DotAndStore<P, RN, NR, D, kShort>(p, w, o0, lane, x_rows, y_rows, n_rows);
+  DotAndStore<P, RN, NR, D, kShort, false, kFixedBlocks>(p, w, o0, lane, x_rows, y_rows, n_rows);
 }
 
 // Grouped mode (MoE with several tokens): grid y = slots; slot s holds the groups that picked one
@@ -46,6 +47,8 @@ __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w
 // 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.) kMinBlocks: CTAs per SM the register
 // budget must allow (GroupedMinCtasPerSm). kExactRows: each chunk of n groups runs the dot loop
 // compiled for exactly n activation rows (GroupChunk), not R rows with run-time guards.
+// kFixedBlocks > 0 (short rows): the launcher guarantees rows of exactly that many blocks
+// (AccumulateShortRowsPointers).
 // With p.w2 (a matrix pair, GemvIndexedCudaTakesMatrixPair) grid y is twice the slots: the second
 // half multiplies the same slots' matrices of w2 and writes rows y2_row_offset further on. Only the
 // long-row kernels of the types without a 2-3 bit piece have that code (kPairForm): in the others
@@ -54,7 +57,7 @@ template <class P, bool kShort>
 inline constexpr bool kPairForm = !kShort && !kLowBitPiece<P>;
 
 template <class P, int R, int NR, int D, bool kShort, bool kRowLoop = false, int kMinBlocks = 1,
-          bool kExactRows = false>
+          bool kExactRows = false, int kFixedBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvQ8GroupedKernel(const __grid_constant__ GemvParams p) {
   constexpr int kRows = kShort ? kShortRowsPerWarp<P> : NR;  // output rows per warp
@@ -104,20 +107,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         static_assert(R == 4, "one case per chunk size");
         switch (n_rows) {
           case 1:
-            GroupChunk<P, 1, NR, D, kShort>(p, w, o0, lane, c0, 1, y_row_offset);
+            GroupChunk<P, 1, NR, D, kShort, kFixedBlocks>(p, w, o0, lane, c0, 1, y_row_offset);
             break;
           case 2:
-            GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2, y_row_offset);
+            GroupChunk<P, 2, NR, D, kShort, kFixedBlocks>(p, w, o0, lane, c0, 2, y_row_offset);
             break;
           case 3:
-            GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3, y_row_offset);
+            GroupChunk<P, 3, NR, D, kShort, kFixedBlocks>(p, w, o0, lane, c0, 3, y_row_offset);
             break;
           default:
-            GroupChunk<P, 4, NR, D, kShort>(p, w, o0, lane, c0, 4, y_row_offset);
+            GroupChunk<P, 4, NR, D, kShort, kFixedBlocks>(p, w, o0, lane, c0, 4, y_row_offset);
             break;
         }
       } else {
-        GroupChunk<P, R, NR, D, kShort>(p, w, o0, lane, c0, n_rows, y_row_offset);
+        GroupChunk<P, R, NR, D, kShort, kFixedBlocks>(p, w, o0, lane, c0, n_rows, y_row_offset);
       }
     }
   });
@@ -281,6 +284,13 @@ int GroupedShortDepth() {
   static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", kShortWholeRowDepth);
   return depth;
 }
+// STEPSERVE_GROUPED_SHORT_WHOLE=1 (off until measured): rows of exactly kShortWholeRowDepth
+// blocks take a depth-5 kernel compiled for that block count, whose ring is the whole row: no
+// per-step `b < nb` guard (a BSSY / BSYNC region each in SASS, which also keeps one step's loads
+// from overlapping the step before) and no refill bound - the same arithmetic in the same order
+// (bit-identical). Why: session 44's whole iterations cut the one-row GEMV's per-iteration SASS
+// 339 -> 252 the same way; the down launch was ~25% slower per byte than gate / up at 64 streams.
+bool GroupedShortWhole() { return GroupedShortWholeSetting().load(std::memory_order_relaxed); }
 int64_t GroupedShortRowCtas(int64_t fallback) {
   static const int64_t setting = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_SHORT_ROW_CTAS");
@@ -322,6 +332,14 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
     if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
       if (short_loops && GroupedExactRows()) {
         const int depth = GroupedShortDepth();
+        if (depth == kShortWholeRowDepth && GroupedShortWhole() &&
+            p.in == kShortWholeRowDepth * P::kElems) {
+          GroupedShortWholeLaunchCount().fetch_add(1, std::memory_order_relaxed);
+          return LaunchWarpRows<kShortRows>(
+              GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true, true, kShortRowMinCtas, true,
+                                  kShortWholeRowDepth>,
+              p, grid_y, overlap_previous, stream, short_blocks);
+        }
         if (depth == kShortWholeRowDepth && p.in / P::kElems <= kShortWholeRowDepth) {
           return LaunchWarpRows<kShortRows>(GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true,
                                                                 true, kShortRowMinCtas, true>,
@@ -351,6 +369,16 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
 }
 
 }  // namespace
+
+std::atomic<bool>& GroupedShortWholeSetting() {
+  static std::atomic<bool> on{EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_WHOLE", 0) == 1};
+  return on;
+}
+
+std::atomic<int64_t>& GroupedShortWholeLaunchCount() {
+  static std::atomic<int64_t> launches{0};
+  return launches;
+}
 
 bool GroupedTakesMatrixPair(GgmlType type, int64_t in) {
   bool takes = false;

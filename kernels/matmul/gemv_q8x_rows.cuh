@@ -123,14 +123,17 @@ __host__ __device__ inline bool IsShortRow(int64_t in) {
 // acc[r] += the lane group's row o0 + g dotted with activation row x_rows[r], r < n_rows: a ring
 // of D blocks per lane group, addressed by advancing pointers as AccumulateRowsPointers (the
 // refill stays conditional: unconditional refills made these loops longer in SASS).
-template <class P, int R, int D>
+// kFixedBlocks > 0: the caller guarantees p.in == kFixedBlocks blocks, so the block guards and
+// refill bounds are compile-time constants (with kFixedBlocks == D: one ring, no guard or refill
+// left - STEPSERVE_GROUPED_SHORT_WHOLE).
+template <class P, int R, int D, int kFixedBlocks = 0>
 __device__ __forceinline__ void AccumulateShortRowsPointers(const GemvParams& p, const uint8_t* w,
                                                             int64_t o0, int lane,
                                                             const int (&x_rows)[R], int n_rows,
                                                             float (&acc)[R]) {
   const int g = lane / P::kLanes, c = lane % P::kLanes;
   const uint8_t* wp = w + (o0 + g < p.out ? o0 + g : p.out - 1) * p.w_row_bytes;  // block b0
-  const int nb = static_cast<int>(p.in / P::kElems);
+  const int nb = kFixedBlocks > 0 ? kFixedBlocks : static_cast<int>(p.in / P::kElems);
   const int8_t* xp[R];  // the lane's activations of block b0, per activation row
   const float2* dp[R];
 #pragma unroll
@@ -186,16 +189,18 @@ __device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)
 
 // The warp's rows with either mapping (NR is unused when short). With one activation row the
 // blocks decode through OneRowPiece (the same bits). kWaitAfterRing: see
-// AccumulateRowsPointers (long rows only).
-template <class P, int R, int NR, int D, bool kShort, bool kWaitAfterRing = false>
+// AccumulateRowsPointers (long rows only); kFixedBlocks: see AccumulateShortRowsPointers.
+template <class P, int R, int NR, int D, bool kShort, bool kWaitAfterRing = false,
+          int kFixedBlocks = 0>
 __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
                                             int lane, const int (&x_rows)[R],
                                             const int64_t (&y_rows)[R], int n_rows) {
   static_assert(!(kShort && kWaitAfterRing), "the short-row mapping waits before its ring");
+  static_assert(kShort || kFixedBlocks == 0, "a fixed block count: short rows only");
   using PD = std::conditional_t<R == 1, OneRowPiece<P>, P>;
   if constexpr (kShort) {
     float acc[R] = {};
-    AccumulateShortRowsPointers<PD, R, D>(p, w, o0, lane, x_rows, n_rows, acc);
+    AccumulateShortRowsPointers<PD, R, D, kFixedBlocks>(p, w, o0, lane, x_rows, n_rows, acc);
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};

@@ -66,6 +66,14 @@ bool SetGemvCudaOneRowWhole(bool on) {
   return gemv_internal::GemvOneRowWholeSetting().exchange(on);
 }
 
+bool SetGemvCudaGroupedShortWhole(bool on) {
+  return gemv_internal::GroupedShortWholeSetting().exchange(on);
+}
+
+int64_t GemvCudaGroupedShortWholeLaunches() {
+  return gemv_internal::GroupedShortWholeLaunchCount().load();
+}
+
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
   if (in <= 0 || rows <= 0) return 0;
   return gemv_internal::Q8ScalesOffset(in, rows) +

@@ -5,8 +5,8 @@
 here=$(cd "$(dirname "$0")" && pwd)
 f=matmul/gemv_q8x_grouped_cuda.cu
 m() { bash "$here/mutate.sh" "$@"; }
-m exact3_as_2 $f 'GroupChunk<P, 3, NR, D, kShort>(p, w, o0, lane, c0, 3, y_row_offset);' \
-  'GroupChunk<P, 2, NR, D, kShort>(p, w, o0, lane, c0, 2, y_row_offset);'
+m exact3_as_2 $f 'GroupChunk<P, 3, NR, D, kShort, kFixedBlocks>(p, w, o0, lane, c0, 3, y_row_offset);' \
+  'GroupChunk<P, 2, NR, D, kShort, kFixedBlocks>(p, w, o0, lane, c0, 2, y_row_offset);'
 m group_div_off $f 'x_rows[r] = group / p.x_group_div;
     y_rows[r] = group + y_row_offset;
   }
@@ -37,3 +37,12 @@ m pair_y_offset $f 'y_rows[r] = group + y_row_offset;' 'y_rows[r] = group;'
 m pair_matrix $f 'matrices = p.w2;' 'matrices = p.w;'
 m pair_zero_rows $f 'p.y[(p.group_order[i] + y_row_offset) * p.y_stride' \
   'p.y[(p.group_order[i]) * p.y_stride'
+# Session 45: IQ4_XS short rows of exactly 5 blocks through the kernel compiled for that count
+# (STEPSERVE_GROUPED_SHORT_WHOLE=1): a block left out, and the kernel taken for shorter rows.
+w() {
+  STEPSERVE_GROUPED_SHORT_WHOLE=1 EMU_TEST=test_gemv_grouped bash "$here/mutate.sh" "$@"
+}
+w whole_block_dropped $r 'const int nb = kFixedBlocks > 0 ? kFixedBlocks :' \
+  'const int nb = kFixedBlocks > 0 ? kFixedBlocks - 1 :'
+w whole_shorter_rows $f 'p.in == kShortWholeRowDepth * P::kElems) {' \
+  'p.in <= kShortWholeRowDepth * P::kElems) {'
