@@ -173,11 +173,11 @@ std::atomic<int>& GemvMmaWideMaxRowsSetting();  // from the variable, then SetGe
 // The one-row IQ4_XS GEMV's whole-iteration form (gemv_q8x_cuda.cu): from
 // STEPSERVE_GEMV_ONE_ROW_WHOLE, then SetGemvCudaOneRowWhole.
 std::atomic<bool>& GemvOneRowWholeSetting();
-// The grouped GEMV's IQ4_XS short rows of exactly five blocks through the kernel compiled for that
-// count (gemv_q8x_grouped_cuda.cu): from STEPSERVE_GROUPED_SHORT_WHOLE, then
-// SetGemvCudaGroupedShortWhole; and how many launches took it.
-std::atomic<bool>& GroupedShortWholeSetting();
-std::atomic<int64_t>& GroupedShortWholeLaunchCount();
+// The grouped GEMV's IQ4_XS kernels compiled for a fixed block count (gemv_q8x_grouped_cuda.cu,
+// kGroupedWholeShort / kGroupedWholeLong bits): from STEPSERVE_GROUPED_WHOLE, then
+// SetGemvCudaGroupedWhole; and how many launches took one.
+std::atomic<int>& GroupedWholeSetting();
+std::atomic<int64_t>& GroupedWholeLaunchCount();
 cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_previous,
                              cudaStream_t stream);
 

@@ -284,13 +284,20 @@ int GroupedShortDepth() {
   static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", kShortWholeRowDepth);
   return depth;
 }
-// STEPSERVE_GROUPED_SHORT_WHOLE=1 (off until measured): rows of exactly kShortWholeRowDepth
-// blocks take a depth-5 kernel compiled for that block count, whose ring is the whole row: no
-// per-step `b < nb` guard (a BSSY / BSYNC region each in SASS, which also keeps one step's loads
-// from overlapping the step before) and no refill bound - the same arithmetic in the same order
-// (bit-identical). Why: session 44's whole iterations cut the one-row GEMV's per-iteration SASS
-// 339 -> 252 the same way; the down launch was ~25% slower per byte than gate / up at 64 streams.
-bool GroupedShortWhole() { return GroupedShortWholeSetting().load(std::memory_order_relaxed); }
+// STEPSERVE_GROUPED_WHOLE (a mask, off until measured): IQ4_XS rows of a fixed block count through
+// a kernel compiled for that count, whose iterations run without the per-step `b < nb` guard (a
+// BSSY / BSYNC region each in SASS, which also keeps one step's loads from overlapping the step
+// before) and the refill bound - the same arithmetic in the same order (bit-identical). Bit 1
+// (kGroupedWholeShort): short rows of exactly kShortWholeRowDepth blocks (the experts' down), one
+// ring over the row; bit 2 (kGroupedWholeLong): long rows of kGroupedWholeLongBlocks (the
+// experts' 4096-wide gate / up), two iterations of the two-step ring, the second without refills.
+// Why: session 44's whole iterations cut the one-row GEMV's SASS per iteration 339 -> 252 the
+// same way, and the grouped GEMV is issue-bound at 16-64 streams (ncu, session 15).
+constexpr int kGroupedWholeShort = 1, kGroupedWholeLong = 2;
+constexpr int kGroupedWholeLongBlocks = 16;
+bool GroupedWhole(int bit) {
+  return (GroupedWholeSetting().load(std::memory_order_relaxed) & bit) != 0;
+}
 int64_t GroupedShortRowCtas(int64_t fallback) {
   static const int64_t setting = [] {
     const char* v = std::getenv("STEPSERVE_GROUPED_SHORT_ROW_CTAS");
@@ -332,9 +339,9 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
     if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
       if (short_loops && GroupedExactRows()) {
         const int depth = GroupedShortDepth();
-        if (depth == kShortWholeRowDepth && GroupedShortWhole() &&
+        if (depth == kShortWholeRowDepth && GroupedWhole(kGroupedWholeShort) &&
             p.in == kShortWholeRowDepth * P::kElems) {
-          GroupedShortWholeLaunchCount().fetch_add(1, std::memory_order_relaxed);
+          GroupedWholeLaunchCount().fetch_add(1, std::memory_order_relaxed);
           return LaunchWarpRows<kShortRows>(
               GemvQ8GroupedKernel<P, kR, 1, kShortWholeRowDepth, true, true, kShortRowMinCtas, true,
                                   kShortWholeRowDepth>,
@@ -360,6 +367,16 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
     return LaunchWarpRows<kShortRows>(NoLoopGroupedKernel<P, kR, 1, P::kDepth1, true>(), p, grid_y,
                                       overlap_previous, stream);
   }
+  if constexpr (std::is_same_v<P, PieceIQ4_XS>) {
+    if (loops(kNR) && GroupedExactRows() && GroupedMinCtasPerSm() > 1 &&
+        GroupedWhole(kGroupedWholeLong) && p.in == kGroupedWholeLongBlocks * P::kElems) {
+      GroupedWholeLaunchCount().fetch_add(1, std::memory_order_relaxed);
+      return LaunchWarpRows<kNR>(
+          GemvQ8GroupedKernel<P, kR, kNR, kD, false, true, kGroupedMinCtasPerSm, true,
+                              kGroupedWholeLongBlocks>,
+          p, grid_y, overlap_previous, stream, max_blocks);
+    }
+  }
   if (loops(kNR)) {
     return LaunchWarpRows<kNR>(RowLoopGroupedKernel<P, kR, kNR, kD, false>(), p, grid_y,
                                overlap_previous, stream, max_blocks);
@@ -370,12 +387,12 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
 
 }  // namespace
 
-std::atomic<bool>& GroupedShortWholeSetting() {
-  static std::atomic<bool> on{EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_WHOLE", 0) == 1};
-  return on;
+std::atomic<int>& GroupedWholeSetting() {
+  static std::atomic<int> mask{EnvSwitchLevel("STEPSERVE_GROUPED_WHOLE", 0) & 3};
+  return mask;
 }
 
-std::atomic<int64_t>& GroupedShortWholeLaunchCount() {
+std::atomic<int64_t>& GroupedWholeLaunchCount() {
   static std::atomic<int64_t> launches{0};
   return launches;
 }

@@ -22,7 +22,9 @@
 // address arithmetic; the index-addressed form was removed in session 24).
 // kWaitAfterRing: the caller has not waited for the previous kernel yet; the first ring of weight
 // words is loaded before the PDL wait (WeightsBeforeWait), which then happens here.
-template <class P, int R, int NR, int D, bool kWaitAfterRing = false>
+// kFixedBlocks > 0 (a multiple of an iteration's blocks): the caller guarantees p.in ==
+// kFixedBlocks blocks, so every iteration is whole and runs unguarded (STEPSERVE_GROUPED_WHOLE).
+template <class P, int R, int NR, int D, bool kWaitAfterRing = false, int kFixedBlocks = 0>
 __device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, const uint8_t* w,
                                                        int64_t o0, int lane, const int (&x_rows)[R],
                                                        int n_rows, float (&acc)[NR][R]) {
@@ -30,8 +32,9 @@ __device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, cons
   constexpr int kStepBytes = kBlocksPerStep * P::kBytes;  // a lane group's weight bytes a step
   constexpr int kStepX = kBlocksPerStep * P::kElems;      // its activations a step
   constexpr int kStepD = kBlocksPerStep * (P::kElems / 32);
+  static_assert(kFixedBlocks % (D * kBlocksPerStep) == 0, "whole iterations only");
   const int g = lane / P::kLanes, c = lane % P::kLanes;
-  const int nb = static_cast<int>(p.in / P::kElems);
+  const int nb = kFixedBlocks > 0 ? kFixedBlocks : static_cast<int>(p.in / P::kElems);
   const uint8_t* wp[NR];  // the lane group's block of the current iteration's first step
 #pragma unroll
   for (int n = 0; n < NR; ++n) {
@@ -55,6 +58,40 @@ __device__ __forceinline__ void AccumulateRowsPointers(const GemvParams& p, cons
   if constexpr (kWaitAfterRing) {
     WaitForPrimaryGrid();
     AllowDependentLaunch();
+  }
+  if constexpr (kFixedBlocks > 0) {
+    // Whole iterations (a fixed block count): every step exists, so no per-step guard; the
+    // refills of all but the last iteration are unconditional, the last has none.
+    constexpr int kIters = kFixedBlocks / (D * kBlocksPerStep);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+      for (int k = 0; k < D; ++k) {
+        typename P::W wv[NR];
+#pragma unroll
+        for (int n = 0; n < NR; ++n) {
+          wv[n] = P::Decode(ring[k][n], g + (it * D + k) * kBlocksPerStep, c, p);
+          if (it + 1 < kIters) ring[k][n] = P::LoadRaw(wp[n] + (D + k) * kStepBytes, c);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < n_rows) {
+            const int8_t* step_x = xp[r] + k * kStepX;
+            const typename P::X x = P::LoadXAt(step_x, dp[r] + k * kStepD);
+#pragma unroll
+            for (int n = 0; n < NR; ++n) acc[n][r] += P::Dot(wv[n], x, c);
+          }
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < NR; ++n) wp[n] += kStepBytes * D;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        xp[r] += kStepX * D;
+        dp[r] += kStepD * D;
+      }
+    }
+    return;
   }
   for (int b0 = g; b0 < nb; b0 += D * kBlocksPerStep) {
 #pragma unroll
@@ -125,7 +162,7 @@ __host__ __device__ inline bool IsShortRow(int64_t in) {
 // refill stays conditional: unconditional refills made these loops longer in SASS).
 // kFixedBlocks > 0: the caller guarantees p.in == kFixedBlocks blocks, so the block guards and
 // refill bounds are compile-time constants (with kFixedBlocks == D: one ring, no guard or refill
-// left - STEPSERVE_GROUPED_SHORT_WHOLE).
+// left - STEPSERVE_GROUPED_WHOLE).
 template <class P, int R, int D, int kFixedBlocks = 0>
 __device__ __forceinline__ void AccumulateShortRowsPointers(const GemvParams& p, const uint8_t* w,
                                                             int64_t o0, int lane,
@@ -196,7 +233,6 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
                                             int lane, const int (&x_rows)[R],
                                             const int64_t (&y_rows)[R], int n_rows) {
   static_assert(!(kShort && kWaitAfterRing), "the short-row mapping waits before its ring");
-  static_assert(kShort || kFixedBlocks == 0, "a fixed block count: short rows only");
   using PD = std::conditional_t<R == 1, OneRowPiece<P>, P>;
   if constexpr (kShort) {
     float acc[R] = {};
@@ -204,7 +240,8 @@ __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* 
     StoreShortRows<P, R>(p, acc, lane, o0, y_rows, n_rows);
   } else {
     float acc[NR][R] = {};
-    AccumulateRowsPointers<PD, R, NR, D, kWaitAfterRing>(p, w, o0, lane, x_rows, n_rows, acc);
+    AccumulateRowsPointers<PD, R, NR, D, kWaitAfterRing, kFixedBlocks>(p, w, o0, lane, x_rows,
+                                                                       n_rows, acc);
     StoreRows<R, NR>(p, acc, lane, o0, y_rows, n_rows);
   }
 }

@@ -66,13 +66,11 @@ bool SetGemvCudaOneRowWhole(bool on) {
   return gemv_internal::GemvOneRowWholeSetting().exchange(on);
 }
 
-bool SetGemvCudaGroupedShortWhole(bool on) {
-  return gemv_internal::GroupedShortWholeSetting().exchange(on);
+int SetGemvCudaGroupedWhole(int mask) {
+  return gemv_internal::GroupedWholeSetting().exchange(mask & 3);
 }
 
-int64_t GemvCudaGroupedShortWholeLaunches() {
-  return gemv_internal::GroupedShortWholeLaunchCount().load();
-}
+int64_t GemvCudaGroupedWholeLaunches() { return gemv_internal::GroupedWholeLaunchCount().load(); }
 
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows) {
   if (in <= 0 || rows <= 0) return 0;

@@ -101,13 +101,13 @@ int64_t SetGemvCudaMmaWideMaxRows(int64_t rows);
 // returns the previous setting.
 bool SetGemvCudaOneRowWhole(bool on);
 
-// Whether the grouped GEMV's IQ4_XS short rows of exactly five blocks (the experts' 1280-wide
-// down) take the kernel compiled for that block count, without per-step guards (the same bits;
-// STEPSERVE_GROUPED_SHORT_WHOLE=1, off by default until measured): for tests and A/B runs;
-// returns the previous setting. The launches that took it so far in this process (tests check the
-// path: a silent fallback would give the same bits).
-bool SetGemvCudaGroupedShortWhole(bool on);
-int64_t GemvCudaGroupedShortWholeLaunches();
+// The grouped GEMV's IQ4_XS kernels compiled for a fixed block count, without per-step guards
+// (the same bits; STEPSERVE_GROUPED_WHOLE, off by default until measured), a mask: 1 the short rows
+// of exactly five blocks (the experts' 1280-wide down), 2 the long rows of exactly 16 (their
+// 4096-wide gate / up). For tests and A/B runs; returns the previous mask. The launches that took
+// one so far in this process (tests check the path: a silent fallback would give the same bits).
+int SetGemvCudaGroupedWhole(int mask);
+int64_t GemvCudaGroupedWholeLaunches();
 
 // Scratch bytes the kQ8 mode needs for `rows` activation rows of `in` values.
 int64_t GemvCudaScratchBytes(int64_t in, int64_t rows);

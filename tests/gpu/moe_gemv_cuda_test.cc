@@ -160,11 +160,12 @@ struct GateUpPairScope {
   ~GateUpPairScope() { SetMoeGemvCudaGateUpPair(was); }
 };
 
-// Sets the grouped GEMV's five-block short-row kernel (SetGemvCudaGroupedShortWhole) for a scope.
-struct GroupedShortWholeScope {
-  bool was;
-  explicit GroupedShortWholeScope(bool on) : was(SetGemvCudaGroupedShortWhole(on)) {}
-  ~GroupedShortWholeScope() { SetGemvCudaGroupedShortWhole(was); }
+// Sets the grouped GEMV's fixed-block-count IQ4_XS kernels (SetGemvCudaGroupedWhole: 1 the
+// five-block short rows, 2 the 16-block long rows) for a scope.
+struct GroupedWholeScope {
+  int was;
+  explicit GroupedWholeScope(int mask) : was(SetGemvCudaGroupedWhole(mask)) {}
+  ~GroupedWholeScope() { SetGemvCudaGroupedWhole(was); }
 };
 
 // Turns the low-bit GEMV types on for a case (GemvCudaSupports, hence MoeGemvCudaSupports).
@@ -246,7 +247,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   // (SetMoeGemvCudaGateUpPair): the same bits as two launches. Only long rows take the pair
   // (kLongRowDecodeTokens); elsewhere the second run checks that the fallback is the two launches.
   // And with the IQ4_XS down rows of exactly five blocks through the kernel compiled for that
-  // count (SetGemvCudaGroupedShortWhole; kRealWidthDecodeTokens): the same bits again.
+  // count (SetGemvCudaGroupedWhole; kRealWidthDecodeTokens): the same bits again.
   std::vector<std::tuple<GroupedGemmMode, F16Mode, bool, bool>> runs;
   for (const auto& [mode, f16_mode] : modes) {
     runs.push_back({mode, f16_mode, false, false});
@@ -260,7 +261,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     const GroupedGemmScope scope(mode);
     const GroupedGemmF16Scope f16_scope(f16_mode);
     const GateUpPairScope pair_scope(pair);
-    const GroupedShortWholeScope short_whole_scope(short_whole);
+    const GroupedWholeScope short_whole_scope(short_whole ? 1 : 0);
     const int f16 = static_cast<int>(f16_mode);
     const int gemm = static_cast<int>(mode);
     auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
@@ -272,7 +273,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     a.workspace = workspace.ptr;
     a.workspace_bytes = ws;
     const int64_t pair_launches = MoeGemvCudaGateUpPairLaunches();
-    const int64_t short_whole_launches = GemvCudaGroupedShortWholeLaunches();
+    const int64_t short_whole_launches = GemvCudaGroupedWholeLaunches();
     ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     // The pair must have run where it applies (a silent fallback would compare equal).
@@ -280,7 +281,7 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
       EXPECT_EQ(MoeGemvCudaGateUpPairLaunches() - pair_launches, pair ? 1 : 0);
     }
     if (short_whole_applies) {
-      EXPECT_EQ(GemvCudaGroupedShortWholeLaunches() - short_whole_launches, short_whole ? 1 : 0);
+      EXPECT_EQ(GemvCudaGroupedWholeLaunches() - short_whole_launches, short_whole ? 1 : 0);
     }
     std::vector<float> got(tokens * d);
     ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -461,6 +462,18 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
     }
     EXPECT_EQ(std::memcmp(guarded.data(), whole.data(), n * 4), 0)
         << "the whole-iteration gate / up kernel differs from the guarded one";
+  }
+  // The five-launch path's grouped GEMV with the IQ4_XS kernels compiled for the real block
+  // counts (STEPSERVE_GROUPED_WHOLE 3: the 4096-wide gate / up, 16 blocks, and the 1280-wide
+  // down, 5): the same bits, and both launches must have taken them (one token is not grouped).
+  if (gu_type == GgmlType::kIQ4_XS && down_type == GgmlType::kIQ4_XS && d == 4096 && ff == 1280 &&
+      T > 1) {
+    const GroupedWholeScope whole_kernels(3);
+    const int64_t launches = GemvCudaGroupedWholeLaunches();
+    const std::vector<float> whole = run(false, ids);
+    EXPECT_EQ(GemvCudaGroupedWholeLaunches() - launches, MoeGemvCudaGateUpPair() != 0 ? 2 : 3);
+    EXPECT_EQ(std::memcmp(whole.data(), five.data(), n * 4), 0)
+        << "the grouped GEMV's fixed-block kernels differ from the guarded ones, tokens " << T;
   }
   // Two ids out of range: no contribution from those slots, in both paths.
   std::vector<int32_t> bad = ids;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 45's call: session44.sh (never run: no machine started in session 44) plus session 45's
-# STEPSERVE_GROUPED_SHORT_WHOLE. On an H200 the 45-layer target figures come first (none since
+# STEPSERVE_GROUPED_WHOLE=3. On an H200 the 45-layer target figures come first (none since
 # session 26); on an H100, 24 layers (compare only with H100 runs).
 # What it checks, against e390a40 (session 43's head) built from .gl/base.tar in /tmp/base:
 #  - Iq4XsSubScale (gemv_block_util.cuh): the IQ4_XS sub-block scale by two shifts of lane
@@ -18,11 +18,13 @@
 #    tensor-core GEMV (default 8192). The 4-warp kernel measured slower than the base's on 12288 x
 #    4096 at 12 / 16 rows in session 43; a huge value sends every output count to 8 warps: the
 #    GEMV alone (bench_gemv --rows) and decode at 8-16 streams both ways.
-#  - STEPSERVE_GROUPED_SHORT_WHOLE=1 (gemv_q8x_grouped_cuda.cu, off): the grouped GEMV's IQ4_XS
-#    down rows of exactly 5 blocks through a kernel compiled for that count (no per-step guard or
-#    refill: SASS per row block's chunk of 1 / 2 / 4 activation rows, store included, 547 / 689 /
-#    948 -> 386 / 561 / 806); moe_gemv_cuda_test compares it bit for bit itself (48-token case);
-#    decode at 16 / 32 / 64 streams both ways.
+#  - STEPSERVE_GROUPED_WHOLE=3 (gemv_q8x_grouped_cuda.cu, off): the grouped GEMV's IQ4_XS rows
+#    of exactly 5 blocks (the experts' down; bit 1) and 16 blocks (their gate / up; bit 2) through
+#    kernels compiled for that count (no per-step guard or refill bound). SASS per row block's
+#    chunk of 1 / 2 / 4 activation rows, store included: down 547 / 689 / 948 -> 386 / 561 / 806,
+#    gate / up (two iterations) ~855 / 1083 / 1452 -> 628 / 886 / 1245. moe_gemv_cuda_test
+#    compares both bit for bit itself (48-token case; 2-4-token decode cases 4096 x 1280) and
+#    checks the launches took them; decode at 16 / 32 / 64 streams with 3, 2 and without.
 # Tests first (gemv also with every output count on 8 warps; gemv and the MoE GEMV test compare
 # the whole-iteration forms bit for bit themselves; the model with both), then the A/B.
 #   mkdir -p .gl && git archive HEAD -o .gl/head.tar && git archive e390a40 -o .gl/base.tar
@@ -31,7 +33,7 @@ cd "$(dirname "$0")/../../.." || exit 1
 source bench/gpu/call-lib-h200.sh
 export CALL_BENCH_ARGS="--kv-dtype f16"  # what `stepserve serve` uses on a GPU (--kv-dtype auto)
 eight=STEPSERVE_GEMV_MMA_8WARP_OUT=1000000000 whole=STEPSERVE_GEMV_ONE_ROW_WHOLE=1
-gu_whole=STEPSERVE_MOE_GATE_UP_WHOLE=1 gw=STEPSERVE_GROUPED_SHORT_WHOLE=1
+gu_whole=STEPSERVE_MOE_GATE_UP_WHOLE=1 gw=STEPSERVE_GROUPED_WHOLE=3 gw_long=STEPSERVE_GROUPED_WHOLE=2
 call_build bench_model bench_gemv gemv_cuda_test moe_gemv_cuda_test model_cuda_test stepserve || exit 1
 new=$CALL_BUILD base=/tmp/base/build-h200
 rm -rf /tmp/base && mkdir -p /tmp/base /tmp/logs-base && tar -xf .gl/base.tar -C /tmp/base &&
@@ -72,6 +74,7 @@ for round in 1 2; do
     { echo "no round 2"; break; }
   CALL_BUILD=$new call_ab 1,2,8,12,16 "" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 16,32,64 "" "$gw" STEPSERVE_ROUND="$round"
+  CALL_BUILD=$new call_ab 16,32,64 "" "$gw_long" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 16,32,64 "" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 8,12,16 "" "$eight" STEPSERVE_ROUND="$round"
   CALL_BUILD=$new call_ab 1,2 "" "$whole" STEPSERVE_ROUND="$round"

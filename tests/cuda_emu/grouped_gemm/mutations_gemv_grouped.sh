@@ -37,12 +37,19 @@ m pair_y_offset $f 'y_rows[r] = group + y_row_offset;' 'y_rows[r] = group;'
 m pair_matrix $f 'matrices = p.w2;' 'matrices = p.w;'
 m pair_zero_rows $f 'p.y[(p.group_order[i] + y_row_offset) * p.y_stride' \
   'p.y[(p.group_order[i]) * p.y_stride'
-# Session 45: IQ4_XS short rows of exactly 5 blocks through the kernel compiled for that count
-# (STEPSERVE_GROUPED_SHORT_WHOLE=1): a block left out, and the kernel taken for shorter rows.
+# Session 45: IQ4_XS rows through the kernels compiled for their block count
+# (STEPSERVE_GROUPED_WHOLE=3): in the five-block short-row kernel a block left out and the kernel
+# taken for shorter rows; in the 16-block long-row one the first iteration's refill skipped, the
+# weight pointers not advanced, the long kernel taken for rows of another length.
 w() {
-  STEPSERVE_GROUPED_SHORT_WHOLE=1 EMU_TEST=test_gemv_grouped bash "$here/mutate.sh" "$@"
+  STEPSERVE_GROUPED_WHOLE=3 EMU_TEST=test_gemv_grouped bash "$here/mutate.sh" "$@"
 }
-w whole_block_dropped $r 'const int nb = kFixedBlocks > 0 ? kFixedBlocks :' \
-  'const int nb = kFixedBlocks > 0 ? kFixedBlocks - 1 :'
+w whole_block_dropped $r '// block b0
+  const int nb = kFixedBlocks > 0 ? kFixedBlocks :' '// block b0
+  const int nb = kFixedBlocks > 0 ? kFixedBlocks - 1 :'
 w whole_shorter_rows $f 'p.in == kShortWholeRowDepth * P::kElems) {' \
   'p.in <= kShortWholeRowDepth * P::kElems) {'
+w whole_long_no_refill $r 'if (it + 1 < kIters) ring[k][n] =' 'if (it + 1 < kIters - 1) ring[k][n] ='
+w whole_long_weights_not_advanced $r 'wp[n] += kStepBytes * D;' 'wp[n] += 0;'
+w whole_long_other_rows $f 'p.in == kGroupedWholeLongBlocks * P::kElems) {' \
+  'p.in >= 8 * P::kElems) {'

@@ -41,11 +41,11 @@ for t in $tests; do
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3"
     "STEPSERVE_GEMV_ONE_ROW_WHOLE=1" "STEPSERVE_GEMV_ONE_ROW_WHOLE=1 STEPSERVE_GEMV_ROW_CTAS=3")
   # The grouped GEMV's IQ4_XS short rows with the whole-row ring (the default), depth 4 under the
-  # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1), and the depth-5
-  # kernel compiled for rows of exactly 5 blocks (STEPSERVE_GROUPED_SHORT_WHOLE).
+  # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1), and the kernels
+  # compiled for rows of exactly 5 (short) and 16 (long) blocks (STEPSERVE_GROUPED_WHOLE=3).
   [[ $t == test_gemv_grouped ]] && envs=("STEPSERVE_GROUPED_SHORT_DEPTH=5"
     "STEPSERVE_GROUPED_SHORT_DEPTH=4" "STEPSERVE_GROUPED_SHORT_DEPTH=1"
-    "STEPSERVE_GROUPED_SHORT_WHOLE=1")
+    "STEPSERVE_GROUPED_WHOLE=3")
   # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL),
   # and the IQ4_XS one's whole iterations (STEPSERVE_MOE_GATE_UP_WHOLE, with the CTA arrival).
   [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1"

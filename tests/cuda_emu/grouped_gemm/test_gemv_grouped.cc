@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
        5,
        {{4, 1}, {1, 2}, {0, 3}, {2, 4}, {3, 5}},
        3},
-      // 3 blocks: shorter than the whole-row ring (STEPSERVE_GROUPED_SHORT_WHOLE keeps these on
+      // 3 blocks: shorter than the whole-row ring (STEPSERVE_GROUPED_WHOLE keeps these on
       // the guarded kernel).
       {"short rows (3 blocks), 1-4 groups", 768, 44, 1, 1, 4, {{1, 1}, {0, 2}, {3, 4}, {2, 3}}, 2},
       {"short rows, unused and out-of-range slots",
