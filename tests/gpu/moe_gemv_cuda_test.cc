@@ -246,22 +246,16 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
   // The dp4a grouped GEMV (kOff) also with the gate and up as one launch
   // (SetMoeGemvCudaGateUpPair): the same bits as two launches. Only long rows take the pair
   // (kLongRowDecodeTokens); elsewhere the second run checks that the fallback is the two launches.
-  // And with the IQ4_XS down rows of exactly five blocks through the kernel compiled for that
-  // count (SetGemvCudaGroupedWhole; kRealWidthDecodeTokens): the same bits again.
-  std::vector<std::tuple<GroupedGemmMode, F16Mode, bool, bool>> runs;
+  std::vector<std::tuple<GroupedGemmMode, F16Mode, bool>> runs;
   for (const auto& [mode, f16_mode] : modes) {
-    runs.push_back({mode, f16_mode, false, false});
-    if (mode == GroupedGemmMode::kOff) runs.push_back({mode, f16_mode, true, false});
-    if (mode == GroupedGemmMode::kOff) runs.push_back({mode, f16_mode, false, true});
+    runs.push_back({mode, f16_mode, false});
+    if (mode == GroupedGemmMode::kOff) runs.push_back({mode, f16_mode, true});
   }
-  const bool short_whole_applies =
-      tokens == kRealWidthDecodeTokens && down_type == GgmlType::kIQ4_XS && ff == 1280;
   std::vector<float> two_launches;
-  for (const auto& [mode, f16_mode, pair, short_whole] : runs) {
+  for (const auto& [mode, f16_mode, pair] : runs) {
     const GroupedGemmScope scope(mode);
     const GroupedGemmF16Scope f16_scope(f16_mode);
     const GateUpPairScope pair_scope(pair);
-    const GroupedWholeScope short_whole_scope(short_whole ? 1 : 0);
     const int f16 = static_cast<int>(f16_mode);
     const int gemm = static_cast<int>(mode);
     auto dx = ToDevice(x), dy = ToDevice(y0), dids = ToDevice(ids), dw = ToDevice(weights);
@@ -273,15 +267,11 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     a.workspace = workspace.ptr;
     a.workspace_bytes = ws;
     const int64_t pair_launches = MoeGemvCudaGateUpPairLaunches();
-    const int64_t short_whole_launches = GemvCudaGroupedWholeLaunches();
     ASSERT_EQ(MoeGemvCuda(a, nullptr), KernelStatus::kOk);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     // The pair must have run where it applies (a silent fallback would compare equal).
     if (long_rows) {
       EXPECT_EQ(MoeGemvCudaGateUpPairLaunches() - pair_launches, pair ? 1 : 0);
-    }
-    if (short_whole_applies) {
-      EXPECT_EQ(GemvCudaGroupedWholeLaunches() - short_whole_launches, short_whole ? 1 : 0);
     }
     std::vector<float> got(tokens * d);
     ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -294,19 +284,17 @@ TEST_P(MoeGemvCudaTest, MatchesReference) {
     const double err = testing::RelError(got_delta, ref_delta);
     EXPECT_LT(err, kMaxRelError) << GgmlTypeName(gu_type) << "/" << GgmlTypeName(down_type)
                                  << " tokens " << tokens << " limit " << limit << " gemm " << gemm
-                                 << " f16 " << f16 << " pair " << pair << " short_whole "
-                                 << short_whole;
-    if (mode == GroupedGemmMode::kOff && !pair && !short_whole) two_launches = got;
-    if (pair || short_whole) {
+                                 << " f16 " << f16 << " pair " << pair;
+    if (mode == GroupedGemmMode::kOff && !pair) two_launches = got;
+    if (pair) {
       EXPECT_EQ(std::memcmp(got.data(), two_launches.data(), got.size() * 4), 0)
-          << (pair ? "gate and up in one launch differ from two launches: "
-                   : "the five-block down kernel differs from the guarded one: ")
-          << GgmlTypeName(gu_type) << " tokens " << tokens;
+          << "gate and up in one launch differ from two launches: " << GgmlTypeName(gu_type)
+          << " tokens " << tokens;
     }
-    std::printf(
-        "moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d pair=%d short_whole=%d rel_error=%.3g\n",
-        std::string(GgmlTypeName(gu_type)).c_str(), std::string(GgmlTypeName(down_type)).c_str(),
-        static_cast<long>(tokens), limit, gemm, f16, pair ? 1 : 0, short_whole ? 1 : 0, err);
+    std::printf("moe_gemv %s/%s tokens=%ld limit=%g gemm=%d f16=%d pair=%d rel_error=%.3g\n",
+                std::string(GgmlTypeName(gu_type)).c_str(),
+                std::string(GgmlTypeName(down_type)).c_str(), static_cast<long>(tokens), limit,
+                gemm, f16, pair ? 1 : 0, err);
   }
 }
 
