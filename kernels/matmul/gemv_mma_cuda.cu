@@ -6,10 +6,10 @@
 // rows in one instruction per warp: after the shared decode, each further 8 activation rows cost
 // one MMA and a 4-value scale epilogue per 512 weights.
 //
-// Layout. A CTA owns 16 output rows (the MMA's M) and its 4 warps (8 when there are fewer than
-// 8192 rows, so each SM still has enough warps) split K by pairs of 256-weight IQ4_XS blocks. A
-// warp copies its pair of blocks of all 16 rows (16 x 272 bytes, 17 16-byte pieces per row, 16-byte
-// aligned since rows are) into its own two-stage shared-memory ring with cp.async: one copy
+// Layout. A CTA owns 16 output rows (the MMA's M) and its 8 warps (4 with
+// STEPSERVE_GEMV_MMA_8WARP_OUT, EightWarpOutFromEnv) split K by pairs of 256-weight IQ4_XS blocks.
+// A warp copies its pair of blocks of all 16 rows (16 x 272 bytes, 17 16-byte pieces per row,
+// 16-byte aligned since rows are) into its own two-stage shared-memory ring with cp.async: one copy
 // instruction moves 512 bytes in runs of 272 contiguous bytes. The first version loaded the qs
 // words straight from global memory, 16 bytes in each of 8 rows per load instruction, and took
 // 30 us for 2-8 rows of 4096x12288, twice the one-row dp4a kernel (not profiled; many L1
@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include "kernels/common/dynamic_smem.h"
 #include "kernels/common/pdl.cuh"
@@ -314,14 +315,18 @@ __global__ void __launch_bounds__(32 * kWarps, 3)
   }
 }
 
-// Output counts below this take the 8-warp kernel (each SM then still has enough warps: fewer
-// than 8192 rows leave under ~4 CTAs of 4 warps per SM). STEPSERVE_GEMV_MMA_8WARP_OUT=N sets it
-// (0: never 8 warps; a number past every matrix: always), for an A/B on the device: session 43's
-// 4-warp kernel measured slower than the base's on 12288 x 4096 at 12 / 16 rows (the fused q / k /
-// gate projection of a sliding-window layer has 13408 rows) while the 8-warp one gained.
+// Output counts below this take the 8-warp kernel; by default every count (since session 45).
+// STEPSERVE_GEMV_MMA_8WARP_OUT=N sets it (0: never 8 warps; 8192: the rule until session 45 -
+// fewer than 8192 rows leave under ~4 CTAs of 4 warps per SM, so 8 warps there only). Why: session
+// 43's 4-warp kernel measured slower than the base's on 12288 x 4096 at 12 / 16 rows, and 8 warps
+// measured faster there (H100, session 45, bench/gpu/results-v39.txt, bench_gemv --rows):
+// 12288 x 4096 at 8 / 12 / 16 rows 21.47 / 28.02 / 31.40 us -> 20.26 / 24.37 / 27.33 us (4096 x
+// 12288 already took 8 warps); decode at 8 / 12 / 16 streams (24 layers) 6.421 / 8.226 / 9.654 ->
+// 6.464 / 8.139 / 9.607 ms, one round (within ~1%). The fused q / k / gate projection of a
+// sliding-window layer has 13408 rows, a full layer's 9280: both took 4 warps at 9-16 streams.
 int64_t EightWarpOutFromEnv() {
   const char* v = std::getenv("STEPSERVE_GEMV_MMA_8WARP_OUT");
-  if (v == nullptr || v[0] == '\0') return 8192;
+  if (v == nullptr || v[0] == '\0') return std::numeric_limits<int64_t>::max();
   const long long n = std::atoll(v);
   return n > 0 ? static_cast<int64_t>(n) : int64_t{0};
 }
@@ -389,8 +394,8 @@ cudaError_t LaunchGemvQ8xMma(GgmlType type, const GemvParams& p, bool overlap_pr
     return LaunchMma<4, 4, MmaForm::kWide>(overlap, grid, p, stream);
   }
   static_assert(kGemvMmaMaxRows == 16, "one instantiation per 8 activation rows");
-  // Fewer than 8192 output rows leave under ~4 CTAs per SM: 8 warps split K there, so each SM
-  // has enough warps to hide the MMA, shared-memory and activation-load latencies.
+  // 8 warps split K (EightWarpOutFromEnv), so each SM has enough warps to hide the MMA,
+  // shared-memory and activation-load latencies.
   static const int64_t eight_warp_out = EightWarpOutFromEnv();
   const bool wide = p.out < eight_warp_out;
   if (wide) {

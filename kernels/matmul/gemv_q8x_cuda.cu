@@ -339,8 +339,10 @@ cudaError_t LaunchRows(const GemvParams& p, bool overlap_previous, cudaStream_t 
 }  // namespace
 
 // STEPSERVE_GEMV_ONE_ROW_WHOLE=1: the one-row IQ4_XS GEMV's whole iterations without per-step
-// guards (GemvIq4XsOneRowWholeKernel; with the early first ring only). Off by default until
-// measured: written in session 44 with no device (SASS and host emulation only).
+// guards (GemvIq4XsOneRowWholeKernel; with the early first ring only). Off: on the H100 (session
+// 45, bench/gpu/results-v39.txt, one round) the GEMV alone gained (bench_gemv --rows, one row:
+// 4096 x 12288 13.52 -> 12.75 us, 12288 x 4096 13.67 -> 13.21 us) but batch-1 decode did not
+// (24 layers: 2.202 / 2.214 default and base -> 2.209 ms).
 std::atomic<bool>& GemvOneRowWholeSetting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("STEPSERVE_GEMV_ONE_ROW_WHOLE");

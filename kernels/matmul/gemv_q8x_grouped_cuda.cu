@@ -284,15 +284,18 @@ int GroupedShortDepth() {
   static const int depth = EnvSwitchLevel("STEPSERVE_GROUPED_SHORT_DEPTH", kShortWholeRowDepth);
   return depth;
 }
-// STEPSERVE_GROUPED_WHOLE (a mask, off until measured): IQ4_XS rows of a fixed block count through
-// a kernel compiled for that count, whose iterations run without the per-step `b < nb` guard (a
-// BSSY / BSYNC region each in SASS, which also keeps one step's loads from overlapping the step
-// before) and the refill bound - the same arithmetic in the same order (bit-identical). Bit 1
-// (kGroupedWholeShort): short rows of exactly kShortWholeRowDepth blocks (the experts' down), one
-// ring over the row; bit 2 (kGroupedWholeLong): long rows of kGroupedWholeLongBlocks (the
+// STEPSERVE_GROUPED_WHOLE (a mask, 3 by default since session 45): IQ4_XS rows of a fixed block
+// count through a kernel compiled for that count, whose iterations run without the per-step `b <
+// nb` guard (a BSSY / BSYNC region each in SASS, which also keeps one step's loads from overlapping
+// the step before) and the refill bound - the same arithmetic in the same order (bit-identical).
+// Bit 1 (kGroupedWholeShort): short rows of exactly kShortWholeRowDepth blocks (the experts' down),
+// one ring over the row; bit 2 (kGroupedWholeLong): long rows of kGroupedWholeLongBlocks (the
 // experts' 4096-wide gate / up), two iterations of the two-step ring, the second without refills.
-// Why: session 44's whole iterations cut the one-row GEMV's SASS per iteration 339 -> 252 the
-// same way, and the grouped GEMV is issue-bound at 16-64 streams (ncu, session 15).
+// SASS per row block's chunk of 1 / 2 / 4 activation rows (store included): down 547 / 689 / 948
+// -> 386 / 561 / 806, gate / up (both iterations) ~855 / 1083 / 1452 -> 628 / 886 / 1245 (the
+// grouped GEMV is issue-bound at 16-64 streams: ncu, session 15). Measured (H100, 24 layers, one
+// round, bench/gpu/results-v39.txt, ms per step at 16 / 32 / 64 streams): 0 9.744 / 15.508 /
+// 23.986, 2 9.251 / 15.066 / 23.069, 3 9.062 / 14.834 / 22.714 (-7.0% / -4.3% / -5.3%).
 constexpr int kGroupedWholeShort = 1, kGroupedWholeLong = 2;
 constexpr int kGroupedWholeLongBlocks = 16;
 bool GroupedWhole(int bit) {
@@ -388,7 +391,7 @@ cudaError_t LaunchGrouped(const GemvParams& p, int64_t slots, bool overlap_previ
 }  // namespace
 
 std::atomic<int>& GroupedWholeSetting() {
-  static std::atomic<int> mask{EnvSwitchLevel("STEPSERVE_GROUPED_WHOLE", 0) & 3};
+  static std::atomic<int> mask{EnvSwitchLevel("STEPSERVE_GROUPED_WHOLE", 3) & 3};
   return mask;
 }
 

@@ -97,12 +97,12 @@ int64_t GemvCudaMaxRows(GgmlType type, GemvCudaActivations activations);
 int64_t SetGemvCudaMmaWideMaxRows(int64_t rows);
 
 // Whether the one-row IQ4_XS GEMV runs its whole iterations without per-step guards (the same
-// bits; STEPSERVE_GEMV_ONE_ROW_WHOLE=1, off by default until measured): for tests and A/B runs;
-// returns the previous setting.
+// bits; STEPSERVE_GEMV_ONE_ROW_WHOLE=1, off: no step gain measured in session 45): for tests and
+// A/B runs; returns the previous setting.
 bool SetGemvCudaOneRowWhole(bool on);
 
 // The grouped GEMV's IQ4_XS kernels compiled for a fixed block count, without per-step guards
-// (the same bits; STEPSERVE_GROUPED_WHOLE, off by default until measured), a mask: 1 the short rows
+// (the same bits; STEPSERVE_GROUPED_WHOLE, 3 by default since session 45), a mask: 1 the short rows
 // of exactly five blocks (the experts' 1280-wide down), 2 the long rows of exactly 16 (their
 // 4096-wide gate / up). For tests and A/B runs; returns the previous mask. The launches that took
 // one so far in this process (tests check the path: a silent fallback would give the same bits).

@@ -455,13 +455,15 @@ bool FusedQ6K() {
 
 }  // namespace
 
-// STEPSERVE_MOE_GATE_UP_WHOLE=1: the IQ4_XS gate / up kernel (per-token forms with the CTA
-// arrival, the defaults at 1-2 tokens) with DotTwoRowsPointers' whole iterations free of per-step
-// guards. Off by default until measured: written in session 44 with no device.
+// The IQ4_XS gate / up kernel (per-token forms with the CTA arrival, the defaults at 1-2 tokens)
+// with DotTwoRowsPointers' whole iterations free of per-step guards (bit-identical); on by default
+// since session 45, STEPSERVE_MOE_GATE_UP_WHOLE=0 turns it off. Measured (H100, 24 layers, one
+// round, bench/gpu/results-v39.txt): 2 streams 2.958 (default then) / 2.977 (the one-row GEMV's
+// whole iterations alone) -> 2.906 ms with both; batch 1 unchanged (2.202 / 2.209 -> 2.210).
 std::atomic<bool>& ExpertGateUpWholeSetting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("STEPSERVE_MOE_GATE_UP_WHOLE");
-    return v != nullptr && v[0] == '1';
+    return v == nullptr || v[0] != '0';
   }()};
   return on;
 }

@@ -91,8 +91,8 @@ inline constexpr int64_t kMoeGemvFusedMaxTokens = 4;
 int64_t MoeGemvCudaDecodeFusedTokens();
 int64_t SetMoeGemvCudaDecodeFusedTokens(int64_t tokens);
 // Whether the two-kernel path's IQ4_XS gate / up kernel runs its whole iterations without
-// per-step guards (the same bits; STEPSERVE_MOE_GATE_UP_WHOLE=1, off by default until measured):
-// for tests and A/B runs; returns the previous setting.
+// per-step guards (the same bits; on by default since session 45, STEPSERVE_MOE_GATE_UP_WHOLE=0
+// off): for tests and A/B runs; returns the previous setting.
 bool SetMoeGemvCudaGateUpWhole(bool on);
 // The grouped gate and up GEMVs of a decode batch as one launch - the up matrices in the grid's
 // second half of slots (GemvIndexedCudaTakesMatrixPair) - instead of two, where their types and

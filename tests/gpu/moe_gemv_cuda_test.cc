@@ -437,7 +437,8 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
   EXPECT_LT(vs_five, 1e-5);
   EXPECT_EQ(std::memcmp(fused.data(), again.data(), n * 4), 0) << "second call differs";
   // IQ4_XS gate / up at 1-2 tokens with whole iterations free of per-step guards
-  // (STEPSERVE_MOE_GATE_UP_WHOLE): the same arithmetic in the same order, so the same bits.
+  // (STEPSERVE_MOE_GATE_UP_WHOLE, the default) and without: the same arithmetic in the same
+  // order, so the same bits.
   if (gu_type == GgmlType::kIQ4_XS) {
     std::vector<float> guarded, whole;
     {
@@ -452,15 +453,25 @@ TEST_P(MoeGemvCudaDecodeTest, TwoKernelPathMatchesReferenceAndFiveLaunchPath) {
         << "the whole-iteration gate / up kernel differs from the guarded one";
   }
   // The five-launch path's grouped GEMV with the IQ4_XS kernels compiled for the real block
-  // counts (STEPSERVE_GROUPED_WHOLE 3: the 4096-wide gate / up, 16 blocks, and the 1280-wide
-  // down, 5): the same bits, and both launches must have taken them (one token is not grouped).
+  // counts (STEPSERVE_GROUPED_WHOLE 3, the default: the 4096-wide gate / up, 16 blocks, and the
+  // 1280-wide down, 5) and without (0): the same bits, and the launches must have taken the
+  // kernels asked for (one token is not grouped).
   if (gu_type == GgmlType::kIQ4_XS && down_type == GgmlType::kIQ4_XS && d == 4096 && ff == 1280 &&
       T > 1) {
-    const GroupedWholeScope whole_kernels(3);
-    const int64_t launches = GemvCudaGroupedWholeLaunches();
-    const std::vector<float> whole = run(false, ids);
-    EXPECT_EQ(GemvCudaGroupedWholeLaunches() - launches, MoeGemvCudaGateUpPair() != 0 ? 2 : 3);
-    EXPECT_EQ(std::memcmp(whole.data(), five.data(), n * 4), 0)
+    std::vector<float> guarded, whole;
+    {
+      const GroupedWholeScope guarded_kernels(0);
+      const int64_t launches = GemvCudaGroupedWholeLaunches();
+      guarded = run(false, ids);
+      EXPECT_EQ(GemvCudaGroupedWholeLaunches() - launches, 0);
+    }
+    {
+      const GroupedWholeScope whole_kernels(3);
+      const int64_t launches = GemvCudaGroupedWholeLaunches();
+      whole = run(false, ids);
+      EXPECT_EQ(GemvCudaGroupedWholeLaunches() - launches, MoeGemvCudaGateUpPair() != 0 ? 2 : 3);
+    }
+    EXPECT_EQ(std::memcmp(whole.data(), guarded.data(), n * 4), 0)
         << "the grouped GEMV's fixed-block kernels differ from the guarded ones, tokens " << T;
   }
   // Two ids out of range: no contribution from those slots, in both paths.

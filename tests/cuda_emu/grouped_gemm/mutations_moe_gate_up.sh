@@ -4,7 +4,9 @@
 here=$(cd "$(dirname "$0")" && pwd)
 f=matmul/moe_decode_cuda.cu
 f2=matmul/moe_two_rows.cuh
-m() { EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
+# The guarded dots' bugs with the whole iterations off (STEPSERVE_MOE_GATE_UP_WHOLE=0, on by default
+# since session 45).
+m() { STEPSERVE_MOE_GATE_UP_WHOLE=0 EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
 m quantize_one_arrival_early $f '!= 31) return;' '!= 30) return;'
 m counter_not_reset $f 'if (lane == 0) a.counters[k * (n / 32) + block] = 0;' ';'
 m shared_once_token_row $f 'StoreAndQuantizeBlock(a, t * per_token + a.routed, o, lane,' \
@@ -28,7 +30,10 @@ m ptr_gate_up_refill_offset $f2 'rb[k] = P::LoadRaw(pb + (ahead ? k + D : k) * k
   'rb[k] = P::LoadRaw(pb + (ahead ? k + D - 1 : k) * kStepBytes, c);'
 m ptr_gate_up_up_from_gate $f2 'pb += D * kStepBytes;' 'pb = pa;'
 # StoreAndQuantizeBlockCta (STEPSERVE_MOE_CTA_ARRIVAL=1): the block's last arrival misjudged.
-mc() { STEPSERVE_MOE_CTA_ARRIVAL=1 EMU_TEST=test_moe_gate_up bash "$here/mutate.sh" "$@"; }
+mc() {
+  STEPSERVE_MOE_CTA_ARRIVAL=1 STEPSERVE_MOE_GATE_UP_WHOLE=0 EMU_TEST=test_moe_gate_up \
+    bash "$here/mutate.sh" "$@"
+}
 mc cta_quantized_one_cta_early $f '32 - kWarpsPerBlock;' '32 - 2 * kWarpsPerBlock;'
 mc cta_arrival_counts_one $f 'o / 32, kWarpsPerBlock) ==' 'o / 32, 1) =='
 # Session 44: DotTwoRowsPointers' whole iterations (STEPSERVE_MOE_GATE_UP_WHOLE=1): an iteration

@@ -41,15 +41,17 @@ for t in $tests; do
     "STEPSERVE_WEIGHTS_BEFORE_WAIT=9 STEPSERVE_GEMV_ROW_CTAS=3"
     "STEPSERVE_GEMV_ONE_ROW_WHOLE=1" "STEPSERVE_GEMV_ONE_ROW_WHOLE=1 STEPSERVE_GEMV_ROW_CTAS=3")
   # The grouped GEMV's IQ4_XS short rows with the whole-row ring (the default), depth 4 under the
-  # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1), and the kernels
-  # compiled for rows of exactly 5 (short) and 16 (long) blocks (STEPSERVE_GROUPED_WHOLE=3).
+  # same cap and the former kernel (STEPSERVE_GROUPED_SHORT_DEPTH 5 / 4 / 1), with the kernels
+  # compiled for rows of exactly 5 (short) and 16 (long) blocks (STEPSERVE_GROUPED_WHOLE=3, the
+  # default) and without them (0).
   [[ $t == test_gemv_grouped ]] && envs=("STEPSERVE_GROUPED_SHORT_DEPTH=5"
     "STEPSERVE_GROUPED_SHORT_DEPTH=4" "STEPSERVE_GROUPED_SHORT_DEPTH=1"
-    "STEPSERVE_GROUPED_WHOLE=3")
+    "STEPSERVE_GROUPED_WHOLE=0")
   # The gate/up kernel with one block arrival per warp and per CTA (STEPSERVE_MOE_CTA_ARRIVAL),
-  # and the IQ4_XS one's whole iterations (STEPSERVE_MOE_GATE_UP_WHOLE, with the CTA arrival).
+  # and the IQ4_XS one's whole iterations (STEPSERVE_MOE_GATE_UP_WHOLE, with the CTA arrival; on
+  # by default since session 45) and without.
   [[ $t == test_moe_gate_up ]] && envs=("STEPSERVE_MOE_CTA_ARRIVAL=0" "STEPSERVE_MOE_CTA_ARRIVAL=1"
-    "STEPSERVE_MOE_CTA_ARRIVAL=1 STEPSERVE_MOE_GATE_UP_WHOLE=1")
+    "STEPSERVE_MOE_CTA_ARRIVAL=1 STEPSERVE_MOE_GATE_UP_WHOLE=0")
   # The grouped F16 GEMM with every chunk 8 column tiles wide, with narrow last chunks (both
   # without wide chunks), with chunks of 128 pairs for every type that has them (IQ4_XS's with all
   # 8 sub-blocks unrolled, the default) and IQ4_XS's wide kernel unrolled 4.
