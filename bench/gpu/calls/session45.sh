@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 45's call: session44.sh (never run: no machine started in session 44) plus session 45's
-# STEPSERVE_GROUPED_WHOLE=3. On an H200 the 45-layer target figures come first (none since
+# Session 45's call (ran once, at 3c3cc66 on an H100: bench/gpu/results-v39.txt; written when
+# the switches below were off by default): session44.sh (never run: no machine started in session
+# 44) plus session 45's STEPSERVE_GROUPED_WHOLE=3. On an H200 the 45-layer target figures come first (none since
 # session 26); on an H100, 24 layers (compare only with H100 runs).
 # What it checks, against e390a40 (session 43's head) built from .gl/base.tar in /tmp/base:
 #  - Iq4XsSubScale (gemv_block_util.cuh): the IQ4_XS sub-block scale by two shifts of lane
