@@ -47,8 +47,8 @@ __device__ __forceinline__ void GroupChunk(const GemvParams& p, const uint8_t* w
 // 26.06 / 70.25, bench/gpu/results-h200-v13.txt; removed.) kMinBlocks: CTAs per SM the register
 // budget must allow (GroupedMinCtasPerSm). kExactRows: each chunk of n groups runs the dot loop
 // compiled for exactly n activation rows (GroupChunk), not R rows with run-time guards.
-// kFixedBlocks > 0 (short rows): the launcher guarantees rows of exactly that many blocks
-// (AccumulateShortRowsPointers).
+// kFixedBlocks > 0: the launcher guarantees rows of exactly that many blocks, so the dot loops
+// run unguarded (AccumulateShortRowsPointers, AccumulateRowsPointers; STEPSERVE_GROUPED_WHOLE).
 // With p.w2 (a matrix pair, GemvIndexedCudaTakesMatrixPair) grid y is twice the slots: the second
 // half multiplies the same slots' matrices of w2 and writes rows y2_row_offset further on. Only the
 // long-row kernels of the types without a 2-3 bit piece have that code (kPairForm): in the others
