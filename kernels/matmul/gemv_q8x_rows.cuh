@@ -228,7 +228,8 @@ __device__ __forceinline__ void StoreShortRows(const GemvParams& p, float (&acc)
 
 // The warp's rows with either mapping (NR is unused when short). With one activation row the
 // blocks decode through OneRowPiece (the same bits). kWaitAfterRing: see
-// AccumulateRowsPointers (long rows only); kFixedBlocks: see AccumulateShortRowsPointers.
+// AccumulateRowsPointers (long rows only); kFixedBlocks: see AccumulateRowsPointers and
+// AccumulateShortRowsPointers.
 template <class P, int R, int NR, int D, bool kShort, bool kWaitAfterRing = false,
           int kFixedBlocks = 0>
 __device__ __forceinline__ void DotAndStore(const GemvParams& p, const uint8_t* w, int64_t o0,
